@@ -1,0 +1,69 @@
+"""tritonx: a Triton-compatible inference server in Python, composed from plugins.
+
+The public API: plugin markers and base classes, the request/response types, the errors, and
+the in-process :class:`Server`.
+"""
+
+from __future__ import annotations
+
+from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext, ModelInstance
+from tritonx.batching import concat_inputs, split_outputs
+from tritonx.cache import ResponseCache
+from tritonx.config import ModelConfig, ServerSettings
+from tritonx.datatypes import DataType
+from tritonx.errors import Code, PluginError, TritonXError
+from tritonx.hookspecs import hookimpl
+from tritonx.metrics import MetricSink
+from tritonx.registry import BackendRegistry, CacheRegistry, MetricSinkRegistry, RepoAgentRegistry
+from tritonx.repoagent import AgentContext, RepoAgent
+from tritonx.server import Server
+from tritonx.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferenceRequest,
+    InferenceResponse,
+    ModelEvent,
+    ModelMetadata,
+    ModelState,
+    RepositoryEntry,
+    ResponseSender,
+    ServerMetadata,
+    TensorSpec,
+)
+
+__all__ = [
+    "SEQUENCE_END",
+    "SEQUENCE_START",
+    "AgentContext",
+    "AutoCompleteContext",
+    "Backend",
+    "BackendRegistry",
+    "CacheRegistry",
+    "Code",
+    "DataType",
+    "InferenceRequest",
+    "InferenceResponse",
+    "InstanceSpec",
+    "LoadContext",
+    "MetricSink",
+    "MetricSinkRegistry",
+    "ModelConfig",
+    "ModelEvent",
+    "ModelInstance",
+    "ModelMetadata",
+    "ModelState",
+    "PluginError",
+    "RepoAgent",
+    "RepoAgentRegistry",
+    "RepositoryEntry",
+    "ResponseCache",
+    "ResponseSender",
+    "Server",
+    "ServerMetadata",
+    "ServerSettings",
+    "TensorSpec",
+    "TritonXError",
+    "concat_inputs",
+    "hookimpl",
+    "split_outputs",
+]

@@ -1,0 +1,451 @@
+"""Model configuration: reading config.pbtxt, Triton's core auto-complete, normalization,
+validation, and the JSON form the ``/config`` endpoint returns.
+
+Rules follow Triton core's ``model_config_utils.cc`` (``AutoCompleteBackendFields``,
+``NormalizeModelConfig``, ``NormalizeInstanceGroup``, ``ValidateModelConfig``,
+``ModelConfigToJson``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format, text_format
+
+from tritonx._core.devices import gpu_count
+from tritonx._proto import model_config_pb2
+from tritonx.errors import Code, TritonXError, invalid_arg
+
+ModelConfigPb = model_config_pb2.ModelConfig
+
+#: Triton's legacy ``platform:`` strings and the backend that serves each.
+PLATFORM_BACKENDS: dict[str, str] = {
+    "tensorrt_plan": "tensorrt",
+    "onnxruntime_onnx": "onnxruntime",
+    "pytorch_libtorch": "pytorch",
+    "libtorch": "pytorch",
+    "torch_aoti": "pytorch",
+    "tensorflow_savedmodel": "tensorflow",
+    "tensorflow_graphdef": "tensorflow",
+}
+ENSEMBLE = "ensemble"
+
+#: File (or folder) in a version directory → (backend, platform), in Triton's probe order.
+_FILE_BACKENDS: tuple[tuple[str, str, str], ...] = (
+    ("model.savedmodel", "tensorflow", "tensorflow_savedmodel"),
+    ("model.graphdef", "tensorflow", "tensorflow_graphdef"),
+    ("model.plan", "tensorrt", "tensorrt_plan"),
+    ("model.onnx", "onnxruntime", "onnxruntime_onnx"),
+    ("model.xml", "openvino", ""),
+    ("model.pt", "pytorch", "pytorch_libtorch"),
+    ("model.pt2", "pytorch", "torch_aoti"),
+    ("model.py", "python", ""),
+)
+
+
+def read_config_file(path: Path) -> ModelConfigPb:
+    """Parse a ``config.pbtxt``; syntax errors name the file, line and column."""
+    config = ModelConfigPb()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise invalid_arg(f"failed to read model configuration '{path}': {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise invalid_arg(f"failed to read model configuration '{path}': {exc}") from exc
+    try:
+        text_format.Parse(text, config)
+    except text_format.ParseError as exc:
+        raise invalid_arg(f"failed to parse model configuration {path}: line {exc}") from exc
+    return config
+
+
+def parse_config_json(text: str | bytes) -> ModelConfigPb:
+    """Parse a JSON config override (the ``config`` load parameter)."""
+    config = ModelConfigPb()
+    try:
+        json_format.Parse(text, config)
+    except (json_format.ParseError, ValueError) as exc:
+        raise invalid_arg(f"Invalid config override: {exc}") from exc
+    return config
+
+
+def auto_complete_backend_fields(
+    config: ModelConfigPb,
+    model_name: str,
+    version_dir: Path | None,
+    custom_filenames: dict[str, str] | None = None,
+) -> None:
+    """Triton's ``AutoCompleteBackendFields``: fill ``name``, ``backend``, ``platform`` and
+    ``default_model_filename`` from the config and the files of a version folder.
+
+    :param version_dir: the version folder to look into (None when the model has none).
+    :param custom_filenames: default model filename → backend name for installed backends
+        that Triton does not know (tried after Triton's own rules, before the name suffix).
+    """
+    if not config.name:
+        config.name = model_name
+    if config.platform == ENSEMBLE or config.HasField("ensemble_scheduling"):
+        return
+    filename = config.default_model_filename
+    platform = config.platform
+
+    def exists(name: str, kind: str = "any") -> bool:
+        if version_dir is None:
+            return False
+        path = version_dir / name
+        return (
+            path.is_file() if kind == "file" else path.is_dir() if kind == "dir" else path.exists()
+        )
+
+    untyped = not platform and not filename
+    # TensorFlow
+    if not platform and config.backend in ("", "tensorflow"):
+        if filename == "model.savedmodel" or (not filename and exists("model.savedmodel", "dir")):
+            platform = config.platform = "tensorflow_savedmodel"
+        elif filename == "model.graphdef" or (not filename and exists("model.graphdef", "file")):
+            platform = config.platform = "tensorflow_graphdef"
+    if platform in ("tensorflow_savedmodel", "tensorflow_graphdef"):
+        config.backend = config.backend or "tensorflow"
+        if not filename:
+            config.default_model_filename = (
+                "model.savedmodel" if platform == "tensorflow_savedmodel" else "model.graphdef"
+            )
+        return
+    # TensorRT
+    if not config.backend and (
+        platform == "tensorrt_plan"
+        or filename == "model.plan"
+        or (untyped and exists("model.plan", "file"))
+    ):
+        config.backend = "tensorrt"
+    if config.backend == "tensorrt":
+        config.platform = config.platform or "tensorrt_plan"
+        config.default_model_filename = filename or "model.plan"
+        return
+    # ONNX Runtime
+    if not config.backend and (
+        platform == "onnxruntime_onnx"
+        or filename == "model.onnx"
+        or (untyped and exists("model.onnx"))
+    ):
+        config.backend = "onnxruntime"
+    if config.backend == "onnxruntime":
+        config.platform = config.platform or "onnxruntime_onnx"
+        config.default_model_filename = filename or "model.onnx"
+        return
+    # OpenVINO
+    if not config.backend and (filename == "model.xml" or (untyped and exists("model.xml"))):
+        config.backend = "openvino"
+    if config.backend == "openvino":
+        config.default_model_filename = filename or "model.xml"
+        return
+    # PyTorch (TorchScript and AOTInductor)
+    if not config.backend:
+        if platform in ("pytorch_libtorch", "libtorch", "torch_aoti") or filename in (
+            "model.pt",
+            "model.pt2",
+        ):
+            config.backend = "pytorch"
+        elif untyped and exists("model.pt", "file"):
+            config.backend, config.platform = "pytorch", "pytorch_libtorch"
+        elif untyped and exists("model.pt2", "file"):
+            config.backend, config.platform = "pytorch", "torch_aoti"
+    if config.backend == "pytorch":
+        if not config.platform:
+            config.platform = "torch_aoti" if filename == "model.pt2" else "pytorch_libtorch"
+        if not config.default_model_filename:
+            config.default_model_filename = (
+                "model.pt2" if config.platform == "torch_aoti" else "model.pt"
+            )
+        return
+    # Python
+    if not config.backend and (filename == "model.py" or (untyped and exists("model.py"))):
+        config.backend = "python"
+    if config.backend == "python":
+        config.default_model_filename = filename or "model.py"
+        return
+    # Installed backends Triton does not know, by their default model filename.
+    if not config.backend and untyped:
+        for custom_file, backend in (custom_filenames or {}).items():
+            if exists(custom_file):
+                config.backend = backend
+                config.default_model_filename = custom_file
+                return
+    if not config.backend and not config.platform and not config.default_model_filename:
+        if "." not in model_name:
+            raise invalid_arg(
+                f"Invalid model name: Could not determine backend for model '{model_name}' "
+                "with no backend in model configuration. Expected model name of the form "
+                "'model.<backend_name>'."
+            )
+        backend = model_name.split(".", 1)[1]
+        config.backend = backend
+        config.default_model_filename = f"model.{backend}"
+
+
+def normalize(config: ModelConfigPb) -> None:
+    """Fill in Triton's defaults (``NormalizeModelConfig``) so ``/config`` shows what is used."""
+    if not config.HasField("version_policy"):
+        config.version_policy.latest.num_versions = 1
+    if config.HasField("dynamic_batching"):
+        db = config.dynamic_batching
+        if config.max_batch_size > 0 and not db.preferred_batch_size:
+            db.preferred_batch_size.append(config.max_batch_size)
+    if config.HasField("sequence_batching"):
+        sb = config.sequence_batching
+        if sb.max_sequence_idle_microseconds == 0:
+            sb.max_sequence_idle_microseconds = 1_000_000
+        if (
+            sb.HasField("oldest")
+            and config.max_batch_size > 0
+            and not sb.oldest.preferred_batch_size
+        ):
+            sb.oldest.preferred_batch_size.append(config.max_batch_size)
+    if not config.HasField("ensemble_scheduling"):
+        opt = config.optimization
+        if not opt.HasField("input_pinned_memory"):
+            opt.input_pinned_memory.enable = True
+        if not opt.HasField("output_pinned_memory"):
+            opt.output_pinned_memory.enable = True
+
+
+#: Backends whose CPU instance groups default to 2 instances (``SetDefaultInstanceCount``).
+_TWO_CPU_INSTANCES = ("onnxruntime", "tensorflow")
+
+
+def normalize_instance_groups(config: ModelConfigPb) -> None:
+    """``NormalizeInstanceGroup``: the default group (named after the model), group names
+    ``<model>_<index>``, KIND_AUTO resolved (KIND_CPU without GPUs) and default counts."""
+    if config.HasField("ensemble_scheduling"):
+        return
+    kinds = model_config_pb2.ModelInstanceGroup.Kind
+    if not config.instance_group:
+        config.instance_group.add().name = config.name
+    gpus = gpu_count()
+    for index, group in enumerate(config.instance_group):
+        if not group.name:
+            group.name = f"{config.name}_{index}"
+        if group.kind == kinds.KIND_AUTO:
+            usable = gpus > 0 and all(0 <= g < gpus for g in group.gpus)
+            group.kind = kinds.KIND_GPU if usable else kinds.KIND_CPU
+        if group.kind == kinds.KIND_GPU and not group.gpus:
+            group.gpus.extend(range(gpus))
+        if group.count < 1:
+            cpu2 = group.kind == kinds.KIND_CPU and config.backend in _TWO_CPU_INSTANCES
+            group.count = 2 if cpu2 else 1
+
+
+def validate(config: ModelConfigPb, dir_name: str) -> None:
+    """Triton's ``ValidateModelConfig``, IO and instance-group checks, with its messages."""
+    name = config.name
+    if not name:
+        raise invalid_arg("model configuration must specify 'name'")
+    if config.name != dir_name:
+        raise invalid_arg(
+            f"unexpected directory name '{dir_name}' for model '{config.name}', "
+            "directory name must equal model name"
+        )
+    if not config.backend and config.platform != ENSEMBLE:
+        raise invalid_arg(f"unexpected platform type '{config.platform}' for {name}")
+    if config.backend and config.platform == ENSEMBLE:
+        raise invalid_arg(
+            f"Ensemble model '{name}' must have platform type '{config.platform}' and empty "
+            "backend type"
+        )
+    implied = PLATFORM_BACKENDS.get(config.platform, "")
+    if config.backend in _TYPED_BACKENDS and implied != config.backend:
+        raise invalid_arg(
+            f"unexpected 'platform' and 'backend' pair, got:{config.platform}, {config.backend}"
+        )
+    if config.max_batch_size < 0:
+        raise invalid_arg(f"'max_batch_size' must be non-negative value for {name}")
+    if config.HasField("dynamic_batching"):
+        _validate_dynamic_batching(config)
+    if config.platform == ENSEMBLE and not config.HasField("ensemble_scheduling"):
+        raise invalid_arg(
+            f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
+        )
+    if config.model_transaction_policy.decoupled and config.response_cache.enable:
+        raise invalid_arg(
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
+    for what, tensors in (("input", config.input), ("output", config.output)):
+        for t in tensors:
+            _validate_io_shape(config, what, t)
+    _validate_instance_groups(config)
+
+
+_TYPED_BACKENDS = ("tensorflow", "tensorrt", "onnxruntime")
+
+
+def _validate_dynamic_batching(config: ModelConfigPb) -> None:
+    name, db = config.name, config.dynamic_batching
+    for size in db.preferred_batch_size:
+        if size <= 0:
+            raise invalid_arg(f"dynamic batching preferred size must be positive for {name}")
+        if size > config.max_batch_size:
+            raise invalid_arg(
+                f"dynamic batching preferred size must be <= max batch size for {name}"
+            )
+    levels = db.priority_levels
+    if levels != 0 and (db.default_priority_level == 0 or db.default_priority_level > levels):
+        raise invalid_arg(f"default priority level must be in range [1, {levels}] for {name}")
+    for level in db.priority_queue_policy:
+        if level == 0 or level > levels:
+            raise invalid_arg(
+                f"priority queue policy must have priority level in range [1, {levels}] for {name}"
+            )
+    if db.preserve_ordering:
+        if levels > 1:
+            raise invalid_arg(
+                "Only one priority level is allowed when 'preserve_ordering' is true for " + name
+            )
+        delay = model_config_pb2.ModelQueuePolicy.TimeoutAction.DELAY
+        policies = [db.default_queue_policy, *db.priority_queue_policy.values()]
+        if any(p.timeout_action == delay and p.default_timeout_microseconds for p in policies):
+            raise invalid_arg(
+                "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
+                f"true for {name}"
+            )
+
+
+def _validate_io_shape(config: ModelConfigPb, what: str, t: Any) -> None:
+    suffix = f" for {config.name}"
+    if not t.name:
+        raise invalid_arg(f"model {what} must specify 'name'{suffix}")
+    p = f"model {what} '{t.name}' "
+    if t.data_type == model_config_pb2.DataType.TYPE_INVALID:
+        raise invalid_arg(f"{p}must specify 'data_type'{suffix}")
+    if not t.dims:
+        raise invalid_arg(f"{p}must specify 'dims'{suffix}")
+    if t.HasField("reshape") and not t.reshape.shape and config.max_batch_size == 0:
+        raise invalid_arg(
+            f"{p}cannot have empty reshape for non-batching model as scalar tensors are not "
+            f"supported{suffix}"
+        )
+    for d in t.dims:
+        if d < 1 and d != -1:
+            raise invalid_arg(
+                f"{p}dimension must be integer >= 1, or -1 to indicate a variable-size "
+                f"dimension{suffix}"
+            )
+    if t.HasField("reshape"):
+        for d in t.reshape.shape:
+            if d < 1 and d != -1:
+                raise invalid_arg(
+                    f"{p}reshape dimensions must be integer >= 1, or -1 to indicate a "
+                    f"variable-size dimension{suffix}"
+                )
+        dims, shape = list(t.dims), list(t.reshape.shape)
+        if -1 not in dims and -1 not in shape:
+            count = 1
+            for d in dims:
+                count *= d
+            target = 1
+            for d in shape:
+                target *= d
+            if count != target and not (not shape and count == 1):
+                raise invalid_arg(f"{p}has different size for dims and reshape{suffix}")
+        elif dims.count(-1) != shape.count(-1):
+            raise invalid_arg(
+                f"{p}has different number of variable-size dimensions for dims and reshape{suffix}"
+            )
+
+
+def _validate_instance_groups(config: ModelConfigPb) -> None:
+    if config.HasField("ensemble_scheduling"):
+        return
+    kinds = model_config_pb2.ModelInstanceGroup.Kind
+    m = config.name
+    if not config.instance_group:
+        raise invalid_arg(f"must specify one or more 'instance group's for {m}")
+    gpus = gpu_count()
+    for group in config.instance_group:
+        g = group.name
+        if group.kind == kinds.KIND_MODEL:
+            if group.gpus:
+                raise invalid_arg(
+                    f"instance group {g} of model {m} has kind KIND_MODEL but specifies one or "
+                    "more GPUs"
+                )
+        elif group.kind == kinds.KIND_GPU:
+            if gpus == 0:
+                raise invalid_arg(
+                    f"instance group {g} of model {m} has kind KIND_GPU but no GPUs are available"
+                )
+            for gpu in group.gpus:
+                if not 0 <= gpu < gpus:
+                    raise invalid_arg(
+                        f"instance group {g} of model {m} specifies invalid or unsupported gpu id "
+                        f"{gpu}. GPUs with at least the minimum required CUDA compute "
+                        "compatibility of 6.000000 are: " + ", ".join(str(i) for i in range(gpus))
+                    )
+        elif group.kind == kinds.KIND_CPU:
+            if group.gpus:
+                raise invalid_arg(
+                    f"instance group {g} of model {m} has kind KIND_CPU but specifies one or "
+                    "more GPUs"
+                )
+        else:
+            raise TritonXError(
+                f"instance group {g} of model {m} has unexpected kind KIND_AUTO", Code.INTERNAL
+            )
+
+
+# The 64-bit fields Triton's ModelConfigToJson turns back into JSON numbers (exactly these).
+_INT64_PATHS: tuple[tuple[str, ...], ...] = (
+    ("input", "*", "dims"),
+    ("input", "*", "reshape", "shape"),
+    ("output", "*", "dims"),
+    ("output", "*", "reshape", "shape"),
+    ("version_policy", "specific", "versions"),
+    ("dynamic_batching", "max_queue_delay_microseconds"),
+    ("dynamic_batching", "priority_levels"),
+    ("dynamic_batching", "default_priority_level"),
+    ("dynamic_batching", "default_queue_policy", "default_timeout_microseconds"),
+    ("dynamic_batching", "priority_queue_policy", "*", "default_timeout_microseconds"),
+    ("sequence_batching", "max_sequence_idle_microseconds"),
+    ("sequence_batching", "oldest", "max_queue_delay_microseconds"),
+    ("sequence_batching", "direct", "max_queue_delay_microseconds"),
+    ("sequence_batching", "state", "*", "dims"),
+    ("ensemble_scheduling", "step", "*", "model_version"),
+    ("model_warmup", "*", "inputs", "*", "dims"),
+)
+
+
+def config_to_json_dict(config: ModelConfigPb) -> dict[str, Any]:
+    """The config as Triton's ``ModelConfigToJson`` prints it: proto field names, every
+    scalar and repeated field printed, enums as names, and Triton's list of 64-bit fields as
+    JSON numbers (protobuf's JSON mapping prints 64-bit integers as strings)."""
+    out = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    for path in _INT64_PATHS:
+        _to_numbers(out, path)
+    return out
+
+
+def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
+    key, rest = path[0], path[1:]
+    if key == "*":
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            _to_numbers(child, rest)
+        return
+    if not isinstance(node, dict) or key not in node:
+        return
+    if rest:
+        _to_numbers(node[key], rest)
+    elif isinstance(node[key], list):
+        node[key] = [int(v) for v in node[key]]
+    else:
+        node[key] = int(node[key])
+
+
+def load_failure(model_name: str, message: str) -> TritonXError:
+    """The error a failed load reports (clients look for "failed to load")."""
+    return TritonXError(f"failed to load '{model_name}': {message}", Code.INVALID_ARG)

@@ -1,0 +1,298 @@
+"""Running requests on model instances: one worker thread per instance, fed from one queue.
+
+The event loop validates a request and puts it on the version's queue; whichever instance
+thread is free takes it, calls the backend's ``execute`` and hands the responses back to the
+loop with one ``call_soon_threadsafe`` per batch. Backends are synchronous and never see two
+concurrent ``execute`` calls on one instance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from tritonx._core.stats import ModelStats
+from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.config import ModelConfig
+from tritonx.errors import Code, TritonXError
+from tritonx.types import InferenceRequest, InferenceResponse, ResponseSender
+
+log = logging.getLogger("tritonx.scheduler")
+
+_STOP = object()
+
+
+class Pending:
+    """A request waiting for (or in) execution, with where its result goes."""
+
+    __slots__ = ("enqueue_ns", "future", "request", "stream")
+
+    def __init__(
+        self,
+        request: InferenceRequest,
+        future: asyncio.Future[InferenceResponse] | None,
+        stream: asyncio.Queue[InferenceResponse | None] | None,
+    ) -> None:
+        self.request = request
+        self.future = future
+        self.stream = stream
+        self.enqueue_ns = time.perf_counter_ns()
+
+
+class VersionScheduler:
+    """Owns the instances of one loaded model version and runs requests on them."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        version: int,
+        backend: Backend,
+        contexts: Sequence[LoadContext],
+        passive: Sequence[bool] | None = None,
+    ) -> None:
+        self.config = config
+        self.version = version
+        self.backend = backend
+        self.contexts = list(contexts)
+        self.passive = list(passive or [False] * len(self.contexts))
+        self.decoupled = config.decoupled
+        self.stats = ModelStats()
+        self.instances: list[ModelInstance | None] = [None] * len(self.contexts)
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._threads: list[threading.Thread] = []
+        self._stopping = threading.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._outputs = tuple(config.output_map)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def start(self) -> None:
+        """Start one thread per instance and wait until every instance has loaded.
+
+        If any instance fails to load, the others are unloaded and the error is raised.
+        """
+        loop = self._loop = asyncio.get_running_loop()
+        ready: list[asyncio.Future[None]] = []
+        for index, ctx in enumerate(self.contexts):
+            fut: asyncio.Future[None] = loop.create_future()
+            ready.append(fut)
+            thread = threading.Thread(
+                target=self._worker,
+                args=(index, ctx, fut),
+                name=f"tritonx-{ctx.instance.name}-v{self.version}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            thread.start()
+        results = await asyncio.gather(*ready, return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await self.stop()
+            raise TritonXError.wrap(errors[0])
+
+    async def stop(self) -> None:
+        """Stop the workers (after the queue empties) and unload every instance."""
+        self._stopping.set()
+        for passive in self.passive:
+            if not passive:
+                self._queue.put(_STOP)
+        threads, self._threads = self._threads, []
+        await asyncio.to_thread(_join_all, threads)
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no request is in flight; False if ``timeout`` passed first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    @property
+    def inflight(self) -> int:
+        return self._inflight
+
+    def is_ready(self) -> bool:
+        """All instances loaded and reporting ready."""
+        return all(i is not None and i.is_ready() for i in self.instances)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        """Queue a (validated) request of a non-decoupled model; the future gets its response."""
+        assert self._loop is not None
+        future: asyncio.Future[InferenceResponse] = self._loop.create_future()
+        self._track()
+        future.add_done_callback(self._untrack)
+        self._queue.put(Pending(request, future, None))
+        return future
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Queue a request of a decoupled model; yield its responses until the final one."""
+        assert self._loop is not None
+        loop = self._loop
+        responses: asyncio.Queue[InferenceResponse | None] = asyncio.Queue()
+        model, version, rid = self.config.name, self.version, request.id
+        outputs = request.requested_outputs
+
+        def deliver(response: InferenceResponse | None, final: bool) -> None:
+            if response is not None:
+                self._finish(response, model, version, rid, outputs)
+                response.final = final
+            elif final:
+                response = InferenceResponse(
+                    model_name=model, model_version=version, id=rid, final=True
+                )
+                response.parameters["triton_empty_final"] = True
+            loop.call_soon_threadsafe(responses.put_nowait, response)
+
+        request.response_sender = ResponseSender(deliver)
+        self._track()
+        try:
+            self._queue.put(Pending(request, None, responses))
+            while True:
+                response = await responses.get()
+                if response is None:
+                    return
+                yield response
+                if response.final:
+                    return
+        finally:
+            self._untrack()
+
+    # ------------------------------------------------------------------ internals
+
+    def _track(self) -> None:
+        self._inflight += 1
+        self._idle.clear()
+
+    def _untrack(self, _: object = None) -> None:
+        self._inflight -= 1
+        if self._inflight == 0:
+            self._idle.set()
+
+    def _worker(self, index: int, ctx: LoadContext, ready: asyncio.Future[None]) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            instance = self.backend.load(ctx)
+            if not isinstance(instance, ModelInstance):
+                raise TritonXError(
+                    f"backend '{self.backend.name}' load() returned {type(instance).__name__}, "
+                    "not a ModelInstance",
+                    Code.INTERNAL,
+                )
+        except BaseException as exc:
+            loop.call_soon_threadsafe(_set_exception, ready, exc)
+            return
+        self.instances[index] = instance
+        loop.call_soon_threadsafe(_set_result, ready, None)
+        if not self.passive[index]:
+            get = self._queue.get
+            while True:
+                item = get()
+                if item is _STOP:
+                    break
+                self._execute(instance, [item])
+        else:  # passive instances are loaded but never given requests
+            self._stopping.wait()
+        try:
+            instance.unload()
+        except Exception:
+            log.exception("unloading instance %s of %s failed", ctx.instance.name, ctx.model_name)
+        self.instances[index] = None
+
+    def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
+        requests = [p.request for p in batch]
+        start = time.perf_counter_ns()
+        error: TritonXError | None = None
+        responses: Sequence[InferenceResponse] | None = None
+        try:
+            responses = instance.execute(requests)
+        except BaseException as exc:
+            error = TritonXError.wrap(exc)
+        end = time.perf_counter_ns()
+        assert self._loop is not None
+        if self.decoupled:
+            if error is not None:
+                for request in requests:
+                    sender = request.response_sender
+                    if sender is not None and not sender.is_closed:
+                        sender.send(InferenceResponse.failed(error), final=True)
+            self._loop.call_soon_threadsafe(self._record, batch, start, end)
+            return
+        if error is None and (responses is None or len(responses) != len(requests)):
+            got = "None" if responses is None else str(len(responses))
+            error = TritonXError(
+                f"model '{self.config.name}' returned {got} responses for {len(requests)} requests",
+                Code.INTERNAL,
+            )
+        if error is not None:
+            responses = [InferenceResponse.failed(error) for _ in requests]
+        assert responses is not None
+        name, version = self.config.name, self.version
+        for request, response in zip(requests, responses, strict=True):
+            self._finish(response, name, version, request.id, request.requested_outputs)
+        self._loop.call_soon_threadsafe(self._resolve, batch, responses, start, end)
+
+    def _finish(
+        self,
+        response: InferenceResponse,
+        name: str,
+        version: int,
+        request_id: str,
+        requested: tuple[str, ...] | None,
+    ) -> None:
+        response.model_name = name
+        response.model_version = version
+        response.id = request_id
+        if response.error is None:
+            outputs = response.outputs
+            keep = requested if requested is not None else self._outputs
+            if keep and any(n not in keep for n in outputs):
+                response.outputs = {n: outputs[n] for n in keep if n in outputs}
+
+    def _record(self, batch: list[Pending], start: int, end: int) -> None:
+        stats = self.stats
+        size = 0
+        for p in batch:
+            size += p.request.batch_size
+            stats.queue.add(start - p.enqueue_ns)
+            stats.compute_infer.add(end - start)
+        stats.record_execution(size, 0, end - start, 0)
+        stats.last_inference_ms = int(time.time() * 1000)
+
+    def _resolve(
+        self,
+        batch: list[Pending],
+        responses: Sequence[InferenceResponse],
+        start: int,
+        end: int,
+    ) -> None:
+        self._record(batch, start, end)
+        for pending, response in zip(batch, responses, strict=True):
+            future = pending.future
+            if future is not None and not future.done():
+                future.set_result(response)
+
+
+def _set_result(future: asyncio.Future[Any], value: Any) -> None:
+    if not future.done():
+        future.set_result(value)
+
+
+def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
+    if not future.done():
+        future.set_exception(exc)
+
+
+def _join_all(threads: list[threading.Thread]) -> None:
+    for thread in threads:
+        thread.join()

@@ -1,0 +1,123 @@
+"""Checking a request against its model's config before any backend sees it
+(Triton core's ``InferenceRequest::Normalize``, with its messages)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import numpy as np
+
+from tritonx.config import ModelConfig
+from tritonx.datatypes import DataType
+from tritonx.errors import invalid_arg
+from tritonx.types import InferenceRequest
+
+_BATCH_NOTE = (
+    "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
+    "to be prepended to each input shape. If you want to specify the full shape including the "
+    "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
+    "configuration docs for more info on max_batch_size."
+)
+
+
+def request_prefix(request_id: str) -> str:
+    """Triton's ``[request id: <id>] `` prefix (``<id_unknown>`` when the id is empty)."""
+    return f"[request id: {request_id or '<id_unknown>'}] "
+
+
+def dims_str(shape: Iterable[int]) -> str:
+    """Triton's ``DimsListToString``: ``[-1,16]``."""
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _names(names: Iterable[str]) -> str:
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
+def _datatype_of(array: np.ndarray, expected: DataType) -> DataType:
+    if expected is DataType.BF16 and array.dtype == np.uint16:
+        return DataType.BF16
+    return DataType.from_numpy(array.dtype)
+
+
+def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
+    """Raise INVALID_ARG with Triton's message unless ``request`` fits ``config``.
+
+    On success sets ``request.batch_size`` and applies configured ``reshape``s.
+    """
+    model = config.name
+    prefix = request_prefix(request.id)
+    if request.requested_outputs is not None:
+        outputs = config.output_map
+        for name in request.requested_outputs:
+            if name not in outputs:
+                raise invalid_arg(f"unexpected inference output '{name}' for model '{model}'")
+        if len(set(request.requested_outputs)) != len(request.requested_outputs):
+            dup = next(
+                n for n in request.requested_outputs if request.requested_outputs.count(n) > 1
+            )
+            raise invalid_arg(f"{prefix}output '{dup}' already exists in request")
+
+    expected = config.input_map
+    inputs = request.inputs
+    required = [n for n, t in expected.items() if not t.optional]
+    if len(inputs) > len(expected) or len(inputs) < len(required):
+        missing = [n for n in required if n not in inputs]
+        got = _names(sorted(inputs))
+        miss = _names(missing) if missing else "]"
+        if len(required) == len(expected):
+            head = f"expected {len(expected)} inputs"
+        else:
+            head = f"expected number of inputs between {len(required)} and {len(expected)}"
+        raise invalid_arg(
+            f"{prefix}{head} but got {len(inputs)} inputs for model '{model}'. Got input(s) "
+            f"{got}, but missing required input(s) {miss}. Please provide all required input(s)."
+        )
+    for name in inputs:
+        if name not in expected:
+            raise invalid_arg(f"unexpected inference input '{name}' for model '{model}'")
+
+    max_batch = config.max_batch_size
+    batch_size = 1
+    if max_batch > 0:
+        batch: int | None = None
+        for name, array in inputs.items():
+            if array.ndim == 0:
+                raise invalid_arg(
+                    f"{prefix}input '{name}' has no shape but model requires batch dimension "
+                    f"for '{model}'"
+                )
+            if batch is None:
+                batch = array.shape[0]
+            elif array.shape[0] != batch:
+                raise invalid_arg(
+                    f"{prefix}input '{name}' batch size does not match other inputs for '{model}'"
+                )
+        batch_size = batch or 0
+        if batch_size > max_batch:
+            raise invalid_arg(
+                f"{prefix}inference request batch-size must be <= {max_batch} for '{model}'"
+            )
+
+    for name, array in inputs.items():
+        io = expected[name]
+        got_type = _datatype_of(array, io.datatype)
+        if got_type is not io.datatype:
+            raise invalid_arg(
+                f"{prefix}inference input '{name}' data-type is '{got_type.value}', but model "
+                f"'{model}' expects '{io.datatype.value}'"
+            )
+        shape = array.shape[1:] if max_batch > 0 else array.shape
+        if len(shape) != len(io.dims) or any(
+            d != -1 and d != s for d, s in zip(io.dims, shape, strict=True)
+        ):
+            full = (-1, *io.dims) if max_batch > 0 else io.dims
+            raise invalid_arg(
+                f"{prefix}unexpected shape for input '{name}' for model '{model}'. Expected "
+                f"{dims_str(full)}, got {dims_str(array.shape)}. "
+                + (_BATCH_NOTE if max_batch > 0 else "")
+            )
+        if io.reshape is not None:
+            target = ((array.shape[0],) if max_batch > 0 else ()) + io.reshape
+            inputs[name] = array.reshape(target)
+    request.batch_size = batch_size

@@ -1,0 +1,169 @@
+"""What a backend plugin implements: :class:`Backend` (one per backend name) and
+:class:`ModelInstance` (one per instance of each loaded model version).
+
+The contract:
+
+* Everything a backend does is **synchronous**. The core calls ``load``, ``execute`` and
+  ``unload`` from a worker thread dedicated to that instance, so an instance never sees two
+  concurrent ``execute`` calls and needs no locks. Frameworks that release the GIL (ONNX
+  Runtime, libtorch, TensorRT, OpenVINO) run instances truly in parallel.
+* ``execute`` receives 1..N requests and returns exactly one response per request, in order.
+  With ``max_batch_size > 0`` the core's scheduler may hand several requests at once (never
+  more batch items than ``max_batch_size`` in total); ``tritonx.concat_inputs`` and
+  ``tritonx.split_outputs`` do the stack-run-split. Decoupled models
+  (``model_transaction_policy { decoupled: true }``) return ``None`` and send responses through
+  ``request.response_sender`` instead.
+* Per-request errors go in ``InferenceResponse.failed(err)``; an exception raised from
+  ``execute`` fails every request of that call (INTERNAL unless it is a TritonXError).
+* The core validates inputs against the config (names, datatypes, shapes, batch size), drops
+  outputs the client did not ask for, and measures timings: backends do none of that.
+* A plugin's entry-point module must not import its framework at import time: import it
+  inside ``load`` (``tritonx.testing.BackendContract`` checks this).
+"""
+
+from __future__ import annotations
+
+import abc
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from tritonx._proto import model_config_pb2
+from tritonx.config import ModelConfig
+from tritonx.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from tritonx.dataplane import DataPlane
+
+
+@dataclass(frozen=True, slots=True)
+class InstanceSpec:
+    """Which instance of an ``instance_group`` is being loaded.
+
+    :param name: Triton's instance name, ``<group name>_<index within the group>``.
+    :param group_name: the instance group's name.
+    :param kind: ``KIND_CPU``, ``KIND_GPU`` or ``KIND_MODEL``.
+    :param device_id: the GPU id for ``KIND_GPU`` instances, 0 otherwise.
+    :param index: the instance's index within the whole model (0..total-1).
+    """
+
+    name: str
+    group_name: str
+    kind: str = "KIND_CPU"
+    device_id: int = 0
+    index: int = 0
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """Everything a backend gets when loading one instance of one model version.
+
+    :param model_name: the model's name.
+    :param version: the version being loaded.
+    :param model_dir: the model's folder (``<repository>/<model>``).
+    :param version_path: ``<model_dir>/<version>``.
+    :param model_path: the model file: ``default_model_filename`` (or the backend's default)
+        inside ``version_path``; ``None`` when neither names one.
+    :param config: the completed, normalized model config.
+    :param instance: which instance this is.
+    :param backend_config: ``--backend-config=<backend>,<key>=<value>`` settings.
+    :param dataplane: the server's data plane, for backends that call other models (BLS).
+    """
+
+    model_name: str
+    version: int
+    model_dir: Path
+    version_path: Path
+    model_path: Path | None
+    config: ModelConfig
+    instance: InstanceSpec
+    backend_config: Mapping[str, str] = field(default_factory=dict)
+    dataplane: DataPlane | None = None
+
+    @property
+    def parameters(self) -> dict[str, str]:
+        """The config.pbtxt ``parameters`` map."""
+        return self.config.parameters
+
+    @property
+    def logger(self) -> logging.Logger:
+        """A logger named ``tritonx.backend.<backend>.<model>``."""
+        return logging.getLogger(f"tritonx.backend.{self.config.backend}.{self.model_name}")
+
+
+@dataclass
+class AutoCompleteContext:
+    """What ``Backend.auto_complete_config`` gets: a *mutable* config to fill in.
+
+    :param config: the ``inference.ModelConfig`` message read from config.pbtxt (possibly
+        empty); the backend adds what is missing (inputs, outputs, max_batch_size...) in place.
+    :param model_dir: the model's folder.
+    :param version_path: the folder of the version used to complete the config.
+    :param model_path: the model file inside it.
+    :param backend_config: ``--backend-config`` settings of this backend plus global ones.
+    """
+
+    config: model_config_pb2.ModelConfig
+    model_dir: Path
+    version_path: Path
+    model_path: Path | None
+    backend_config: Mapping[str, str] = field(default_factory=dict)
+
+
+class ModelInstance(abc.ABC):
+    """One loaded instance of a model version. Called from one worker thread only."""
+
+    @abc.abstractmethod
+    def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
+        """Run ``requests`` and return one response per request, in order.
+
+        Decoupled models return ``None`` and answer through ``request.response_sender``.
+        """
+
+    def unload(self) -> None:  # noqa: B027 - optional hook
+        """Release the instance's resources. Called once, after the last ``execute``."""
+
+    def is_ready(self) -> bool:
+        """Whether the instance can serve (checked by model readiness); True by default."""
+        return True
+
+
+class Backend(abc.ABC):
+    """A backend: creates :class:`ModelInstance` objects for models that name it.
+
+    :cvar name: the ``backend:`` value models use in config.pbtxt (``onnxruntime``...).
+    :cvar platforms: ``platform:`` values this backend also serves (``onnxruntime_onnx``...).
+    :cvar default_model_filename: the file looked for in a version folder when the config
+        names none (``model.onnx``...); also used to recognise models with no config.pbtxt.
+    """
+
+    name: ClassVar[str]
+    platforms: ClassVar[tuple[str, ...]] = ()
+    default_model_filename: ClassVar[str | None] = None
+    #: Default instance count for KIND_CPU groups that give none (Triton uses 2 for some).
+    default_cpu_instance_count: ClassVar[int] = 1
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        """``config`` holds the ``--backend-config=<name>,<key>=<value>`` settings."""
+        self.config = dict(config)
+
+    def auto_complete_config(self, ctx: AutoCompleteContext) -> None:  # noqa: B027
+        """Fill in what config.pbtxt leaves out, from the model file (Triton's auto-complete).
+
+        Modify ``ctx.config`` in place; raise a TritonXError when the config contradicts the
+        model. Not called with ``--disable-auto-complete-config``.
+        """
+
+    @abc.abstractmethod
+    def load(self, ctx: LoadContext) -> ModelInstance:
+        """Load one instance of one model version; called from that instance's worker thread."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Called once when the server shuts down, after every instance is unloaded."""
+
+
+def describe(obj: Any) -> str:
+    """``module.Class`` of a registered class, for messages."""
+    return f"{obj.__module__}.{obj.__qualname__}"

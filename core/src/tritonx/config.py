@@ -1,0 +1,170 @@
+"""Server settings (from the CLI or the in-process API) and a read-only view of a model config."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from tritonx._proto import model_config_pb2
+from tritonx.datatypes import DataType
+from tritonx.types import TensorSpec
+
+#: Where the example repository served by ``tritonx serve`` without arguments lives.
+EXAMPLE_REPOSITORY = Path(__file__).parent / "examples" / "model_repository"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """Everything ``tritonx serve`` (or ``tritonx.Server(...)``) can be told.
+
+    Field names follow tritonserver's flags (``--model-control-mode`` → ``model_control_mode``).
+    Port 0 picks a free port (tests); ``None`` for a listener disables it.
+    """
+
+    model_repository: tuple[Path, ...] = ()
+    model_control_mode: str = "none"  # none | explicit | poll
+    load_model: tuple[str, ...] = ()
+    repository_poll_secs: float = 15.0
+    exit_on_error: bool = True
+    strict_readiness: bool = True
+    disable_auto_complete_config: bool = False
+    model_load_thread_count: int = 4
+    exit_timeout_secs: float = 30.0
+    id: str = "triton"
+    backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    cache_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    allow_http: bool = True
+    http_address: str = "0.0.0.0"
+    http_port: int = 8000
+    http_thread_count: int = 8
+    http_max_input_size: int = 64 * 1024 * 1024
+    allow_grpc: bool = True
+    grpc_address: str = "0.0.0.0"
+    grpc_port: int = 8001
+    grpc_infer_allocation_pool_size: int = 8
+    grpc_keepalive_time: int = 7_200_000
+    grpc_keepalive_timeout: int = 20_000
+    grpc_keepalive_permit_without_calls: bool = False
+    grpc_http2_max_pings_without_data: int = 2
+    grpc_http2_min_recv_ping_interval_without_data: int = 300_000
+    grpc_http2_max_ping_strikes: int = 2
+    allow_metrics: bool = True
+    allow_gpu_metrics: bool = True
+    allow_cpu_metrics: bool = True
+    metrics_address: str | None = None
+    metrics_port: int = 8002
+    metrics_interval_ms: int = 2000
+    metrics_config: Mapping[str, str] = field(default_factory=dict)
+    rate_limit: str = "off"
+    rate_limit_resource: tuple[str, ...] = ()
+
+    def with_repositories(self, *paths: str | os.PathLike[str]) -> ServerSettings:
+        """A copy serving ``paths`` instead of the configured repositories."""
+        from dataclasses import replace
+
+        return replace(self, model_repository=tuple(Path(p) for p in paths))
+
+
+@dataclass(frozen=True, slots=True)
+class IOConfig:
+    """One configured input or output."""
+
+    name: str
+    datatype: DataType
+    dims: tuple[int, ...]
+    optional: bool = False
+    allow_ragged_batch: bool = False
+    reshape: tuple[int, ...] | None = None
+
+
+class ModelConfig:
+    """A read-only view over Triton's ``inference.ModelConfig`` protobuf message.
+
+    ``raw`` is the message itself (what the config endpoints return); the properties give the
+    parts the core and backends use most, already converted to Python types.
+    """
+
+    __slots__ = ("__dict__", "raw")
+
+    def __init__(self, raw: model_config_pb2.ModelConfig) -> None:
+        self.raw = raw
+
+    @property
+    def name(self) -> str:
+        return self.raw.name
+
+    @property
+    def backend(self) -> str:
+        return self.raw.backend
+
+    @property
+    def platform(self) -> str:
+        return self.raw.platform
+
+    @property
+    def max_batch_size(self) -> int:
+        return self.raw.max_batch_size
+
+    @property
+    def decoupled(self) -> bool:
+        return self.raw.model_transaction_policy.decoupled
+
+    @cached_property
+    def inputs(self) -> tuple[IOConfig, ...]:
+        return tuple(_io(t, optional=t.optional) for t in self.raw.input)
+
+    @cached_property
+    def outputs(self) -> tuple[IOConfig, ...]:
+        return tuple(_io(t) for t in self.raw.output)
+
+    @cached_property
+    def input_map(self) -> dict[str, IOConfig]:
+        out: dict[str, IOConfig] = {}
+        for t in self.inputs:  # Triton keeps the first of duplicate names
+            out.setdefault(t.name, t)
+        return out
+
+    @cached_property
+    def output_map(self) -> dict[str, IOConfig]:
+        out: dict[str, IOConfig] = {}
+        for t in self.outputs:
+            out.setdefault(t.name, t)
+        return out
+
+    @cached_property
+    def parameters(self) -> dict[str, str]:
+        """The config's ``parameters`` map as plain strings."""
+        return {k: v.string_value for k, v in self.raw.parameters.items()}
+
+    def metadata_specs(self, outputs: bool = False) -> tuple[TensorSpec, ...]:
+        """Inputs (or outputs) as model metadata shows them: a leading -1 when batching."""
+        prefix = (-1,) if self.max_batch_size > 0 else ()
+        return tuple(
+            TensorSpec(t.name, t.datatype.value, prefix + t.dims)
+            for t in (self.outputs if outputs else self.inputs)
+        )
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The config as Triton's ``/config`` endpoint prints it (see ``_core.normalize``)."""
+        from tritonx._core.normalize import config_to_json_dict
+
+        return config_to_json_dict(self.raw)
+
+    def __repr__(self) -> str:
+        return f"ModelConfig(name={self.name!r}, backend={self.backend!r})"
+
+
+def _io(t: Any, optional: bool = False) -> IOConfig:
+    dt = model_config_pb2.DataType.Name(t.data_type)
+    return IOConfig(
+        name=t.name,
+        datatype=DataType.from_config(dt) if dt != "TYPE_INVALID" else DataType.BYTES,
+        dims=tuple(t.dims),
+        optional=optional,
+        allow_ragged_batch=getattr(t, "allow_ragged_batch", False),
+        reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None,
+    )

@@ -1,0 +1,99 @@
+"""Every hook a tritonx plugin can implement, and the markers to declare them.
+
+Hooks run **once, at start-up, synchronously**; nothing goes through pluggy per request.
+A plugin is a module (exposed through the ``tritonx`` entry-point group) with functions marked
+``@tritonx.hookimpl`` whose names are hooks below. Implementations may take a subset of the
+arguments.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pluggy
+
+PROJECT = "tritonx"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+if TYPE_CHECKING:
+    import click
+    from tritonx.registry import (
+        BackendRegistry,
+        CacheRegistry,
+        MetricSinkRegistry,
+        RepoAgentRegistry,
+    )
+    from tritonx.server import Server
+    from tritonx.types import ModelEvent
+
+# ------------------------------------------------------------------ registration (start-up)
+
+
+@hookspec
+def tritonx_register_backends(registry: BackendRegistry) -> None:
+    """Add :class:`tritonx.Backend` subclasses. Called once while the server starts.
+
+    :param registry: call ``registry.add(MyBackend)``. The class's ``name`` must equal the
+        ``backend:`` value models use in config.pbtxt and its ``platforms`` the ``platform:``
+        values it serves. A name already taken stops start-up with an error naming both
+        distributions.
+    """
+
+
+@hookspec
+def tritonx_register_repoagents(registry: RepoAgentRegistry) -> None:
+    """Add :class:`tritonx.RepoAgent` subclasses (named in ``model_repository_agents``).
+
+    :param registry: call ``registry.add(MyAgent)``; ``MyAgent.name`` is the agent name.
+    """
+
+
+@hookspec
+def tritonx_register_caches(registry: CacheRegistry) -> None:
+    """Add :class:`tritonx.ResponseCache` subclasses (selected with ``--cache-config``).
+
+    :param registry: call ``registry.add(MyCache)``; ``MyCache.name`` is the cache name.
+    """
+
+
+@hookspec
+def tritonx_register_metric_sinks(registry: MetricSinkRegistry) -> None:
+    """Add :class:`tritonx.MetricSink` subclasses.
+
+    :param registry: call ``registry.add(MySink)``; ``MySink.name`` is the sink name.
+    """
+
+
+# ------------------------------------------------------------------ command line
+
+
+@hookspec
+def tritonx_register_commands(cli: click.Group) -> None:
+    """Add subcommands to the ``tritonx`` command (e.g. ``tritonx onnx-inspect``).
+
+    :param cli: the top-level click group; call ``cli.add_command(...)`` or decorate with
+        ``@cli.command()``.
+    """
+
+
+# ------------------------------------------------------------------ notifications (cold path)
+
+
+@hookspec
+def tritonx_server_started(server: Server) -> None:
+    """The server finished starting: models are loaded and listeners bound.
+
+    :param server: the running :class:`tritonx.Server` (its ``http_url``, ``grpc_url``,
+        ``metrics_url`` and ``dataplane``).
+    """
+
+
+@hookspec
+def tritonx_model_event(event: ModelEvent) -> None:
+    """A model version changed state (LOADING, READY, UNLOADING, UNAVAILABLE).
+
+    Called from the event loop thread; keep it quick.
+
+    :param event: the model name, version, new state and, for UNAVAILABLE, the reason.
+    """

@@ -1,0 +1,160 @@
+"""Building the plugin manager, and the typed facade the core calls hooks through."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import sys
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+from tritonx import hookspecs
+from tritonx.errors import PluginError
+from tritonx.registry import (
+    BackendRegistry,
+    CacheRegistry,
+    MetricSinkRegistry,
+    Registry,
+    RepoAgentRegistry,
+)
+
+ENTRY_POINT_GROUP = "tritonx"
+#: Core features written as plugins, registered like third-party ones.
+BUILTIN_PLUGINS: tuple[str, ...] = ()
+
+ENV_ONLY = "TRITONX_PLUGINS"
+ENV_BLOCKED = "TRITONX_DISABLE_PLUGINS"
+ENV_NO_AUTOLOAD = "TRITONX_DISABLE_PLUGIN_AUTOLOAD"
+ENV_TRACE = "TRITONX_TRACE_PLUGINS"
+
+
+def _env_list(name: str) -> set[str]:
+    return {p.strip() for p in os.environ.get(name, "").split(",") if p.strip()}
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no", "off")
+
+
+def make_plugin_manager(
+    *,
+    autoload: bool | None = None,
+    only: Collection[str] | None = None,
+    blocked: Collection[str] = (),
+    extra: Iterable[object] = (),
+) -> pluggy.PluginManager:
+    """A plugin manager with the hookspecs, installed plugins and built-ins registered.
+
+    :param autoload: load the ``tritonx`` entry points (default: unless
+        ``$TRITONX_DISABLE_PLUGIN_AUTOLOAD`` is set).
+    :param only: load only these entry-point names (also ``$TRITONX_PLUGINS``, comma separated).
+    :param blocked: never load these (also ``$TRITONX_DISABLE_PLUGINS``).
+    :param extra: plugin objects (modules, instances) to register as well.
+    """
+    pm = pluggy.PluginManager(hookspecs.PROJECT)
+    pm.add_hookspecs(hookspecs)
+    distributions: dict[str, importlib.metadata.Distribution] = {}
+    pm.tritonx_distributions = distributions  # type: ignore[attr-defined]
+    for name in set(blocked) | _env_list(ENV_BLOCKED):
+        pm.set_blocked(name)
+    if autoload is None:
+        autoload = not _env_flag(ENV_NO_AUTOLOAD)
+    wanted = set(only or ()) | _env_list(ENV_ONLY)
+    if autoload:
+        for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if wanted and ep.name not in wanted:
+                continue
+            if pm.is_blocked(ep.name) or pm.has_plugin(ep.name):
+                continue
+            try:
+                plugin = ep.load()
+            except Exception as exc:
+                raise PluginError(
+                    f"plugin '{ep.name}' ({ep.value}) failed to import: {exc}"
+                ) from exc
+            pm.register(plugin, name=ep.name)
+            if ep.dist is not None:
+                distributions[ep.name] = ep.dist
+    for modname in BUILTIN_PLUGINS:
+        if not pm.is_blocked(modname):
+            __import__(modname)
+            pm.register(sys.modules[modname], name=modname)
+    for obj in extra:
+        pm.register(obj)
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(str(exc)) from exc
+    if _env_flag(ENV_TRACE):
+        pm.trace.root.setwriter(lambda s: sys.stderr.write(s))
+        pm.enable_tracing()
+    return pm
+
+
+@dataclass
+class Registries:
+    """What the plugins registered, filled once at start-up by :func:`collect`."""
+
+    backends: BackendRegistry = field(default_factory=BackendRegistry)
+    repoagents: RepoAgentRegistry = field(default_factory=RepoAgentRegistry)
+    caches: CacheRegistry = field(default_factory=CacheRegistry)
+    metric_sinks: MetricSinkRegistry = field(default_factory=MetricSinkRegistry)
+
+
+_REGISTRATION_HOOKS = {
+    "tritonx_register_backends": "backends",
+    "tritonx_register_repoagents": "repoagents",
+    "tritonx_register_caches": "caches",
+    "tritonx_register_metric_sinks": "metric_sinks",
+}
+
+
+def collect(pm: pluggy.PluginManager) -> Registries:
+    """Call every registration hook once and return the filled registries.
+
+    Each implementation is called on its own so the registries know which plugin added what
+    (for duplicate errors and ``tritonx plugins``).
+    """
+    regs = Registries()
+    for hook_name, attr in _REGISTRATION_HOOKS.items():
+        registry: Registry[Any] = getattr(regs, attr)
+        caller = getattr(pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):  # registration order
+            registry._current_plugin = pm.get_name(impl.plugin)
+            try:
+                impl.function(**{a: registry for a in impl.argnames})
+            finally:
+                registry._current_plugin = None
+    return regs
+
+
+def describe_plugins(pm: pluggy.PluginManager, regs: Registries) -> list[dict[str, Any]]:
+    """One dict per plugin: name, distribution, version, hooks, and what it registered."""
+    dists: dict[str, importlib.metadata.Distribution] = getattr(pm, "tritonx_distributions", {})
+    out: list[dict[str, Any]] = []
+    for plugin in pm.get_plugins():
+        name = pm.get_name(plugin)
+        if name is None:
+            continue
+        hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
+        entry: dict[str, Any] = {"name": name, "hooks": hooks}
+        dist = dists.get(name)
+        if dist is not None:
+            entry["distribution"] = dist.metadata["Name"]
+            entry["version"] = dist.version
+        registered: dict[str, list[str]] = {}
+        for attr in _REGISTRATION_HOOKS.values():
+            registry: Registry[Any] = getattr(regs, attr)
+            names = sorted(n for n, owner in registry.owners.items() if owner == name)
+            if names:
+                registered[attr] = names
+        platforms = sorted(
+            p for b in registered.get("backends", ()) for p in regs.backends.platforms_of(b)
+        )
+        if platforms:
+            registered["platforms"] = platforms
+        entry["registered"] = registered
+        out.append(entry)
+    return sorted(out, key=lambda e: e["name"])

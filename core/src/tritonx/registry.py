@@ -1,0 +1,132 @@
+"""Typed registries that plugins fill from their ``tritonx_register_*`` hooks."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import sys
+from collections.abc import Iterator
+from functools import lru_cache
+from typing import Generic, TypeVar
+
+from tritonx.backend import Backend
+from tritonx.cache import ResponseCache
+from tritonx.errors import PluginError
+from tritonx.metrics import MetricSink
+from tritonx.repoagent import RepoAgent
+
+T = TypeVar("T")
+
+
+@lru_cache(maxsize=1)
+def _packages_distributions() -> dict[str, list[str]]:
+    return dict(importlib.metadata.packages_distributions())
+
+
+def distribution_of(module: str) -> str:
+    """The installed distribution that provides ``module`` (``"?"`` when unknown)."""
+    top = module.split(".")[0]
+    dists = _packages_distributions().get(top)
+    if dists:
+        return dists[0]
+    return "?" if top in sys.modules else f"? ({top})"
+
+
+class Registry(Generic[T]):
+    """Name → class registry; a second class under a taken name is a :class:`PluginError`."""
+
+    kind: str = "item"
+
+    def __init__(self, base: type) -> None:
+        self._base = base
+        self._items: dict[str, type[T]] = {}
+        #: name -> plugin name that registered it (set by the plugin manager while it calls hooks)
+        self.owners: dict[str, str] = {}
+        self._current_plugin: str | None = None
+
+    def add(self, cls: type[T]) -> type[T]:
+        """Register ``cls`` under its ``name`` class attribute; returns ``cls`` (decorator use)."""
+        if not isinstance(cls, type) or not issubclass(cls, self._base):
+            raise PluginError(f"{cls!r} is not a subclass of {self._base.__name__}")
+        name = getattr(cls, "name", None)
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{cls.__module__}.{cls.__qualname__} has no 'name'")
+        self._check_free(name, cls)
+        self._items[name] = cls
+        if self._current_plugin is not None:
+            self.owners[name] = self._current_plugin
+        return cls
+
+    def _check_free(self, name: str, cls: type) -> None:
+        other = self._items.get(name)
+        if other is not None and other is not cls:
+            raise PluginError(
+                f"duplicate {self.kind} name '{name}': registered by "
+                f"{other.__module__}.{other.__qualname__} (distribution "
+                f"'{distribution_of(other.__module__)}') and by {cls.__module__}.{cls.__qualname__}"
+                f" (distribution '{distribution_of(cls.__module__)}')"
+            )
+
+    def get(self, name: str) -> type[T] | None:
+        return self._items.get(name)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(sorted(self._items))
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def items(self) -> list[tuple[str, type[T]]]:
+        return sorted(self._items.items())
+
+
+class BackendRegistry(Registry[Backend]):
+    """Backends by ``backend:`` name, and by the ``platform:`` strings they also serve."""
+
+    kind = "backend"
+
+    def __init__(self) -> None:
+        super().__init__(Backend)
+        self._platforms: dict[str, str] = {}
+
+    def add(self, cls: type[Backend]) -> type[Backend]:
+        super().add(cls)
+        for platform in cls.platforms:
+            owner = self._platforms.get(platform)
+            if owner is not None and owner != cls.name:
+                raise PluginError(
+                    f"duplicate platform '{platform}': served by backend '{owner}' and '{cls.name}'"
+                )
+            self._platforms[platform] = cls.name
+        return cls
+
+    def backend_for_platform(self, platform: str) -> str | None:
+        """The backend name serving ``platform``, if a registered backend declared it."""
+        return self._platforms.get(platform)
+
+    def platforms_of(self, name: str) -> tuple[str, ...]:
+        cls = self.get(name)
+        return tuple(cls.platforms) if cls else ()
+
+
+class RepoAgentRegistry(Registry[RepoAgent]):
+    kind = "repository agent"
+
+    def __init__(self) -> None:
+        super().__init__(RepoAgent)
+
+
+class CacheRegistry(Registry[ResponseCache]):
+    kind = "cache"
+
+    def __init__(self) -> None:
+        super().__init__(ResponseCache)
+
+
+class MetricSinkRegistry(Registry[MetricSink]):
+    kind = "metric sink"
+
+    def __init__(self) -> None:
+        super().__init__(MetricSink)

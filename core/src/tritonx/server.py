@@ -1,0 +1,267 @@
+"""``tritonx.Server``: the plugin manager, the models, the data plane and the listeners.
+
+Usable in-process without any network frontend::
+
+    async with tritonx.Server(model_repository=["./models"], allow_http=False,
+                              allow_grpc=False, allow_metrics=False) as server:
+        response = await server.infer(tritonx.InferenceRequest("simple", inputs={...}))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any
+
+import pluggy
+from aiohttp import web
+
+from tritonx._core.lifecycle import ModelManager
+from tritonx._core.stats import ModelStats
+from tritonx.config import ModelConfig, ServerSettings
+from tritonx.dataplane import DataPlane
+from tritonx.plugins import Registries, collect, make_plugin_manager
+from tritonx.types import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelEvent,
+    ModelMetadata,
+    RepositoryEntry,
+    ServerMetadata,
+)
+
+log = logging.getLogger("tritonx.server")
+
+
+def _settings(settings: ServerSettings | None, overrides: dict[str, Any]) -> ServerSettings:
+    settings = settings or ServerSettings()
+    if not overrides:
+        return settings
+    known = {f.name for f in fields(ServerSettings)}
+    unknown = set(overrides) - known
+    if unknown:
+        raise TypeError(f"unknown server settings: {', '.join(sorted(unknown))}")
+    repo = overrides.get("model_repository")
+    if repo is not None:
+        if isinstance(repo, (str, os.PathLike)):
+            repo = [repo]
+        overrides["model_repository"] = tuple(Path(p) for p in repo)
+    for key in ("load_model", "rate_limit_resource"):
+        if key in overrides and isinstance(overrides[key], str):
+            overrides[key] = (overrides[key],)
+        elif key in overrides:
+            overrides[key] = tuple(overrides[key])
+    return replace(settings, **overrides)
+
+
+class Server:
+    """A tritonx server: an async context manager that loads models and starts listeners.
+
+    :param settings: a :class:`ServerSettings`; keyword arguments override its fields.
+    :param plugin_manager: the plugin manager to use (default: one built from the installed
+        plugins, honouring ``TRITONX_PLUGINS`` / ``TRITONX_DISABLE_PLUGINS``).
+    """
+
+    def __init__(
+        self,
+        settings: ServerSettings | None = None,
+        *,
+        plugin_manager: pluggy.PluginManager | None = None,
+        **overrides: Any,
+    ) -> None:
+        self.settings = _settings(settings, overrides)
+        self.plugin_manager = plugin_manager
+        self.registries: Registries | None = None
+        self.models: ModelManager | None = None
+        self._dataplane: DataPlane | None = None
+        self._runners: list[web.AppRunner] = []
+        self._grpc: Any = None
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def __aenter__(self) -> Server:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(self) -> None:
+        """Register plugins, load models, then bind the enabled listeners."""
+        pm = self.plugin_manager or make_plugin_manager()
+        self.plugin_manager = pm
+        self.registries = collect(pm)
+
+        def on_event(event: ModelEvent) -> None:
+            pm.hook.tritonx_model_event(event=event)
+
+        self.models = ModelManager(self.settings, self.registries, on_event)
+        self._dataplane = DataPlane(self.settings, self.models)
+        self._dataplane.live = True
+        try:
+            await self.models.start()
+            self._dataplane.ready = True
+            await self._start_listeners()
+        except BaseException:
+            await self.stop(timeout=0)
+            raise
+        pm.hook.tritonx_server_started(server=self)
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Refuse new requests, drain in-flight ones (up to ``exit_timeout_secs``), unload
+        every model and close the listeners."""
+        if timeout is None:
+            timeout = self.settings.exit_timeout_secs
+        if self._dataplane is not None:
+            self._dataplane.exiting = True
+        if self.models is not None:
+            await self.models.shutdown(timeout)
+        if self._grpc is not None:
+            await self._grpc.stop(0)
+            self._grpc = None
+        for runner in reversed(self._runners):
+            await runner.cleanup()
+        self._runners.clear()
+        if self._dataplane is not None:
+            self._dataplane.live = False
+
+    async def serve_forever(self) -> None:
+        """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""
+        await asyncio.Event().wait()
+
+    async def _start_listeners(self) -> None:
+        s = self.settings
+        assert self._dataplane is not None
+        if s.allow_grpc:
+            from tritonx.grpc.server import start_grpc_server
+
+            self._grpc, self.grpc_port = await start_grpc_server(self._dataplane, s)
+            log.info("Started GRPCInferenceService at %s:%d", s.grpc_address, self.grpc_port)
+        if s.allow_http:
+            from tritonx.http.app import make_app
+
+            self.http_port = await self._serve_app(
+                make_app(self._dataplane, s), s.http_address, s.http_port
+            )
+            log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
+        if s.allow_metrics:
+            from tritonx._core.metrics_app import make_metrics_app
+
+            address = s.metrics_address or s.http_address
+            self.metrics_port = await self._serve_app(
+                make_metrics_app(self), address, s.metrics_port
+            )
+            log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
+
+    async def _serve_app(self, app: web.Application, host: str, port: int) -> int:
+        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await runner.setup()
+        self._runners.append(runner)
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        site = web.SockSite(runner, sock)
+        await site.start()
+        return int(sock.getsockname()[1])
+
+    # ------------------------------------------------------------------ addresses
+
+    @property
+    def dataplane(self) -> DataPlane:
+        """The data plane the transports call (available once started)."""
+        if self._dataplane is None:
+            raise RuntimeError("the server is not started")
+        return self._dataplane
+
+    def _url(self, port: int | None, address: str) -> str:
+        if port is None:
+            raise RuntimeError("that listener is not running")
+        host = "127.0.0.1" if address in ("0.0.0.0", "") else address
+        return f"{host}:{port}"
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP listener (tritonclient's ``url`` form)."""
+        return self._url(self.http_port, self.settings.http_address)
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC listener."""
+        return self._url(self.grpc_port, self.settings.grpc_address)
+
+    @property
+    def metrics_url(self) -> str:
+        """``host:port`` of the metrics listener."""
+        return self._url(
+            self.metrics_port, self.settings.metrics_address or self.settings.http_address
+        )
+
+    # ------------------------------------------------------------------ in-process API
+
+    def server_live(self) -> bool:
+        return self.dataplane.server_live()
+
+    def server_ready(self) -> bool:
+        return self.dataplane.server_ready()
+
+    def server_metadata(self) -> ServerMetadata:
+        return self.dataplane.server_metadata()
+
+    def model_ready(self, name: str, version: int | None = None) -> bool:
+        return self.dataplane.model_ready(name, version)
+
+    def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
+        return self.dataplane.model_metadata(name, version)
+
+    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
+        return self.dataplane.model_config(name, version)
+
+    def model_statistics(
+        self, name: str = "", version: int | None = None
+    ) -> list[tuple[str, int, ModelStats]]:
+        return self.dataplane.model_statistics(name, version)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run one request; raises :class:`tritonx.TritonXError` on failure."""
+        return await self.dataplane.infer(request)
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Yield the responses of one request (decoupled models may send many)."""
+        return self.dataplane.infer_stream(request)
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
+        return self.dataplane.repository_index(ready_only)
+
+    async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
+        await self.dataplane.load_model(name, parameters)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        await self.dataplane.unload_model(name, unload_dependents)
+
+    def status_table(self) -> str:
+        """The Model | Version | Status table Triton prints at start-up."""
+        assert self.models is not None
+        return format_table(("Model", "Version", "Status"), self.models.status_rows())
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Triton's ``TablePrinter`` layout (``+---+`` dividers, left-justified cells)."""
+    widths = [len(h) for h in header]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    divider = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
+
+    def line(cells: Sequence[str]) -> str:
+        return "|" + "|".join(f" {c.ljust(w)} " for c, w in zip(cells, widths, strict=True)) + "|"
+
+    out = [divider, line(header), divider, *(line(r) for r in rows), divider]
+    return "\n".join(out) + "\n"

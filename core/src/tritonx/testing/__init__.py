@@ -1,0 +1,140 @@
+"""tritonx's opt-in pytest plugin: ``pytest -p tritonx.testing`` or
+``pytest_plugins = ["tritonx.testing"]``.
+
+Fixtures:
+
+* ``plugin_manager``: isolated (no autoload), with the ``identity`` test backend; installed
+  first-party plugins are added by name with ``tritonx_plugins`` (override that fixture).
+* ``register_plugin(obj)``: registers a plugin object for one test.
+* ``model_repository``: a :class:`ModelRepositoryBuilder` on ``tmp_path``.
+* ``server_settings``: loopback addresses, ports 0; override to change flags.
+* ``server``: an async fixture with a started :class:`tritonx.Server` on the test's loop.
+* ``server_thread``: a started server on its own loop thread, for synchronous clients.
+* ``http_client`` / ``grpc_client``: tritonclient aio clients connected to ``server``.
+
+And :class:`BackendContract`, the test suite every backend inherits.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pluggy
+import pytest
+
+from tritonx.config import ServerSettings
+from tritonx.plugins import make_plugin_manager
+from tritonx.server import Server
+from tritonx.testing import identity
+from tritonx.testing.contract import BackendContract
+from tritonx.testing.repository import ModelRepositoryBuilder
+from tritonx.testing.server_thread import ServerThread
+
+__all__ = ["BackendContract", "ModelRepositoryBuilder", "ServerThread", "loopback_settings"]
+
+
+def loopback_settings(repository: Path | list[Path], **overrides: Any) -> ServerSettings:
+    """Settings for a test server: loopback only, every port chosen by the OS."""
+    repos = repository if isinstance(repository, list) else [repository]
+    base: dict[str, Any] = {
+        "model_repository": tuple(Path(r) for r in repos),
+        "http_address": "127.0.0.1",
+        "grpc_address": "127.0.0.1",
+        "metrics_address": "127.0.0.1",
+        "http_port": 0,
+        "grpc_port": 0,
+        "metrics_port": 0,
+        "exit_on_error": False,
+        "exit_timeout_secs": 10.0,
+    }
+    base.update(overrides)
+    return ServerSettings(**base)
+
+
+@pytest.fixture
+def tritonx_plugins() -> tuple[str, ...]:
+    """Entry-point names of installed plugins the ``plugin_manager`` fixture loads (none)."""
+    return ()
+
+
+@pytest.fixture
+def plugin_manager(tritonx_plugins: tuple[str, ...]) -> pluggy.PluginManager:
+    """An isolated plugin manager: the identity test backend plus ``tritonx_plugins``."""
+    pm = make_plugin_manager(autoload=bool(tritonx_plugins), only=tritonx_plugins or None, extra=[identity])
+    return pm
+
+
+@pytest.fixture
+def register_plugin(plugin_manager: pluggy.PluginManager) -> Iterator[Callable[[object], None]]:
+    """Register a plugin object for the duration of one test."""
+    registered: list[object] = []
+
+    def register(obj: object, name: str | None = None) -> None:
+        plugin_manager.register(obj, name=name)
+        registered.append(obj)
+
+    yield register
+    for obj in registered:
+        plugin_manager.unregister(obj)
+
+
+@pytest.fixture
+def model_repository(tmp_path: Path) -> ModelRepositoryBuilder:
+    """An empty model repository under ``tmp_path / "models"``."""
+    return ModelRepositoryBuilder(tmp_path / "models")
+
+
+@pytest.fixture
+def server_settings(model_repository: ModelRepositoryBuilder) -> ServerSettings:
+    """Settings of the ``server`` fixtures (override this fixture to change flags)."""
+    return loopback_settings(model_repository.root)
+
+
+@pytest.fixture
+async def server(server_settings: ServerSettings, plugin_manager: pluggy.PluginManager) -> AsyncIterator[Server]:
+    """A started server on the test's event loop (use aio clients against it)."""
+    async with Server(server_settings, plugin_manager=plugin_manager) as srv:
+        yield srv
+
+
+@pytest.fixture
+def server_thread(server_settings: ServerSettings, plugin_manager: pluggy.PluginManager) -> Iterator[ServerThread]:
+    """A started server on its own loop thread (use synchronous clients against it)."""
+    thread = ServerThread(Server(server_settings, plugin_manager=plugin_manager))
+    thread.start()
+    try:
+        yield thread
+    finally:
+        thread.stop()
+
+
+@pytest.fixture
+async def http_client(server: Server) -> AsyncIterator[Any]:
+    """``tritonclient.http.aio.InferenceServerClient`` connected to ``server``."""
+    import tritonclient.http.aio as httpclient
+
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+@pytest.fixture
+async def grpc_client(server: Server) -> AsyncIterator[Any]:
+    """``tritonclient.grpc.aio.InferenceServerClient`` connected to ``server``."""
+    import tritonclient.grpc.aio as grpcclient
+
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+def installed_plugins() -> set[str]:
+    """Names of the installed ``tritonx`` entry points."""
+    return {ep.name for ep in importlib.metadata.entry_points(group="tritonx")}

@@ -1,0 +1,184 @@
+"""The in-memory request and response every part of tritonx speaks.
+
+Transports decode the wire into an :class:`InferenceRequest`, the data plane validates it, a
+scheduler hands lists of them to a backend's ``execute``, and the backend answers with one
+:class:`InferenceResponse` per request (or, for decoupled models, sends any number of them
+through ``request.response_sender``). Tensors are always ``numpy.ndarray``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tritonx.errors import TritonXError
+
+#: Request flags, as Triton's ``TRITONSERVER_RequestFlag``.
+SEQUENCE_START = 1
+SEQUENCE_END = 2
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    """A tensor as model metadata describes it: name, protocol datatype, shape (-1 = any)."""
+
+    name: str
+    datatype: str
+    shape: tuple[int, ...]
+
+
+@dataclass(slots=True, eq=False)
+class InferenceRequest:
+    """One inference request: a mapping of input names to numpy arrays plus its options.
+
+    :param model_name: the model asked for.
+    :param model_version: the version asked for; ``None`` means the policy's latest ready one.
+    :param inputs: input tensors by name.
+    :param id: the client's request id, echoed in the response.
+    :param parameters: request parameters (strings, ints, floats, bools) for the model.
+    :param requested_outputs: names of the outputs to return; ``None`` returns all of them.
+    :param output_parameters: per-output options from the client (``binary_data``,
+        ``classification``), read by the transports.
+    :param correlation_id: sequence id (0 or "" when the request is not in a sequence).
+    :param flags: :data:`SEQUENCE_START` / :data:`SEQUENCE_END` bits.
+    :param priority: scheduling priority (0 = the model's default level).
+    :param timeout_us: queue timeout in microseconds (0 = the model's default).
+    """
+
+    model_name: str
+    inputs: dict[str, np.ndarray]
+    model_version: int | None = None
+    id: str = ""
+    parameters: dict[str, Any] = field(default_factory=dict)
+    requested_outputs: tuple[str, ...] | None = None
+    output_parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
+    correlation_id: int | str = 0
+    flags: int = 0
+    priority: int = 0
+    timeout_us: int = 0
+    #: Set by the core for decoupled models; backends send responses through it.
+    response_sender: ResponseSender | None = None
+    #: Set by the core after validation: the batch size (1 for models without batching).
+    batch_size: int = 1
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self.inputs[name]
+
+    def get_response_sender(self) -> ResponseSender:
+        """The sender of a decoupled model's responses (raises for non-decoupled models)."""
+        if self.response_sender is None:
+            raise TritonXError("this model is not decoupled: return responses from execute()")
+        return self.response_sender
+
+
+@dataclass(slots=True, eq=False)
+class InferenceResponse:
+    """The answer to one request: output tensors by name, or an error.
+
+    ``model_name``, ``model_version`` and ``id`` are filled in by the core.
+    """
+
+    outputs: dict[str, np.ndarray] = field(default_factory=dict)
+    error: TritonXError | None = None
+    parameters: dict[str, Any] = field(default_factory=dict)
+    model_name: str = ""
+    model_version: int = 0
+    id: str = ""
+    #: For streamed responses: whether this is the last response of its request.
+    final: bool = True
+
+    @classmethod
+    def failed(cls, error: BaseException) -> InferenceResponse:
+        """A response carrying only an error (a non-TritonXError becomes INTERNAL)."""
+        return cls(error=TritonXError.wrap(error))
+
+    def raise_for_error(self) -> InferenceResponse:
+        """Raise the response's error, if any; return the response otherwise."""
+        if self.error is not None:
+            raise self.error
+        return self
+
+
+class ResponseSender:
+    """Sends a decoupled model's responses for one request, from any thread.
+
+    Mirrors python_backend's ``InferenceResponseSender``: call :meth:`send` zero or more
+    times, and exactly once with ``final=True`` (with or without a response) when done.
+    """
+
+    __slots__ = ("_closed", "_deliver")
+
+    def __init__(self, deliver: Callable[[InferenceResponse | None, bool], None]) -> None:
+        self._deliver = deliver
+        self._closed = False
+
+    def send(self, response: InferenceResponse | None = None, *, final: bool = False) -> None:
+        """Send ``response`` (may be ``None`` with ``final=True``: no more responses)."""
+        if self._closed:
+            raise TritonXError("Unable to send response. Response sender has been closed.")
+        if response is None and not final:
+            raise TritonXError("Response must be set when the final flag is not set")
+        if final:
+            self._closed = True
+        self._deliver(response, final)
+
+    @property
+    def is_closed(self) -> bool:
+        """True once the final flag has been sent."""
+        return self._closed
+
+
+class ModelState(enum.Enum):
+    """A model version's state, as Triton's repository index reports it."""
+
+    UNKNOWN = "UNKNOWN"
+    LOADING = "LOADING"
+    READY = "READY"
+    UNLOADING = "UNLOADING"
+    UNAVAILABLE = "UNAVAILABLE"
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEvent:
+    """A model version changed state (passed to the ``tritonx_model_event`` hook)."""
+
+    model_name: str
+    version: int
+    state: ModelState
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class RepositoryEntry:
+    """One row of the repository index: a model, and a version's state when it has one."""
+
+    name: str
+    version: int | None = None
+    state: ModelState | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelMetadata:
+    """What ``/v2/models/<m>`` and gRPC ModelMetadata return."""
+
+    name: str
+    versions: tuple[str, ...]
+    platform: str
+    inputs: tuple[TensorSpec, ...]
+    outputs: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ServerMetadata:
+    """What ``/v2`` and gRPC ServerMetadata return."""
+
+    name: str
+    version: str
+    extensions: tuple[str, ...]
+
+
+Parameters = Mapping[str, Any]
