@@ -89,6 +89,9 @@ class InferenceResponse:
     id: str = ""
     #: For streamed responses: whether this is the last response of its request.
     final: bool = True
+    #: True for the bare "final" flag a decoupled model sent without a response; transports
+    #: forward it only when the client asked for empty final responses.
+    empty: bool = False
 
     @classmethod
     def failed(cls, error: BaseException) -> InferenceResponse:

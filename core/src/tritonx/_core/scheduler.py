@@ -148,9 +148,8 @@ class VersionScheduler:
                 response.final = final
             elif final:
                 response = InferenceResponse(
-                    model_name=model, model_version=version, id=rid, final=True
+                    model_name=model, model_version=version, id=rid, final=True, empty=True
                 )
-                response.parameters["triton_empty_final"] = True
             loop.call_soon_threadsafe(responses.put_nowait, response)
 
         request.response_sender = ResponseSender(deliver)
