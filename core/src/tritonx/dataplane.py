@@ -11,6 +11,8 @@ import time
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 
+from prometheus_client import CollectorRegistry
+
 from tritonx._core.lifecycle import ModelManager, VersionEntry
 from tritonx._core.stats import ModelStats
 from tritonx._core.validation import validate_request
@@ -78,6 +80,9 @@ class DataPlane:
         self.ready = False
         self.exiting = False
         self._metadata = ServerMetadata(settings.id, TRITON_VERSION, EXTENSIONS)
+        #: The Prometheus registry served on ``/metrics``; backends may register collectors
+        #: (e.g. python models' custom metrics) through ``LoadContext.dataplane``.
+        self.metrics_registry = CollectorRegistry(auto_describe=True)
 
     # ------------------------------------------------------------------ health and metadata
 

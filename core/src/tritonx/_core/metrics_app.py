@@ -19,7 +19,7 @@ def make_metrics_app(server: Server) -> web.Application:
 
     As in Triton, other paths answer 200 with an empty body and non-GET methods 405.
     """
-    registry = CollectorRegistry(auto_describe=True)
+    registry = server.dataplane.metrics_registry
     assert server.registries is not None
     for name, cls in server.registries.metric_sinks.items():
         sink = cls(server.settings.metrics_config)
