@@ -108,7 +108,13 @@ class Server:
         self._dataplane.live = True
         try:
             await self.models.start()
-            self._dataplane.ready = True
+        except BaseException:
+            log.info("%s", self.status_table(), extra={"raw": True})
+            await self.stop(timeout=0)
+            raise
+        log.info("%s", self.status_table(), extra={"raw": True})
+        self._dataplane.ready = True
+        try:
             await self._start_listeners()
         except BaseException:
             await self.stop(timeout=0)

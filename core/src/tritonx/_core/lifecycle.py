@@ -435,6 +435,13 @@ class ModelManager:
         fingerprint = (config.SerializeToString(deterministic=True), _tree_stamp(source.path))
         return _Prepared(config, source.path, versions, selected, missing, backend, fingerprint)
 
+    def check(self, source: ModelSource) -> _Prepared:
+        """Read and complete ``source``'s config and resolve its backend and agents; load
+        nothing (``tritonx check-repository``)."""
+        prepared = self._prepare(source, None)
+        self._agents(prepared.config)
+        return prepared
+
     def _backend(self, name: str, source: ModelSource) -> Backend:
         backend = self._backends.get(name)
         if backend is not None:

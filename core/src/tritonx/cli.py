@@ -1,0 +1,387 @@
+"""The ``tritonx`` command: ``serve`` (tritonserver's flags), ``plugins``, ``check-repository``."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import ctypes.util
+import json
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
+from tritonx.errors import PluginError, TritonXError
+
+log = logging.getLogger("tritonx.cli")
+
+_TRUE = {"true", "on", "1", "yes"}
+_FALSE = {"false", "off", "0", "no"}
+
+
+class TritonBool(click.ParamType):
+    """tritonserver's booleans: true/false, on/off, 1/0 (case-insensitive)."""
+
+    name = "boolean"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> bool:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        self.fail(f"'{value}' is not a boolean (true/false, on/off, 1/0)", param, ctx)
+
+
+BOOL = TritonBool()
+
+
+def bool_option(name: str, default: bool, help: str) -> Any:
+    """``--flag=<bool>``; a bare ``--flag`` means true."""
+    return click.option(
+        name,
+        type=BOOL,
+        default=default,
+        is_flag=False,
+        flag_value=True,
+        show_default=True,
+        help=help,
+    )
+
+
+def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, str]]:
+    """``<name>,<key>=<value>`` (or ``<key>=<value>`` for global settings) into nested dicts."""
+    out: dict[str, dict[str, str]] = {}
+    for item in values:
+        name, _, setting = item.partition(",") if "," in item else ("", "", item)
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise click.BadParameter(f"'{item}' is not <name>,<key>=<value>", param_hint=flag)
+        out.setdefault(name, {})[key] = value
+    return out
+
+
+def _tune_malloc() -> None:
+    """Keep glibc from returning (and page-faulting back) the memory of large messages.
+
+    With default settings every fresh 600 KB protobuf message costs hundreds of page faults;
+    raising the mmap and trim thresholds cut grpc.aio's CPU per large request ~3x here. Users'
+    own ``MALLOC_*`` environment variables win.
+    """
+    if any(k.startswith("MALLOC_") for k in os.environ) or not sys.platform.startswith("linux"):
+        return
+    name = ctypes.util.find_library("c")
+    if not name:
+        return
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_top_pad, m_mmap_threshold = -1, -2, -3
+    mallopt(m_mmap_threshold, 32 * 1024 * 1024)
+    mallopt(m_trim_threshold, 256 * 1024 * 1024)
+    mallopt(m_top_pad, 64 * 1024 * 1024)
+
+
+@click.group()
+@click.version_option(package_name="tritonx")
+def cli() -> None:
+    """tritonx: a Triton-compatible inference server built from plugins."""
+
+
+@cli.command()
+@click.option(
+    "--model-repository",
+    "--model-store",
+    "model_repository",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    help="Model repository path (repeatable). Default: the bundled example repository.",
+)
+@click.option(
+    "--model-control-mode",
+    type=click.Choice(["none", "poll", "explicit"], case_sensitive=False),
+    default="none",
+    show_default=True,
+    help="How models are loaded and unloaded.",
+)
+@click.option(
+    "--load-model", multiple=True, help="Model to load at start-up in explicit mode ('*' = all)."
+)
+@click.option(
+    "--repository-poll-secs",
+    type=float,
+    default=15.0,
+    show_default=True,
+    help="Seconds between repository polls (poll mode).",
+)
+@click.option("--exit-on-error", type=BOOL, default=None, is_flag=False, flag_value=True,
+              help="Exit if a model fails to load at start-up [default: true; false when serving "
+              "the bundled example repository].")
+@bool_option("--strict-readiness", True, "Ready only when every model is ready.")
+@click.option(
+    "--disable-auto-complete-config",
+    is_flag=True,
+    default=False,
+    help="Do not complete configs from model files.",
+)
+@bool_option("--strict-model-config", False, "Deprecated: same as --disable-auto-complete-config.")
+@click.option(
+    "--model-load-thread-count",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="Models loaded in parallel.",
+)
+@click.option(
+    "--exit-timeout-secs",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Seconds to wait for in-flight requests at shutdown.",
+)
+@click.option(
+    "--id", "server_id", default="triton", show_default=True, help="Server identifier (/v2 name)."
+)
+@click.option("--backend-config", multiple=True, help="<backend>,<key>=<value> (repeatable).")
+@click.option("--cache-config", multiple=True, help="<cache>,<key>=<value> (repeatable).")
+@bool_option("--allow-http", True, "Serve HTTP/REST.")
+@click.option("--http-address", default="0.0.0.0", show_default=True)
+@click.option("--http-port", type=int, default=8000, show_default=True)
+@click.option(
+    "--http-thread-count",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Accepted for compatibility (the HTTP server is asynchronous).",
+)
+@click.option(
+    "--http-max-input-size",
+    type=int,
+    default=64 * 1024 * 1024,
+    show_default=True,
+    help="Largest HTTP request body, in bytes.",
+)
+@bool_option("--allow-grpc", True, "Serve gRPC.")
+@click.option("--grpc-address", default="0.0.0.0", show_default=True)
+@click.option("--grpc-port", type=int, default=8001, show_default=True)
+@click.option(
+    "--grpc-infer-allocation-pool-size",
+    type=int,
+    default=8,
+    show_default=True,
+    help="Accepted for compatibility.",
+)
+@click.option("--grpc-keepalive-time", type=int, default=7_200_000, show_default=True)
+@click.option("--grpc-keepalive-timeout", type=int, default=20_000, show_default=True)
+@bool_option("--grpc-keepalive-permit-without-calls", False, "Allow keepalive pings without calls.")
+@click.option("--grpc-http2-max-pings-without-data", type=int, default=2, show_default=True)
+@click.option(
+    "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=300_000, show_default=True
+)
+@click.option("--grpc-http2-max-ping-strikes", type=int, default=2, show_default=True)
+@bool_option("--allow-metrics", True, "Serve Prometheus metrics.")
+@bool_option("--allow-gpu-metrics", True, "Report GPU metrics.")
+@bool_option("--allow-cpu-metrics", True, "Report CPU metrics.")
+@click.option("--metrics-address", default=None, help="Defaults to --http-address.")
+@click.option("--metrics-port", type=int, default=8002, show_default=True)
+@click.option("--metrics-interval-ms", type=int, default=2000, show_default=True)
+@click.option("--metrics-config", multiple=True, help="<key>=<value> (repeatable).")
+@click.option(
+    "--rate-limit", type=click.Choice(["off", "execution_count"]), default="off", show_default=True
+)
+@click.option(
+    "--rate-limit-resource", multiple=True, help="<name>:<count>[:<device>] (repeatable)."
+)
+@click.option(
+    "--log-verbose", type=int, default=0, show_default=True, help="Verbose logging level."
+)
+@bool_option("--log-info", True, "Log informational messages.")
+@bool_option("--log-warning", True, "Log warnings.")
+@bool_option("--log-error", True, "Log errors.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["default", "ISO8601"], case_sensitive=False),
+    default="default",
+    show_default=True,
+)
+@click.option("--log-file", default=None, help="Write the log to this file.")
+def serve(**opts: Any) -> None:
+    """Serve models over HTTP (:8000), gRPC (:8001) and metrics (:8002)."""
+    from tritonx import logs
+
+    logs.configure(
+        verbose=opts["log_verbose"],
+        info=opts["log_info"],
+        warning=opts["log_warning"],
+        error=opts["log_error"],
+        log_format=opts["log_format"],
+        log_file=opts["log_file"],
+    )
+    mode = opts["model_control_mode"].lower()
+    if opts["load_model"] and mode != "explicit":
+        raise click.UsageError("--load-model requires --model-control-mode=explicit")
+    repos = tuple(opts["model_repository"])
+    exit_on_error = opts["exit_on_error"]
+    if not repos:
+        repos = (EXAMPLE_REPOSITORY,)
+        log.info("no --model-repository given: serving the bundled example repository %s", repos[0])
+        if exit_on_error is None:
+            exit_on_error = False  # models whose backend plugin is not installed stay UNAVAILABLE
+    if exit_on_error is None:
+        exit_on_error = True
+    ports = [
+        (opts["allow_http"], opts["http_port"], "HTTP"),
+        (opts["allow_grpc"], opts["grpc_port"], "GRPC"),
+        (opts["allow_metrics"], opts["metrics_port"], "metrics"),
+    ]
+    used = [p for allowed, p, _ in ports if allowed and p != 0]
+    if len(used) != len(set(used)):
+        raise click.UsageError(
+            "The server cannot listen to HTTP, GRPC and metrics on the same port"
+        )
+    settings = ServerSettings(
+        model_repository=repos,
+        model_control_mode=mode,
+        load_model=tuple(opts["load_model"]),
+        repository_poll_secs=opts["repository_poll_secs"] if mode == "poll" else 0.0,
+        exit_on_error=exit_on_error,
+        strict_readiness=opts["strict_readiness"],
+        disable_auto_complete_config=opts["disable_auto_complete_config"]
+        or opts["strict_model_config"],
+        model_load_thread_count=opts["model_load_thread_count"],
+        exit_timeout_secs=opts["exit_timeout_secs"],
+        id=opts["server_id"],
+        backend_config=parse_keyed_config(opts["backend_config"], "--backend-config"),
+        cache_config=parse_keyed_config(opts["cache_config"], "--cache-config"),
+        allow_http=opts["allow_http"],
+        http_address=opts["http_address"],
+        http_port=opts["http_port"],
+        http_thread_count=opts["http_thread_count"],
+        http_max_input_size=opts["http_max_input_size"],
+        allow_grpc=opts["allow_grpc"],
+        grpc_address=opts["grpc_address"],
+        grpc_port=opts["grpc_port"],
+        grpc_infer_allocation_pool_size=opts["grpc_infer_allocation_pool_size"],
+        grpc_keepalive_time=opts["grpc_keepalive_time"],
+        grpc_keepalive_timeout=opts["grpc_keepalive_timeout"],
+        grpc_keepalive_permit_without_calls=opts["grpc_keepalive_permit_without_calls"],
+        grpc_http2_max_pings_without_data=opts["grpc_http2_max_pings_without_data"],
+        grpc_http2_min_recv_ping_interval_without_data=opts[
+            "grpc_http2_min_recv_ping_interval_without_data"
+        ],
+        grpc_http2_max_ping_strikes=opts["grpc_http2_max_ping_strikes"],
+        allow_metrics=opts["allow_metrics"],
+        allow_gpu_metrics=opts["allow_gpu_metrics"],
+        allow_cpu_metrics=opts["allow_cpu_metrics"],
+        metrics_address=opts["metrics_address"],
+        metrics_port=opts["metrics_port"],
+        metrics_interval_ms=opts["metrics_interval_ms"],
+        metrics_config=parse_keyed_config(opts["metrics_config"], "--metrics-config").get("", {}),
+        rate_limit=opts["rate_limit"],
+        rate_limit_resource=tuple(opts["rate_limit_resource"]),
+    )
+    _tune_malloc()
+    sys.exit(run_server(settings))
+
+
+def run_server(settings: ServerSettings) -> int:
+    """Run the server until SIGINT/SIGTERM; returns the process exit code."""
+    try:
+        import uvloop  # type: ignore[import-not-found]
+
+        runner: Any = uvloop.run
+    except ImportError:
+        runner = asyncio.run
+    return int(runner(_serve(settings)))
+
+
+async def _serve(settings: ServerSettings) -> int:
+    from tritonx.server import Server
+
+    server = Server(settings)
+    try:
+        await server.start()
+    except (TritonXError, PluginError) as exc:
+        code = exc.code.label if isinstance(exc, TritonXError) else "Internal"
+        click.echo(f"error: creating server: {code} - {exc.message}", err=True)
+        return 1
+    except OSError as exc:
+        click.echo(f"error: creating server: Internal - {exc}", err=True)
+        return 1
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("Waiting for in-flight requests to complete.")
+    await server.stop(settings.exit_timeout_secs)
+    log.info("All models are stopped, unloading models")
+    return 0
+
+
+@cli.command()
+@click.option("--all", "show_all", is_flag=True, help="Also list plugins with nothing registered.")
+def plugins(show_all: bool) -> None:
+    """List installed plugins as JSON (name, distribution, version, hooks, registered)."""
+    from tritonx.plugins import collect, describe_plugins, make_plugin_manager
+
+    pm = make_plugin_manager()
+    entries = describe_plugins(pm, collect(pm))
+    if not show_all:
+        entries = [e for e in entries if e.get("registered") or e.get("distribution")]
+    click.echo(json.dumps(entries, indent=2))
+
+
+@cli.command("check-repository")
+@click.argument(
+    "repositories", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True)
+)
+@click.option("--disable-auto-complete-config", is_flag=True, default=False)
+def check_repository(repositories: tuple[Path, ...], disable_auto_complete_config: bool) -> None:
+    """Parse every model's config, resolve backends and agents; load nothing."""
+    from tritonx._core.lifecycle import ModelManager
+    from tritonx._core.repository import scan
+    from tritonx.plugins import collect, make_plugin_manager
+    from tritonx.server import format_table
+
+    settings = ServerSettings(
+        model_repository=repositories, disable_auto_complete_config=disable_auto_complete_config
+    )
+    manager = ModelManager(settings, collect(make_plugin_manager()))
+    sources, duplicates = scan(list(repositories))
+    rows: list[tuple[str, str, str]] = []
+    for name in sorted(set(sources) | set(duplicates)):
+        if name in duplicates:
+            rows.append((name, "-", "ERROR: model appears in two or more repositories"))
+            continue
+        try:
+            prepared = manager.check(sources[name])
+        except TritonXError as exc:
+            rows.append((name, "-", f"ERROR: {exc.message}"))
+            continue
+        backend = prepared.config.backend or prepared.config.platform
+        rows.append((name, ",".join(str(v) for v in prepared.selected), f"OK ({backend})"))
+    click.echo(format_table(("Model", "Versions", "Status"), rows), nl=False)
+    if any(r[2].startswith("ERROR") for r in rows):
+        sys.exit(1)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    """Entry point of the ``tritonx`` script; plugins may add subcommands first."""
+    try:
+        from tritonx.plugins import make_plugin_manager
+
+        make_plugin_manager().hook.tritonx_register_commands(cli=cli)
+    except PluginError as exc:
+        click.echo(f"warning: plugins not loaded: {exc}", err=True)
+    cli.main(args=list(argv) if argv is not None else None, prog_name="tritonx")
