@@ -78,6 +78,8 @@ class ModelEntry:
     temp_dir: Path | None = None
     #: a config override given with the last load (kept until a plain load)
     override: bool = False
+    #: versions the last load attempt failed to load (an old version may still serve)
+    last_failures: list[VersionEntry] = field(default_factory=list)
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.ready)
@@ -94,6 +96,7 @@ class _Prepared:
     missing: list[int]
     backend: Backend | None
     fingerprint: tuple[Any, ...]
+    agents: list[tuple[RepoAgent, dict[str, str]]] = field(default_factory=list)
 
 
 class ModelManager:
@@ -279,7 +282,7 @@ class ModelManager:
             )
         if entry.error and not entry.versions:
             raise invalid_arg(f"load failed for model '{name}': {entry.error}\n")
-        failed = [v for v in entry.versions.values() if not v.ready]
+        failed = entry.last_failures
         if failed:
             reasons = "".join(
                 f"version {v.version} is at {v.state.value} state: {v.reason};" for v in failed
@@ -369,6 +372,7 @@ class ModelManager:
                 and entry.versions
                 and all(v.ready for v in entry.versions.values())
             ):
+                entry.last_failures = []
                 return entry  # nothing changed: a load is a no-op
             await self._apply(entry, prepared, source)
             old_temp, entry.temp_dir = entry.temp_dir, temp_dir
@@ -432,15 +436,16 @@ class ModelManager:
             raise invalid_arg(
                 f"at least one version must be available under the version policy of model '{name}'"
             )
+        agents = self._agents(config)
         fingerprint = (config.SerializeToString(deterministic=True), _tree_stamp(source.path))
-        return _Prepared(config, source.path, versions, selected, missing, backend, fingerprint)
+        return _Prepared(
+            config, source.path, versions, selected, missing, backend, fingerprint, agents
+        )
 
     def check(self, source: ModelSource) -> _Prepared:
         """Read and complete ``source``'s config and resolve its backend and agents; load
         nothing (``tritonx check-repository``)."""
-        prepared = self._prepare(source, None)
-        self._agents(prepared.config)
-        return prepared
+        return self._prepare(source, None)
 
     def _backend(self, name: str, source: ModelSource) -> Backend:
         backend = self._backends.get(name)
@@ -461,7 +466,7 @@ class ModelManager:
         """Load the prepared versions, swap them in, and unload what they replace."""
         name = entry.name
         config = ModelConfig(prepared.config)
-        agents = self._agents(prepared.config)
+        agents = prepared.agents
         model_dir = prepared.model_dir
         invoked: list[tuple[RepoAgent, dict[str, str]]] = []
         agent_error: TritonXError | None = None
@@ -543,6 +548,7 @@ class ModelManager:
             if v not in merged:
                 retired.append(prev)
         entry.versions = merged
+        entry.last_failures = [v for v in new_versions.values() if not v.ready]
         entry.error = ""
         entry.fingerprint = prepared.fingerprint
         entry.agents = agents

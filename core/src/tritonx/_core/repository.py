@@ -48,7 +48,8 @@ def scan(repositories: Sequence[Path]) -> tuple[dict[str, ModelSource], dict[str
 
 
 def version_folders(model_dir: Path) -> dict[int, Path]:
-    """Numeric version folders; names that are not numbers or start with "0" are ignored."""
+    """Numeric version folders; non-numeric names and numbers with leading zeros ("01") are
+    ignored, as in Triton ("0" itself is version 0)."""
     versions: dict[int, Path] = {}
     try:
         entries = list(model_dir.iterdir())
@@ -56,7 +57,7 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
         return versions
     for entry in entries:
         name = entry.name
-        if not name.isdigit() or name.startswith("0") or not entry.is_dir():
+        if not name.isdigit() or (len(name) > 1 and name.startswith("0")) or not entry.is_dir():
             continue
         versions[int(name)] = entry
     return versions

@@ -1,0 +1,36 @@
+from pathlib import Path
+
+from tritonx._core.repository import scan, select_versions, version_folders
+from tritonx._proto import model_config_pb2
+
+
+def test_version_folders_skip_non_numeric_and_leading_zeros(tmp_path: Path) -> None:
+    for name in ("0", "1", "2", "10", "01", "00", "abc", "0x", "warmup"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "3").write_text("a file, not a folder")
+    assert sorted(version_folders(tmp_path)) == [0, 1, 2, 10]
+
+
+def _policy(text: str) -> model_config_pb2.ModelVersionPolicy:
+    from google.protobuf import text_format
+
+    return text_format.Parse(text, model_config_pb2.ModelVersionPolicy())
+
+
+def test_version_policies() -> None:
+    versions = [1, 2, 3, 10]
+    assert select_versions(model_config_pb2.ModelVersionPolicy(), versions) == [10]
+    assert select_versions(_policy("latest { num_versions: 2 }"), versions) == [3, 10]
+    assert select_versions(_policy("all { }"), versions) == versions
+    assert select_versions(_policy("specific { versions: [1, 3, 7] }"), versions) == [1, 3]
+
+
+def test_scan_finds_duplicates(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    for repo in (a, b):
+        (repo / "same").mkdir(parents=True)
+    (a / "only_a").mkdir()
+    (a / ".hidden").mkdir()
+    models, duplicates = scan([a, b])
+    assert sorted(models) == ["only_a"]
+    assert duplicates == {"same": [a, b]}
