@@ -349,7 +349,7 @@ async def test_failed_reload_keeps_old_version_serving(
     ) as server:
         (model / "1" / "model.bin").unlink()
         (model / "config.pbtxt").write_text((model / "config.pbtxt").read_text() + "\n# changed\n")
-        with pytest.raises(TritonXError, match="failed to load|load failed for model 'm'"):
+        with pytest.raises(TritonXError, match=r"load failed for model 'm'"):
             await server.load_model("m")
         assert await answer(server, "m") == 5
         (model / "config.pbtxt").write_text("this is not a config")
