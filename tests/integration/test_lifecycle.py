@@ -12,6 +12,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytest
+
 import tritonx
 from tritonx import InferenceRequest, ModelState, Server
 from tritonx.errors import Code, TritonXError

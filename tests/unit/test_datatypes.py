@@ -1,5 +1,6 @@
 import numpy as np
 import pytest
+
 from tritonx.datatypes import DataType, deserialize_bytes_tensor, serialize_bytes_tensor
 from tritonx.errors import Code, TritonXError
 

@@ -10,6 +10,7 @@ import enum
 import struct
 
 import numpy as np
+
 from tritonx.errors import invalid_arg
 
 

@@ -18,6 +18,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 
 if TYPE_CHECKING:
     import click
+
     from tritonx.registry import (
         BackendRegistry,
         CacheRegistry,

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pluggy
+
 from tritonx import hookspecs
 from tritonx.errors import PluginError
 from tritonx.registry import (

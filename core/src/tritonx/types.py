@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+
 from tritonx.errors import TritonXError
 
 #: Request flags, as Triton's ``TRITONSERVER_RequestFlag``.

@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
+
 from tritonx._core import normalize as cfg
 from tritonx._proto import model_config_pb2
 from tritonx.errors import Code, TritonXError

@@ -1,6 +1,7 @@
 import numpy as np
 import pytest
 from google.protobuf import text_format
+
 from tritonx._core.validation import validate_request
 from tritonx._proto import model_config_pb2
 from tritonx.config import ModelConfig
