@@ -537,3 +537,14 @@ async def test_model_events_are_reported(model_repository: ModelRepositoryBuilde
     states = [(e.model_name, e.state) for e in TestPlugin.events]
     assert ("ev", ModelState.LOADING) in states and ("ev", ModelState.READY) in states
     assert states[-1] == ("ev", ModelState.UNAVAILABLE)
+
+
+async def test_stop_drains_inflight_requests(model_repository: ModelRepositoryBuilder) -> None:
+    file_model(model_repository, "slow", parameters={"delay_ms": "300"})
+    server = make_server(model_repository.root)
+    await server.start()
+    inflight = asyncio.create_task(answer(server, "slow"))
+    await asyncio.sleep(0.05)
+    await server.stop(timeout=10)
+    assert await inflight == 7
+    assert not server.server_live()

@@ -124,9 +124,15 @@ def cli() -> None:
     show_default=True,
     help="Seconds between repository polls (poll mode).",
 )
-@click.option("--exit-on-error", type=BOOL, default=None, is_flag=False, flag_value=True,
-              help="Exit if a model fails to load at start-up [default: true; false when serving "
-              "the bundled example repository].")
+@click.option(
+    "--exit-on-error",
+    type=BOOL,
+    default=None,
+    is_flag=False,
+    flag_value=True,
+    help="Exit if a model fails to load at start-up [default: true; false when serving "
+    "the bundled example repository].",
+)
 @bool_option("--strict-readiness", True, "Ready only when every model is ready.")
 @click.option(
     "--disable-auto-complete-config",
@@ -309,6 +315,10 @@ async def _serve(settings: ServerSettings) -> int:
     from tritonx.server import Server
 
     server = Server(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
     try:
         await server.start()
     except (TritonXError, PluginError) as exc:
@@ -318,10 +328,6 @@ async def _serve(settings: ServerSettings) -> int:
     except OSError as exc:
         click.echo(f"error: creating server: Internal - {exc}", err=True)
         return 1
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
     await server.stop(settings.exit_timeout_secs)
@@ -384,4 +390,10 @@ def main(argv: Sequence[str] | None = None) -> None:
         make_plugin_manager().hook.tritonx_register_commands(cli=cli)
     except PluginError as exc:
         click.echo(f"warning: plugins not loaded: {exc}", err=True)
-    cli.main(args=list(argv) if argv is not None else None, prog_name="tritonx")
+    try:
+        cli.main(
+            args=list(argv) if argv is not None else None, prog_name="tritonx", standalone_mode=True
+        )
+    except PluginError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(1)

@@ -1,0 +1,156 @@
+"""The real ``tritonx`` command in a subprocess: start-up table, exit codes, signals, flags."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from tritonx.testing import ModelRepositoryBuilder
+
+ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment where the identity test backend is an installed plugin (real entry point)."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "backend_echo.py").write_text(ECHO)
+    info = site / "tritonx_backend_echo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
+    environ["PYTHONPATH"] = str(site)
+    environ["TRITONX_PLUGINS"] = "backend_echo"
+    return environ
+
+
+def tritonx(*args: str) -> list[str]:
+    return [sys.executable, "-m", "tritonx", *args]
+
+
+NO_NET = ("--allow-http=false", "--allow-grpc=false", "--allow-metrics=false")
+
+
+def test_serve_prints_table_and_drains_on_sigterm(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str]
+) -> None:
+    model_repository.add_identity("echo", max_batch_size=4)
+    proc = subprocess.Popen(
+        tritonx("serve", "--model-repository", str(model_repository.root), *NO_NET),
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines: list[str] = []
+    deadline = time.monotonic() + 60
+    assert proc.stderr is not None
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        lines.append(line)
+        if "| echo  | 1       | READY  |" in line or not line:
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(30) == 0
+    log = "".join(lines) + rest
+    assert "| Model | Version | Status |" in log
+    assert "| echo  | 1       | READY  |" in log
+    assert "Waiting for in-flight requests to complete." in log
+    # Triton's line preamble: I<MMDD> <HH:MM:SS.uuuuuu> <pid> <file>:<line>]
+    assert any(line[:1] == "I" and line[1:5].isdigit() and "] " in line for line in lines)
+
+
+def test_exit_on_error(model_repository: ModelRepositoryBuilder, env: dict[str, str]) -> None:
+    model_repository.add_identity("echo")
+    model_repository.add("broken", config="this is { not a config")
+    args = tritonx("serve", "--model-repository", str(model_repository.root), *NO_NET)
+    result = subprocess.run(args, env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert "error: creating server: Internal - failed to load all models" in result.stderr
+    assert "broken" in result.stderr and "config.pbtxt" in result.stderr
+
+    proc = subprocess.Popen(
+        [*args, "--exit-on-error=false"], env=env, stderr=subprocess.PIPE, text=True
+    )
+    time.sleep(0.5)
+    deadline = time.monotonic() + 60
+    assert proc.stderr is not None
+    seen = ""
+    while time.monotonic() < deadline and "| echo" not in seen:
+        seen += proc.stderr.readline()
+    proc.send_signal(signal.SIGINT)
+    seen += proc.stderr.read()
+    assert proc.wait(30) == 0
+    assert "| echo   | 1       | READY" in seen and "| broken | -       | UNAVAILABLE: " in seen
+
+
+def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
+    result = subprocess.run(
+        tritonx("serve", "--model-repository", str(tmp_path), "--load-model", "x"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (
+        result.returncode == 2
+        and "--load-model requires --model-control-mode=explicit" in result.stderr
+    )
+    result = subprocess.run(
+        tritonx("serve", "--http-port", "9000", "--grpc-port", "9000"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "same port" in result.stderr
+    result = subprocess.run(
+        tritonx("serve", "--allow-http=maybe"), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2 and "is not a boolean" in result.stderr
+
+
+def test_check_repository(model_repository: ModelRepositoryBuilder, env: dict[str, str]) -> None:
+    model_repository.add_identity("echo")
+    result = subprocess.run(
+        tritonx("check-repository", str(model_repository.root)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "| echo  | 1        | OK (identity) |" in result.stdout
+    model_repository.add("nobackend", config='name: "nobackend" backend: "zzz"')
+    result = subprocess.run(
+        tritonx("check-repository", str(model_repository.root)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "ERROR: unable to find backend library for backend 'zzz'" in result.stdout
+
+
+def test_help_lists_tritonserver_flags() -> None:
+    result = subprocess.run(tritonx("serve", "--help"), capture_output=True, text=True, timeout=60)
+    for flag in textwrap.dedent("""
+        --model-repository --http-port --grpc-port --metrics-port --allow-http --allow-grpc
+        --allow-metrics --model-control-mode --load-model --disable-auto-complete-config
+        --strict-model-config --exit-on-error --strict-readiness --log-verbose --log-info
+        --log-warning --log-error --log-format --backend-config --model-load-thread-count
+        --exit-timeout-secs
+    """).split():
+        assert flag in result.stdout, flag
