@@ -1,0 +1,81 @@
+"""The standard ``grpc.health.v1.Health/Check`` RPC, as Triton serves it.
+
+The two messages of ``grpc/health/v1/health.proto`` are built here from a descriptor in a
+private descriptor pool, so tritonx needs no extra dependency (``grpcio-health-checking``)
+and cannot clash with that package's registration if it is installed too. As in Triton, the
+requested service name is ignored: SERVING when the server is ready, else NOT_SERVING;
+``Watch`` is not implemented.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+from tritonx.dataplane import DataPlane
+
+SERVICE_NAME = "grpc.health.v1.Health"
+
+UNKNOWN = 0
+SERVING = 1
+NOT_SERVING = 2
+SERVICE_UNKNOWN = 3
+
+
+def _build() -> tuple[type[Any], type[Any]]:
+    fdp = descriptor_pb2.FileDescriptorProto(
+        name="tritonx/grpc/health/v1/health.proto", package="grpc.health.v1", syntax="proto3"
+    )
+    F = descriptor_pb2.FieldDescriptorProto
+    req = fdp.message_type.add(name="HealthCheckRequest")
+    req.field.add(name="service", number=1, type=F.TYPE_STRING, label=F.LABEL_OPTIONAL)
+    resp = fdp.message_type.add(name="HealthCheckResponse")
+    enum = resp.enum_type.add(name="ServingStatus")
+    for label, number in (
+        ("UNKNOWN", UNKNOWN),
+        ("SERVING", SERVING),
+        ("NOT_SERVING", NOT_SERVING),
+        ("SERVICE_UNKNOWN", SERVICE_UNKNOWN),
+    ):
+        enum.value.add(name=label, number=number)
+    resp.field.add(
+        name="status",
+        number=1,
+        type=F.TYPE_ENUM,
+        label=F.LABEL_OPTIONAL,
+        type_name=".grpc.health.v1.HealthCheckResponse.ServingStatus",
+    )
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(fdp)
+    request_cls = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("grpc.health.v1.HealthCheckRequest")
+    )
+    response_cls = message_factory.GetMessageClass(
+        pool.FindMessageTypeByName("grpc.health.v1.HealthCheckResponse")
+    )
+    return request_cls, response_cls
+
+
+#: ``grpc.health.v1.HealthCheckRequest`` / ``HealthCheckResponse`` message classes.
+HealthCheckRequest, HealthCheckResponse = _build()
+
+
+def health_handler(dataplane: DataPlane) -> grpc.GenericRpcHandler:
+    """A generic handler serving ``grpc.health.v1.Health/Check`` from ``dataplane``."""
+
+    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        status = SERVING if dataplane.server_ready() else NOT_SERVING
+        return HealthCheckResponse(status=status)
+
+    return grpc.method_handlers_generic_handler(
+        SERVICE_NAME,
+        {
+            "Check": grpc.unary_unary_rpc_method_handler(
+                check,
+                request_deserializer=HealthCheckRequest.FromString,
+                response_serializer=HealthCheckResponse.SerializeToString,
+            )
+        },
+    )

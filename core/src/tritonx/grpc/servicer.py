@@ -1,0 +1,389 @@
+"""``inference.GRPCInferenceService`` over grpc.aio: a thin adapter over :class:`DataPlane`.
+
+Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics and
+model-repository RPCs. The shared-memory, trace and logging RPCs keep the generated base
+class's UNIMPLEMENTED answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterable, AsyncIterator
+from typing import Any, TypeAlias
+
+from tritonx._core.stats import Duration, ModelStats
+from tritonx._proto import service_pb2, service_pb2_grpc
+from tritonx.dataplane import DataPlane, parse_version
+from tritonx.errors import TritonXError, invalid_arg, unsupported
+from tritonx.grpc.convert import fill_response, request_from_proto, stream_error
+from tritonx.grpc.errors import STATUS, abort
+
+log = logging.getLogger("tritonx.grpc")
+
+#: ``grpc.aio.ServicerContext`` (grpc ships no type stubs).
+Context: TypeAlias = Any
+
+#: Stream metadata that makes the first error end the stream with a gRPC status.
+GRPC_ERROR_METADATA = "triton_grpc_error"
+
+
+class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """The GRPCInferenceService implementation; every method is a grpc.aio coroutine."""
+
+    def __init__(self, dataplane: DataPlane) -> None:
+        self.dataplane = dataplane
+
+    # ------------------------------------------------------------------ helpers
+
+    def configured_datatype(self, model: str, version: int, output: str) -> str | None:
+        """The config datatype of ``output`` (used to tell BF16 from UINT16 outputs)."""
+        try:
+            io = self.dataplane.model_config(model, version).output_map.get(output)
+        except TritonXError:
+            return None
+        return io.datatype.value if io is not None else None
+
+    # ------------------------------------------------------------------ health / metadata
+
+    async def ServerLive(
+        self, request: service_pb2.ServerLiveRequest, context: Context
+    ) -> service_pb2.ServerLiveResponse:
+        """``live``: the server is initialised and not shut down."""
+        return service_pb2.ServerLiveResponse(live=self.dataplane.server_live())
+
+    async def ServerReady(
+        self, request: service_pb2.ServerReadyRequest, context: Context
+    ) -> service_pb2.ServerReadyResponse:
+        """``ready``: the server (and, with strict readiness, every model) is ready."""
+        return service_pb2.ServerReadyResponse(ready=self.dataplane.server_ready())
+
+    async def ModelReady(
+        self, request: service_pb2.ModelReadyRequest, context: Context
+    ) -> service_pb2.ModelReadyResponse:
+        """``ready`` of a model version; an unknown model is OK/false (as Triton 2.51)."""
+        try:
+            version = parse_version(request.version)
+        except TritonXError as exc:
+            await abort(context, exc)
+        return service_pb2.ModelReadyResponse(
+            ready=self.dataplane.model_ready(request.name, version)
+        )
+
+    async def ServerMetadata(
+        self, request: service_pb2.ServerMetadataRequest, context: Context
+    ) -> service_pb2.ServerMetadataResponse:
+        """Name (``triton``), protocol version and extensions."""
+        meta = self.dataplane.server_metadata()
+        return service_pb2.ServerMetadataResponse(
+            name=meta.name, version=meta.version, extensions=list(meta.extensions)
+        )
+
+    async def ModelMetadata(
+        self, request: service_pb2.ModelMetadataRequest, context: Context
+    ) -> service_pb2.ModelMetadataResponse:
+        """Versions, platform and input/output tensor metadata of a model."""
+        try:
+            meta = self.dataplane.model_metadata(request.name, parse_version(request.version))
+        except TritonXError as exc:
+            await abort(context, exc)
+        tensor = service_pb2.ModelMetadataResponse.TensorMetadata
+        return service_pb2.ModelMetadataResponse(
+            name=meta.name,
+            versions=list(meta.versions),
+            platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
+        )
+
+    async def ModelConfig(
+        self, request: service_pb2.ModelConfigRequest, context: Context
+    ) -> service_pb2.ModelConfigResponse:
+        """The completed, normalized ``inference.ModelConfig`` of a ready version."""
+        try:
+            config = self.dataplane.model_config(request.name, parse_version(request.version))
+        except TritonXError as exc:
+            await abort(context, exc)
+        response = service_pb2.ModelConfigResponse()
+        response.config.CopyFrom(config.raw)
+        return response
+
+    async def ModelStatistics(
+        self, request: service_pb2.ModelStatisticsRequest, context: Context
+    ) -> service_pb2.ModelStatisticsResponse:
+        """Statistics of one model (version) or, with an empty name, of every ready model."""
+        try:
+            rows = self.dataplane.model_statistics(request.name, parse_version(request.version))
+        except TritonXError as exc:
+            await abort(context, exc)
+        response = service_pb2.ModelStatisticsResponse()
+        for name, version, stats in rows:
+            _fill_stats(response.model_stats.add(), name, version, stats)
+        return response
+
+    # ------------------------------------------------------------------ repository
+
+    async def RepositoryIndex(
+        self, request: service_pb2.RepositoryIndexRequest, context: Context
+    ) -> service_pb2.RepositoryIndexResponse:
+        """Every model of the repositories, with version, state and reason where known."""
+        if request.repository_name:
+            await abort(context, unsupported("'repository_name' specification is not supported"))
+        response = service_pb2.RepositoryIndexResponse()
+        for entry in self.dataplane.repository_index(request.ready):
+            row = response.models.add(name=entry.name)
+            if entry.version is not None:
+                row.version = str(entry.version)
+            if entry.state is not None:
+                row.state = entry.state.value
+            if entry.reason:
+                row.reason = entry.reason
+        return response
+
+    async def RepositoryModelLoad(
+        self, request: service_pb2.RepositoryModelLoadRequest, context: Context
+    ) -> service_pb2.RepositoryModelLoadResponse:
+        """Load or reload a model (explicit mode), with optional config and file overrides."""
+        try:
+            if request.repository_name:
+                raise unsupported("'repository_name' specification is not supported")
+            parameters: dict[str, object] = {}
+            for key, param in request.parameters.items():
+                kind = param.WhichOneof("parameter_choice")
+                if key == "config":
+                    if kind != "string_param":
+                        raise invalid_arg(
+                            f"invalid value type for load parameter '{key}', expected string_param."
+                        )
+                    parameters[key] = param.string_param
+                elif key.startswith("file:"):
+                    if kind != "bytes_param":
+                        raise invalid_arg(
+                            f"invalid value type for load parameter '{key}', expected bytes_param."
+                        )
+                    parameters[key] = param.bytes_param
+                else:
+                    raise invalid_arg(f"unrecognized load parameter '{key}'.")
+            await self.dataplane.load_model(request.model_name, parameters or None)
+        except TritonXError as exc:
+            await abort(context, exc)
+        return service_pb2.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(
+        self, request: service_pb2.RepositoryModelUnloadRequest, context: Context
+    ) -> service_pb2.RepositoryModelUnloadResponse:
+        """Unload a model (explicit mode), optionally with the models depending on it."""
+        try:
+            if request.repository_name:
+                raise unsupported("'repository_name' specification is not supported")
+            unload_dependents = False
+            param = request.parameters.get("unload_dependents")
+            if param is not None:
+                if param.WhichOneof("parameter_choice") != "bool_param":
+                    raise invalid_arg(
+                        "invalid value type for 'unload_dependents' parameter, expected bool_param."
+                    )
+                unload_dependents = param.bool_param
+            await self.dataplane.unload_model(request.model_name, unload_dependents)
+        except TritonXError as exc:
+            await abort(context, exc)
+        return service_pb2.RepositoryModelUnloadResponse()
+
+    # ------------------------------------------------------------------ inference
+
+    async def ModelInfer(
+        self, request: service_pb2.ModelInferRequest, context: Context
+    ) -> service_pb2.ModelInferResponse:
+        """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream)."""
+        try:
+            infer_request, _ = request_from_proto(request)
+            result = await self.dataplane.infer(infer_request, protocol="grpc")
+            response = service_pb2.ModelInferResponse()
+            fill_response(response, result, self.configured_datatype)
+        except TritonXError as exc:
+            await abort(context, exc)
+        return response
+
+    async def ModelStreamInfer(
+        self,
+        request_iterator: AsyncIterable[service_pb2.ModelInferRequest],
+        context: Context,
+    ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
+        """Bidirectional streaming inference (see :class:`_Stream`)."""
+        metadata = context.invocation_metadata() or ()
+        grpc_error = any(
+            key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
+        )
+        stream = _Stream(self, grpc_error)
+        reader = asyncio.create_task(stream.read(request_iterator))
+        try:
+            queue = stream.queue
+            while True:
+                message, error = await queue.get()
+                if message is None:
+                    break
+                if error is not None and grpc_error:
+                    await abort(context, error)
+                yield message
+            await reader  # re-raise a reader failure, if any
+        finally:
+            reader.cancel()
+            stream.cancel()
+
+
+class _Stream:
+    """One ModelStreamInfer call: reads requests, runs each in its own task, and queues the
+    messages to write.
+
+    Responses of non-decoupled models are written in request order (each request's task
+    waits for the previous such request's before queuing); decoupled models' responses are
+    written as they come, each with ``triton_final_response``. Errors become in-stream
+    ``error_message`` messages that leave the stream open, unless the client opened the stream
+    with ``triton_grpc_error: true`` metadata (then the first error ends it with a status).
+    Cancelling the call (client cancel or disconnect) cancels every in-flight request.
+    """
+
+    def __init__(self, servicer: GRPCInferenceServicer, grpc_error: bool) -> None:
+        self.servicer = servicer
+        self.dataplane = servicer.dataplane
+        self.grpc_error = grpc_error
+        self.queue: asyncio.Queue[
+            tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
+        ] = asyncio.Queue()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.reading = True
+        self.previous: asyncio.Future[None] | None = None
+
+    async def read(self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest]) -> None:
+        try:
+            async for request in request_iterator:
+                self.start(request)
+        finally:
+            self.reading = False
+            self._maybe_end()
+
+    def start(self, request: service_pb2.ModelInferRequest) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            decoupled = self.dataplane.is_decoupled(
+                request.model_name, parse_version(request.model_version)
+            )
+        except TritonXError:
+            decoupled = False  # the request fails below, in order
+        previous: asyncio.Future[None] | None = None
+        done: asyncio.Future[None] | None = None
+        if not decoupled:
+            previous, done = self.previous, loop.create_future()
+            self.previous = done
+        task = loop.create_task(self.run(request, previous, done))
+        self.tasks.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("stream request failed", exc_info=task.exception())
+        self._maybe_end()
+
+    def _maybe_end(self) -> None:
+        if not self.reading and not self.tasks:
+            self.queue.put_nowait((None, None))
+
+    def cancel(self) -> None:
+        for task in list(self.tasks):
+            task.cancel()
+
+    async def run(
+        self,
+        request: service_pb2.ModelInferRequest,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        put = self.queue.put_nowait
+        try:
+            try:
+                infer_request, options = request_from_proto(request)
+                if done is not None:  # ordinary model: exactly one response, in order
+                    messages: list[tuple[Any, TritonXError | None]] = []
+                    async for result in self.dataplane.infer_stream(infer_request):
+                        messages.append(self._message(request, result, True))
+                    if previous is not None:
+                        await previous
+                    for item in messages:
+                        put(item)
+                    return
+                async for result in self.dataplane.infer_stream(infer_request):
+                    if result.empty and not options.enable_empty_final_response:
+                        continue
+                    put(self._message(request, result, result.final))
+            except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
+                error = TritonXError.wrap(exc)
+                if previous is not None:
+                    await previous
+                put((stream_error(request, error), error))
+        finally:
+            if done is not None and not done.done():
+                done.set_result(None)
+
+    def _message(
+        self, request: service_pb2.ModelInferRequest, result: Any, final: bool
+    ) -> tuple[service_pb2.ModelStreamInferResponse, TritonXError | None]:
+        if result.error is not None:
+            error = TritonXError.wrap(result.error)
+            return (
+                stream_error(
+                    request,
+                    error,
+                    final=final,
+                    model_name=request.model_name,
+                    model_version=request.model_version,
+                ),
+                error,
+            )
+        message = service_pb2.ModelStreamInferResponse()
+        infer = message.infer_response
+        if result.empty:
+            infer.id = request.id
+            infer.model_name = request.model_name
+            infer.model_version = request.model_version
+        else:
+            try:
+                fill_response(infer, result, self.servicer.configured_datatype)
+            except TritonXError as exc:
+                return stream_error(request, exc), exc
+        infer.parameters["triton_final_response"].bool_param = final
+        return message, None
+
+
+def _duration(target: Any, source: Duration) -> None:
+    target.count = source.count
+    target.ns = source.ns
+
+
+def _fill_stats(msg: Any, name: str, version: int, stats: ModelStats) -> None:
+    msg.name = name
+    msg.version = str(version)
+    msg.last_inference = stats.last_inference_ms
+    msg.inference_count = stats.inference_count
+    msg.execution_count = stats.execution_count
+    inference = msg.inference_stats
+    for field in (
+        "success",
+        "fail",
+        "queue",
+        "compute_input",
+        "compute_infer",
+        "compute_output",
+        "cache_hit",
+        "cache_miss",
+    ):
+        _duration(getattr(inference, field), getattr(stats, field))
+    for batch_size in sorted(stats.batch_stats):
+        batch = stats.batch_stats[batch_size]
+        row = msg.batch_stats.add(batch_size=batch_size)
+        _duration(row.compute_input, batch.compute_input)
+        _duration(row.compute_infer, batch.compute_infer)
+        _duration(row.compute_output, batch.compute_output)
+
+
+__all__ = ["STATUS", "GRPCInferenceServicer"]
