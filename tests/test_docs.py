@@ -1,0 +1,39 @@
+"""Docs that cannot drift: hook docstrings name every argument; the README's CLI reference is
+the real ``tritonx serve --help``."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tritonx import hookspecs
+
+ROOT = Path(__file__).resolve().parents[1]
+HOOKS = [
+    (name, fn) for name, fn in vars(hookspecs).items() if name.startswith("tritonx_") and callable(fn)
+]
+
+
+@pytest.mark.parametrize(("name", "fn"), HOOKS, ids=[n for n, _ in HOOKS])
+def test_every_hook_documents_every_argument(name: str, fn: object) -> None:
+    doc = inspect.getdoc(fn)
+    assert doc, f"{name} has no docstring"
+    for arg in inspect.signature(fn).parameters:  # type: ignore[arg-type]
+        assert f":param {arg}:" in doc, f"{name} does not document '{arg}'"
+
+
+def test_readme_cli_reference_matches_help() -> None:
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"<!-- serve-help -->\n```\n(.*?)\n```\n<!-- /serve-help -->", readme, re.S)
+    assert match, "README has no serve-help block"
+    env = {**os.environ, "COLUMNS": "100"}
+    help_text = subprocess.run(
+        [sys.executable, "-m", "tritonx", "serve", "--help"], capture_output=True, text=True, env=env, check=True
+    ).stdout.rstrip("\n")
+    assert match.group(1) == help_text, "README CLI reference is stale: paste `tritonx serve --help`"
