@@ -303,7 +303,7 @@ def serve(**opts: Any) -> None:
 def run_server(settings: ServerSettings) -> int:
     """Run the server until SIGINT/SIGTERM; returns the process exit code."""
     try:
-        import uvloop  # type: ignore[import-not-found]
+        import uvloop
 
         runner: Any = uvloop.run
     except ImportError:

@@ -21,7 +21,7 @@ def gpu_count() -> int:
     if visible is not None and visible.strip() in ("", "-1"):
         return 0
     try:
-        import pynvml  # type: ignore[import-not-found]
+        import pynvml
 
         pynvml.nvmlInit()
         try:

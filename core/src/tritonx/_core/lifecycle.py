@@ -554,8 +554,8 @@ class ModelManager:
         entry.agents = agents
         entry.model_dir = model_dir
         entry.config_pb = prepared.config
-        for v in merged.values():
-            self._emit(name, v.version, v.state, v.reason)
+        for ventry in merged.values():
+            self._emit(name, ventry.version, ventry.state, ventry.reason)
         for prev in retired:
             await self._retire(name, prev)
         if any(v.ready for v in merged.values()):

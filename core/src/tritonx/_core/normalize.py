@@ -9,7 +9,7 @@ Rules follow Triton core's ``model_config_utils.cc`` (``AutoCompleteBackendField
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 from google.protobuf import json_format, text_format
 
@@ -17,7 +17,8 @@ from tritonx._core.devices import gpu_count
 from tritonx._proto import model_config_pb2
 from tritonx.errors import Code, TritonXError, invalid_arg
 
-ModelConfigPb = model_config_pb2.ModelConfig
+#: ``inference.ModelConfig`` (generated without type stubs, so typed as Any).
+ModelConfigPb: TypeAlias = Any
 
 #: Triton's legacy ``platform:`` strings and the backend that serves each.
 PLATFORM_BACKENDS: dict[str, str] = {
@@ -46,7 +47,7 @@ _FILE_BACKENDS: tuple[tuple[str, str, str], ...] = (
 
 def read_config_file(path: Path) -> ModelConfigPb:
     """Parse a ``config.pbtxt``; syntax errors name the file, line and column."""
-    config = ModelConfigPb()
+    config = model_config_pb2.ModelConfig()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -62,7 +63,7 @@ def read_config_file(path: Path) -> ModelConfigPb:
 
 def parse_config_json(text: str | bytes) -> ModelConfigPb:
     """Parse a JSON config override (the ``config`` load parameter)."""
-    config = ModelConfigPb()
+    config = model_config_pb2.ModelConfig()
     try:
         json_format.Parse(text, config)
     except (json_format.ParseError, ValueError) as exc:

@@ -68,11 +68,15 @@ class ModelRepositoryBuilder:
                 parts.append(_tensors("input", inputs))
                 parts.append(_tensors("output", outputs))
                 for key, value in (parameters or {}).items():
-                    parts.append(f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n')
+                    parts.append(
+                        f'parameters {{ key: "{key}" value: {{ string_value: "{value}" }} }}\n'
+                    )
                 parts.append(extra)
                 config = "".join(parts)
             (model_dir / "config.pbtxt").write_text(config)
-        items = versions.items() if isinstance(versions, Mapping) else ((v, {}) for v in versions)
+        items: Iterable[tuple[int, Mapping[str, bytes | str]]] = (
+            versions.items() if isinstance(versions, Mapping) else ((v, {}) for v in versions)
+        )
         for version, files in items:
             vdir = model_dir / str(version)
             vdir.mkdir(parents=True, exist_ok=True)
@@ -85,7 +89,9 @@ class ModelRepositoryBuilder:
                     path.write_bytes(content)
         return model_dir
 
-    def add_identity(self, name: str, datatype: str = "FP32", dims: Sequence[int] = (-1,), **kw: object) -> Path:
+    def add_identity(
+        self, name: str, datatype: str = "FP32", dims: Sequence[int] = (-1,), **kw: object
+    ) -> Path:
         """An ``identity`` model: INPUT0 → OUTPUT0 of one datatype (see ``tritonx.testing.identity``)."""
         return self.add(
             name,
