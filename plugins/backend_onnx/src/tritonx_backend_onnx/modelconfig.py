@@ -1,0 +1,429 @@
+"""Model-config work of the ONNX Runtime backend, following Triton's onnxruntime_backend:
+auto-complete from the graph (``AutoCompleteConfig``), checking a config against the graph
+(``ValidateInputs`` / ``ValidateOutputs``), and session options and execution providers from
+``parameters``, ``optimization`` and ``--backend-config``.
+
+Functions here work on :class:`~tritonx_backend_onnx.tensors.TensorInfo` lists and the config
+protobuf, so they are testable without a session; none imports onnxruntime at module level.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonx._proto import model_config_pb2
+from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx_backend_onnx.tensors import TensorInfo, shape_str
+
+log = logging.getLogger("tritonx.backend.onnxruntime")
+
+#: ``--backend-config=onnxruntime,default-max-batch-size=N`` (Triton's default is 4).
+DEFAULT_MAX_BATCH_SIZE = 4
+
+# --------------------------------------------------------------------------- auto-complete
+
+
+def auto_complete(
+    config: model_config_pb2.ModelConfig,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
+) -> None:
+    """Fill ``config`` from the graph's inputs and outputs, in place (Triton's rules).
+
+    * only when the config lists no inputs or no outputs (``batch_input`` counts as inputs);
+    * the model "can batch" when every input and output has a variable first dimension: then
+      ``max_batch_size`` 0 becomes ``default_max_batch_size``, and ``dynamic_batching {}`` is
+      added when ``max_batch_size > 1`` and no scheduler is set; a model that cannot batch with
+      a non-zero ``max_batch_size`` is an error;
+    * missing inputs/outputs are added in graph order, without the batch dimension; scalars
+      get ``dims: [1]`` (plus an empty ``reshape`` when batching).
+    """
+    input_count = len(config.input) + len(config.batch_input)
+    output_count = len(config.output)
+    if input_count > 0 and output_count > 0:
+        return
+    for info in (*inputs, *outputs):
+        if info.config_type is None:
+            raise invalid_arg(
+                f"autofill failed for model '{config.name}': tensor '{info.name}' has "
+                f"unsupported datatype {info.ort_type}"
+            )
+    can_batch = all(len(t.dims) > 0 and t.dims[0] == -1 for t in (*inputs, *outputs))
+    if can_batch:
+        if config.max_batch_size == 0:
+            config.max_batch_size = max(default_max_batch_size, 0)
+            log.warning(
+                "autofilled max_batch_size to %d for model '%s' since batching is supported "
+                "but no max_batch_size is specified in model configuration. Must specify "
+                "max_batch_size to utilize autofill with a larger max batch size",
+                config.max_batch_size,
+                config.name,
+            )
+        if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
+            config.dynamic_batching.SetInParent()
+    elif config.max_batch_size != 0:
+        raise invalid_arg(
+            f"autofill failed for model '{config.name}': model does not support batching "
+            "while non-zero max_batch_size is specified"
+        )
+    if input_count == 0:
+        _fill_io(config, config.input, inputs)
+    if output_count == 0:
+        _fill_io(config, config.output, outputs)
+
+
+def _fill_io(
+    config: model_config_pb2.ModelConfig, target: Any, infos: Iterable[TensorInfo]
+) -> None:
+    batching = config.max_batch_size > 0
+    for info in infos:
+        io = target.add()
+        io.name = info.name
+        io.data_type = model_config_pb2.DataType.Value(info.config_type or "TYPE_INVALID")
+        dims = info.dims[1:] if batching else info.dims
+        if dims:
+            io.dims.extend(dims)
+        else:
+            io.dims.append(1)
+            if batching:
+                io.reshape.SetInParent()  # empty reshape: a scalar per batch item
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def validate(
+    config: model_config_pb2.ModelConfig,
+    inputs: Sequence[TensorInfo],
+    outputs: Sequence[TensorInfo],
+    initializers: Sequence[TensorInfo] = (),
+) -> None:
+    """Refuse a config that contradicts the graph, with Triton's messages.
+
+    :param initializers: overridable initializers, which a config may list as inputs.
+    """
+    name = config.name
+    max_batch = config.max_batch_size
+    graph_inputs = {t.name: t for t in inputs}
+    allowed_inputs = {**{t.name: t for t in initializers}, **graph_inputs}
+    sb = config.sequence_batching
+    injected = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
+    configured = {io.name for io in config.input} | {b.target_name for b in config.batch_input}
+    uncovered = [n for n in graph_inputs if n not in configured and n not in injected]
+    if uncovered:
+        expected = len(configured) + len(injected)
+        raise invalid_arg(
+            f"unable to load model '{name}', configuration expects {expected} inputs, model "
+            f"provides {len(graph_inputs)} (model input(s) {', '.join(uncovered)} not in the "
+            "model configuration)"
+        )
+    for io in config.input:
+        if io.optional and max_batch != 0:
+            raise invalid_arg(
+                f"unable to load model '{name}', optional input '{io.name}' is not supported "
+                "for models that support batching"
+            )
+        info = allowed_inputs.get(io.name)
+        if info is None:
+            raise invalid_arg(
+                f"unexpected inference input '{io.name}', allowed inputs are: "
+                + ", ".join(allowed_inputs)
+            )
+        _check_type(name, "input", io, info)
+        dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+        if io.allow_ragged_batch:
+            if info.dims != (-1,):
+                raise invalid_arg(
+                    f"unable to load model '{name}', configuration expects model provides "
+                    f"input with shape [-1]  for ragged input '{io.name}', model provides "
+                    + shape_str(info.dims)
+                )
+        else:
+            _check_dims(name, io.name, info.dims, dims, max_batch, exact=False)
+    graph_outputs = {t.name: t for t in outputs}
+    for io in config.output:
+        info = graph_outputs.get(io.name)
+        if info is None:
+            raise invalid_arg(
+                f"unexpected inference output '{io.name}', allowed outputs are: "
+                + ", ".join(graph_outputs)
+            )
+        _check_type(name, "output", io, info)
+        dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+        _check_dims(name, io.name, info.dims, dims, max_batch, exact=True)
+
+
+def _check_type(model: str, what: str, io: Any, info: TensorInfo) -> None:
+    expected = model_config_pb2.DataType.Name(io.data_type)
+    if info.config_type != expected:
+        raise invalid_arg(
+            f"unable to load model '{model}', configuration expects datatype {expected} for "
+            f"{what} '{io.name}', model provides {info.type_label}"
+        )
+
+
+def _check_dims(
+    model: str,
+    tensor: str,
+    model_shape: tuple[int, ...],
+    dims: tuple[int, ...],
+    max_batch: int,
+    exact: bool,
+) -> None:
+    """Triton's ``CompareDimsSupported`` (plus its scalar-tensor rule)."""
+    if not model_shape:
+        if any(d != 1 for d in dims):
+            raise invalid_arg(
+                f"unable to load model '{model}', scalar tensor '{tensor}', should only provide "
+                "1 in the model configuration when the model doesn't support batching. Model "
+                f"configuration provided: {shape_str(dims)}."
+            )
+        return
+    if max_batch > 0:
+        if model_shape[0] != -1:
+            raise invalid_arg(
+                f"model '{model}', tensor '{tensor}': for the model to support batching the "
+                "shape should have at least 1 dimension and the first dimension must be -1; "
+                f"but shape expected by the model is {shape_str(model_shape)}"
+            )
+        full = (-1, *dims)
+        if not _dims_match(model_shape, full, exact):
+            raise invalid_arg(
+                f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
+                f"dimensions (shape {shape_str(model_shape)}) but the model configuration "
+                f"specifies {len(full)} dimensions (an initial batch dimension because "
+                "max_batch_size > 0 followed by the explicit tensor shape, making complete "
+                f"shape {shape_str(full)})"
+            )
+    elif not _dims_match(model_shape, dims, exact):
+        raise invalid_arg(
+            f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
+            f"dimensions (shape {shape_str(model_shape)}) but the model configuration "
+            f"specifies {len(dims)} dimensions (shape {shape_str(dims)})"
+        )
+
+
+def _dims_match(model_shape: tuple[int, ...], dims: tuple[int, ...], exact: bool) -> bool:
+    if len(model_shape) != len(dims):
+        return False
+    return all(m == d for m, d in zip(model_shape, dims, strict=True) if exact or m != -1)
+
+
+# --------------------------------------------------------------------------- session options
+
+_TRUE = ("1", "true", "on", "yes")
+_FALSE = ("0", "false", "off", "no")
+
+
+def parse_bool(key: str, value: str) -> bool:
+    """Triton's ``ParseBoolValue``: 1/true/on/yes and 0/false/off/no, any case."""
+    v = value.strip().lower()
+    if v in _TRUE:
+        return True
+    if v in _FALSE:
+        return False
+    raise invalid_arg(f"failed to convert '{key}' value '{value}' to boolean")
+
+
+def parse_int(key: str, value: str) -> int:
+    """An integer parameter, INVALID_ARG with the key's name otherwise."""
+    try:
+        return int(value.strip())
+    except ValueError:
+        raise invalid_arg(f"failed to convert '{key}' value '{value}' to an integer") from None
+
+
+#: Triton's ``optimization { graph { level } }`` → ``GraphOptimizationLevel`` member name.
+GRAPH_LEVELS = {-1: "ORT_ENABLE_BASIC", 1: "ORT_ENABLE_EXTENDED", 2: "ORT_DISABLE_ALL"}
+
+
+@dataclass
+class SessionSettings:
+    """What the session and run options are built from (merged model + backend settings)."""
+
+    graph_level: str = "ORT_ENABLE_ALL"
+    execution_mode: int = 0
+    intra_op_thread_count: int = 0
+    inter_op_thread_count: int = 0
+    enable_mem_arena: bool | None = None
+    enable_mem_pattern: bool | None = None
+    session_entries: dict[str, str] = field(default_factory=dict)
+    run_entries: dict[str, str] = field(default_factory=dict)
+    custom_op_libraries: list[str] = field(default_factory=list)
+
+
+#: Keys read from model ``parameters`` (and, as defaults, from ``--backend-config``).
+SESSION_KEYS = (
+    "intra_op_thread_count",
+    "inter_op_thread_count",
+    "execution_mode",
+    "enable_mem_arena",
+    "enable_mem_pattern",
+    "memory.enable_memory_arena_shrinkage",
+    "session.use_device_allocator_for_initializers",
+)
+
+
+def session_settings(
+    config: model_config_pb2.ModelConfig,
+    parameters: Mapping[str, str],
+    backend_config: Mapping[str, str],
+) -> SessionSettings:
+    """Merge ``--backend-config`` defaults and model ``parameters`` (which win) into settings."""
+    values = {k: backend_config[k] for k in SESSION_KEYS if k in backend_config}
+    values.update({k: parameters[k] for k in SESSION_KEYS if k in parameters})
+    s = SessionSettings()
+    if config.optimization.HasField("graph"):
+        s.graph_level = GRAPH_LEVELS.get(config.optimization.graph.level, "ORT_ENABLE_ALL")
+    if "execution_mode" in values:
+        s.execution_mode = parse_int("execution_mode", values["execution_mode"])
+        if s.execution_mode not in (0, 1):
+            raise invalid_arg(
+                "Invalid configuration value provided. Expected values for  execution_mode "
+                f"are 0 or 1 but got {s.execution_mode} ."
+            )
+    for key in ("intra_op_thread_count", "inter_op_thread_count"):
+        if key in values:
+            count = parse_int(key, values[key])
+            if count < 0:
+                raise invalid_arg(f"'{key}' must be >= 0, got {count}")
+            setattr(s, key, count)
+    for key in ("enable_mem_arena", "enable_mem_pattern"):
+        if key in values:
+            setattr(s, key, parse_bool(key, values[key]))
+    key = "session.use_device_allocator_for_initializers"
+    if key in values:
+        s.session_entries[key] = values[key]
+    key = "memory.enable_memory_arena_shrinkage"
+    if key in values:
+        s.run_entries[key] = values[key]
+    s.custom_op_libraries = list(config.model_operations.op_library_filename)
+    return s
+
+
+def make_session_options(ort: Any, s: SessionSettings) -> tuple[Any, Any]:
+    """``(SessionOptions, RunOptions)`` for ``s``."""
+    so = ort.SessionOptions()
+    so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, s.graph_level)
+    so.execution_mode = (
+        ort.ExecutionMode.ORT_PARALLEL
+        if s.execution_mode == 1
+        else ort.ExecutionMode.ORT_SEQUENTIAL
+    )
+    if s.intra_op_thread_count > 0:
+        so.intra_op_num_threads = s.intra_op_thread_count
+    if s.inter_op_thread_count > 0:
+        so.inter_op_num_threads = s.inter_op_thread_count
+    if s.enable_mem_arena is not None:
+        so.enable_cpu_mem_arena = s.enable_mem_arena
+    if s.enable_mem_pattern is not None:
+        so.enable_mem_pattern = s.enable_mem_pattern
+    for key, value in s.session_entries.items():
+        so.add_session_config_entry(key, value)
+    for library in s.custom_op_libraries:
+        so.register_custom_ops_library(library)
+    ro = ort.RunOptions()
+    for key, value in s.run_entries.items():
+        ro.add_run_config_entry(key, value)
+    return so, ro
+
+
+# --------------------------------------------------------------------------- execution providers
+
+#: ``execution_accelerators`` names → ONNX Runtime execution providers.
+GPU_ACCELERATORS = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider"}
+CPU_ACCELERATORS = {"openvino": "OpenVINOExecutionProvider"}
+
+#: Triton's TensorRT accelerator parameters → TensorRT EP option names.
+_TRT_KEYS = {
+    "max_workspace_size_bytes": "trt_max_workspace_size",
+    "trt_engine_cache_enable": "trt_engine_cache_enable",
+    "trt_engine_cache_path": "trt_engine_cache_path",
+    "max_partition_iterations": "trt_max_partition_iterations",
+    "minimum_subgraph_size": "trt_min_subgraph_size",
+}
+#: Triton's (deprecated) model parameters that configure the CUDA EP.
+_CUDA_PARAMETERS = (
+    "cudnn_conv_algo_search",
+    "gpu_mem_limit",
+    "arena_extend_strategy",
+    "do_copy_in_default_stream",
+    "cudnn_conv_use_max_workspace",
+)
+
+Providers = list[tuple[str, dict[str, str]]]
+
+
+def providers_for(
+    config: model_config_pb2.ModelConfig,
+    parameters: Mapping[str, str],
+    kind: str,
+    device_id: int,
+    available: Sequence[str],
+) -> Providers:
+    """The execution providers, in priority order, for one instance.
+
+    ``KIND_CPU``/``KIND_MODEL``: the CPU EP (after OpenVINO when asked for). ``KIND_GPU``: CUDA
+    on ``device_id`` (after TensorRT when asked for), then CPU for the nodes CUDA lacks.
+    Raises UNAVAILABLE when a needed provider is not in ``available``.
+    """
+    accel = config.optimization.execution_accelerators
+    providers: Providers = []
+    if kind == "KIND_GPU":
+        cuda_opts: dict[str, str] = {"device_id": str(device_id)}
+        cuda_opts.update({k: parameters[k] for k in _CUDA_PARAMETERS if k in parameters})
+        for acc in accel.gpu_execution_accelerator:
+            ep = GPU_ACCELERATORS.get(acc.name)
+            if ep is None:
+                raise invalid_arg(f"unknown Execution Accelerator '{acc.name}' is requested")
+            if acc.name == "tensorrt":
+                providers.append(
+                    (ep, {"device_id": str(device_id), **_trt_options(acc.parameters)})
+                )
+            else:
+                cuda_opts.update(acc.parameters)
+        providers.append(("CUDAExecutionProvider", cuda_opts))
+    else:
+        for acc in accel.cpu_execution_accelerator:
+            ep = CPU_ACCELERATORS.get(acc.name)
+            if ep is None:
+                raise invalid_arg(f"unknown Execution Accelerator '{acc.name}' is requested")
+            providers.append((ep, dict(acc.parameters)))
+    if kind == "KIND_GPU" and accel.cpu_execution_accelerator:
+        raise invalid_arg("CPU Execution Accelerator is not supported for GPU instances")
+    providers.append(("CPUExecutionProvider", {}))
+    missing = [ep for ep, _ in providers if ep not in available]
+    if missing:
+        raise TritonXError(
+            f"model '{config.name}': ONNX Runtime has no {', '.join(missing)} here "
+            f"(available: {', '.join(available)}); GPU instances need the onnxruntime-gpu "
+            "build instead of onnxruntime, with CUDA and cuDNN libraries it can load",
+            Code.UNAVAILABLE,
+        )
+    return providers
+
+
+def _trt_options(parameters: Mapping[str, str]) -> dict[str, str]:
+    opts: dict[str, str] = {}
+    for key, value in parameters.items():
+        if key == "precision_mode":
+            mode = value.upper()
+            if mode == "FP16":
+                opts["trt_fp16_enable"] = "True"
+            elif mode == "INT8":
+                opts["trt_int8_enable"] = "True"
+            elif mode != "FP32":
+                raise invalid_arg(f"unsupported precision mode '{value}' is requested")
+        elif key in _TRT_KEYS:
+            opts[_TRT_KEYS[key]] = value
+        elif key.startswith("trt_"):
+            opts[key] = value
+        else:
+            raise invalid_arg(
+                f"unknown parameter '{key}' is provided for TensorRT Execution Accelerator"
+            )
+    return opts
