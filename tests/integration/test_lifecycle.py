@@ -114,6 +114,11 @@ class SecondAgent(FirstAgent):
 
 class TestPlugin:
     events: ClassVar[list[tritonx.ModelEvent]] = []
+    started: ClassVar[list[Server]] = []
+
+    @tritonx.hookimpl
+    def tritonx_server_started(self, server: Server) -> None:
+        self.started.append(server)
 
     @tritonx.hookimpl
     def tritonx_register_backends(self, registry: tritonx.BackendRegistry) -> None:
@@ -532,8 +537,9 @@ async def test_repository_agents_run_in_tritons_order(
 async def test_model_events_are_reported(model_repository: ModelRepositoryBuilder) -> None:
     file_model(model_repository, "ev")
     TestPlugin.events.clear()
-    async with make_server(model_repository.root):
-        pass
+    TestPlugin.started.clear()
+    async with make_server(model_repository.root) as server:
+        assert TestPlugin.started == [server]
     states = [(e.model_name, e.state) for e in TestPlugin.events]
     assert ("ev", ModelState.LOADING) in states and ("ev", ModelState.READY) in states
     assert states[-1] == ("ev", ModelState.UNAVAILABLE)
