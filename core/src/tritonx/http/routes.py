@@ -1,0 +1,466 @@
+"""The HTTP endpoints, routed as Triton's ``HTTPAPIServer::Handle`` does.
+
+One catch-all aiohttp route dispatches on the raw URL path (query strings are ignored, as in
+Triton): exact paths first, then the model and repository patterns. Unknown paths answer 404
+``{"error":"Not Found"}`` and known paths with a wrong method 405
+``{"error":"Method Not Allowed"}``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import re
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+from aiohttp import web
+
+from tritonx._core.classification import LabelCache
+from tritonx._core.stats import Duration, ModelStats
+from tritonx.config import ModelConfig, ServerSettings
+from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, parse_version
+from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
+from tritonx.http import codec
+from tritonx.http.errors import (
+    JSON_CONTENT_TYPE,
+    error_response,
+    internal,
+    method_not_allowed,
+    not_found,
+    response_for,
+)
+from tritonx.types import TensorSpec
+
+log = logging.getLogger("tritonx.http")
+
+DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
+SETTINGS_KEY = web.AppKey("settings", ServerSettings)
+LABELS_KEY = web.AppKey("labels", LabelCache)
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+INT32_MAX = 2**31 - 1
+
+_MODEL_RE = re.compile(
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+    r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+_REPO_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def setup_routes(app: web.Application) -> None:
+    """Install the catch-all route that serves every Triton HTTP endpoint on ``app``."""
+    app.router.add_route("*", "/{tail:.*}", dispatch)
+
+
+async def dispatch(request: web.Request) -> web.StreamResponse:
+    """Route one request by its raw path; turn errors into Triton's JSON error bodies."""
+    path = request.raw_path.split("?", 1)[0]
+    try:
+        exact = _EXACT.get(path)
+        if exact is not None:
+            return await exact(request)
+        match = _MODEL_RE.fullmatch(path)
+        if match is not None:
+            return await _model_route(request, match)
+        match = _REPO_RE.fullmatch(path)
+        if match is not None:
+            return await _repository_route(request, match)
+        return not_found()
+    except TritonXError as exc:
+        return response_for(exc)
+    except Exception as exc:  # a bug: answer 500 and keep serving
+        log.exception("unexpected error handling %s %s", request.method, path)
+        return error_response(str(exc) or type(exc).__name__, 500)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+
+def _dataplane(request: web.Request) -> DataPlane:
+    return request.app[DATAPLANE_KEY]
+
+
+def _json(obj: Any, status: int = 200) -> web.Response:
+    return web.Response(body=orjson.dumps(obj), status=status, content_type=JSON_CONTENT_TYPE)
+
+
+def _too_large(size: int, limit: int) -> TritonXError:
+    return invalid_arg(
+        f"request size of {size} bytes exceeds the maximum allowed input size of {limit} "
+        "bytes. Use --http-max-input-size to increase the limit."
+    )
+
+
+async def read_body(request: web.Request, limit: int) -> bytes | bytearray:
+    """The request body in one writable buffer (one copy from the socket chunks).
+
+    Bodies over ``limit`` bytes are refused before being read when Content-Length says so.
+    """
+    length = request.content_length
+    stream = request.content
+    try:
+        if length is not None:
+            if length > limit:
+                raise _too_large(length, limit)
+            if length == 0:
+                return b""
+            buf = bytearray(length)
+            view = memoryview(buf)
+            pos = 0
+            while pos < length:
+                chunk = await stream.readany()
+                if not chunk:
+                    break
+                n = min(len(chunk), length - pos)
+                view[pos : pos + n] = chunk[:n] if n != len(chunk) else chunk
+                pos += n
+            if pos != length:
+                raise invalid_arg(f"unexpected end of request body: got {pos} of {length} bytes")
+            return buf
+        data = bytearray()
+        while True:
+            chunk = await stream.readany()
+            if not chunk:
+                return data
+            data += chunk
+            if len(data) > limit:
+                raise _too_large(len(data), limit)
+    except TritonXError:
+        raise
+    except Exception as exc:  # connection reset / malformed chunked encoding
+        raise invalid_arg(f"failed to read the request body: {exc}") from None
+
+
+def _decompress(request: web.Request, body: bytes | bytearray, limit: int) -> bytes | bytearray:
+    encoding = request.headers.get("Content-Encoding")
+    if not encoding or encoding == "identity":
+        return body
+    if encoding == "gzip":
+        wbits = 16 + zlib.MAX_WBITS
+    elif encoding == "deflate":
+        wbits = zlib.MAX_WBITS
+    else:
+        raise unsupported("Unsupported compression type")
+    if not body:
+        raise invalid_arg("nothing to be decompressed")
+    try:
+        decoder = zlib.decompressobj(wbits)
+        out = decoder.decompress(body, limit + 1)
+    except zlib.error as exc:
+        raise invalid_arg(f"failed to decompress the request body: {exc}") from None
+    if len(out) > limit or decoder.unconsumed_tail:
+        raise invalid_arg(
+            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
+            "--http-max-input-size to increase the limit."
+        )
+    return out
+
+
+def response_encoding(accept: str | None) -> str:
+    """Triton's ``CompressionTypeUsed``: the best of identity/gzip/deflate by q-value."""
+    if not accept:
+        return "identity"
+    best, weight = "identity", 0.0
+    for item in accept.split(","):
+        item = item.lstrip(" ")
+        if not item:
+            continue
+        name, sep, q = item.partition(";q=")
+        if sep and not name:
+            continue
+        type_weight = 1.0
+        if sep:
+            try:
+                type_weight = float(q)
+            except ValueError:
+                continue
+        if name in ("identity", "deflate", "gzip") and type_weight > weight:
+            best, weight = name, type_weight
+    return best
+
+
+def _header_length(request: web.Request, content_length: int) -> int | None:
+    value = request.headers.get(HEADER_LENGTH)
+    if value is None:
+        return None
+    try:
+        parsed = int(value.strip())
+    except ValueError:
+        raise invalid_arg(f"Unable to parse {HEADER_LENGTH}, got: {value}") from None
+    if not -(2**31) <= parsed <= INT32_MAX:
+        raise invalid_arg(
+            f"Unable to parse {HEADER_LENGTH}, value is out of range [ {-(2**31)}, {INT32_MAX} "
+            f"], got: {value}"
+        )
+    if parsed < 0 or parsed > content_length:
+        raise invalid_arg(
+            f"inference header size should be in range (0, {content_length}), got: {value}"
+        )
+    return parsed
+
+
+async def _read_json(request: web.Request) -> Any:
+    """A small JSON control body (repository APIs); None when the body is empty."""
+    limit = request.app[SETTINGS_KEY].http_max_input_size
+    if request.content_length is not None and request.content_length > limit:
+        raise invalid_arg(
+            f"request JSON size of {request.content_length} bytes exceeds the maximum allowed "
+            f"input size of {limit} bytes. Use --http-max-input-size to increase the limit."
+        )
+    body = await read_body(request, limit)
+    if not body:
+        return None
+    return codec.parse_json_header(body, len(body), limit)
+
+
+# ---------------------------------------------------------------------------------- server
+
+
+async def health_live(request: web.Request) -> web.StreamResponse:
+    """``GET /v2/health/live``: 200 or 400, empty body."""
+    if request.method != "GET":
+        return method_not_allowed()
+    return web.Response(status=200 if _dataplane(request).server_live() else 400)
+
+
+async def health_ready(request: web.Request) -> web.StreamResponse:
+    """``GET /v2/health/ready``: 200 or 400, empty body."""
+    if request.method != "GET":
+        return method_not_allowed()
+    return web.Response(status=200 if _dataplane(request).server_ready() else 400)
+
+
+async def server_metadata(request: web.Request) -> web.StreamResponse:
+    """``GET /v2``: name, version and extensions."""
+    if request.method != "GET":
+        return method_not_allowed()
+    md = _dataplane(request).server_metadata()
+    return _json({"name": md.name, "version": md.version, "extensions": list(md.extensions)})
+
+
+async def all_stats(request: web.Request) -> web.StreamResponse:
+    """``GET /v2/models/stats``: statistics of every ready model version."""
+    if request.method != "GET":
+        return method_not_allowed()
+    return _json({"model_stats": _stats_json(_dataplane(request).model_statistics())})
+
+
+_EXACT: dict[str, Handler] = {
+    "/v2": server_metadata,
+    "/v2/health/live": health_live,
+    "/v2/health/ready": health_ready,
+    "/v2/models/stats": all_stats,
+}
+
+
+# ---------------------------------------------------------------------------------- models
+
+
+async def _model_route(request: web.Request, match: re.Match[str]) -> web.StreamResponse:
+    model = unquote(match.group(1))
+    version_str = match.group(2) or ""
+    action = match.group(3)
+    if action == "infer":
+        return await infer(request, model, version_str)
+    if action in ("generate", "generate_stream", "trace/setting"):
+        return not_found()
+    if request.method != "GET":
+        return method_not_allowed()
+    dp = _dataplane(request)
+    if action == "ready":
+        try:
+            version = parse_version(version_str)
+        except TritonXError as exc:
+            return response_for(exc)
+        if dp.model_ready(model, version):
+            return web.Response(status=200)
+        return error_response("Model version not ready", 400)
+    version = parse_version(version_str)
+    if action is None:
+        md = dp.model_metadata(model, version)
+        return _json(
+            {
+                "name": md.name,
+                "versions": list(md.versions),
+                "platform": md.platform,
+                "inputs": _specs(md.inputs),
+                "outputs": _specs(md.outputs),
+            }
+        )
+    if action == "config":
+        return _json(dp.model_config(model, version).to_json_dict())
+    # stats
+    return _json({"model_stats": _stats_json(dp.model_statistics(model, version))})
+
+
+def _specs(specs: Sequence[TensorSpec]) -> list[dict[str, Any]]:
+    return [{"name": s.name, "datatype": s.datatype, "shape": list(s.shape)} for s in specs]
+
+
+def _duration(d: Duration) -> dict[str, int]:
+    return {"count": d.count, "ns": d.ns}
+
+
+def _stats_json(rows: list[tuple[str, int, ModelStats]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for name, version, s in rows:
+        out.append(
+            {
+                "name": name,
+                "version": str(version),
+                "last_inference": s.last_inference_ms,
+                "inference_count": s.inference_count,
+                "execution_count": s.execution_count,
+                "inference_stats": {
+                    "success": _duration(s.success),
+                    "fail": _duration(s.fail),
+                    "queue": _duration(s.queue),
+                    "compute_input": _duration(s.compute_input),
+                    "compute_infer": _duration(s.compute_infer),
+                    "compute_output": _duration(s.compute_output),
+                    "cache_hit": _duration(s.cache_hit),
+                    "cache_miss": _duration(s.cache_miss),
+                },
+                "response_stats": {},
+                "batch_stats": [
+                    {
+                        "batch_size": size,
+                        "compute_input": _duration(b.compute_input),
+                        "compute_infer": _duration(b.compute_infer),
+                        "compute_output": _duration(b.compute_output),
+                    }
+                    for size, b in sorted(s.batch_stats.items())
+                ],
+                "memory_usage": [],
+            }
+        )
+    return out
+
+
+# ---------------------------------------------------------------------------------- infer
+
+
+async def infer(request: web.Request, model: str, version_str: str) -> web.StreamResponse:
+    """``POST /v2/models/<m>[/versions/<v>]/infer``: JSON and binary-extension inference."""
+    if request.method != "POST":
+        return method_not_allowed()
+    dp = _dataplane(request)
+    limit = request.app[SETTINGS_KEY].http_max_input_size
+    version = parse_version(version_str)
+    config = dp.model_config(model, version)
+    if config.decoupled:
+        raise unsupported(DECOUPLED_MESSAGES["http"])
+    try:
+        body = await read_body(request, limit)
+    except TritonXError as exc:
+        # The body was not (fully) read: don't reuse the connection.
+        failure = response_for(exc)
+        failure.force_close()
+        return failure
+    body = _decompress(request, body, limit)
+    header_length = _header_length(request, len(body))
+    if header_length == 0:
+        decoded = codec.raw_binary_request(body, config, model, version, limit)
+    else:
+        decoded = codec.decode_infer_request(body, header_length, model, version, limit)
+    response = await dp.infer(decoded.request, protocol="http")
+    labels = None
+    if any(p.get("classification") for p in decoded.request.output_parameters.values()):
+        labels = _label_lookup(request, dp, model, config)
+    encoded = codec.encode_infer_response(response, decoded, config, labels)
+    headers: dict[str, str] = {}
+    if encoded.header_length is not None:
+        headers[HEADER_LENGTH] = str(encoded.header_length)
+        content_type = "application/octet-stream"
+    else:
+        content_type = JSON_CONTENT_TYPE
+    payload = codec.join_parts(encoded.parts)
+    encoding = response_encoding(request.headers.get("Accept-Encoding"))
+    if encoding == "gzip":
+        payload = gzip.compress(payload, compresslevel=1)
+        headers["Content-Encoding"] = "gzip"
+    elif encoding == "deflate":
+        payload = zlib.compress(payload, 1)
+        headers["Content-Encoding"] = "deflate"
+    return web.Response(body=payload, headers=headers, content_type=content_type)
+
+
+def _label_lookup(
+    request: web.Request, dp: DataPlane, model: str, config: ModelConfig | None
+) -> Callable[[str], Sequence[str] | None] | None:
+    if config is None:
+        return None
+    try:
+        model_dir = dp.models.find(model).model_dir
+    except TritonXError:
+        return None
+    if model_dir is None:
+        return None
+    files = {o.name: o.label_filename for o in config.raw.output if o.label_filename}
+    cache = request.app[LABELS_KEY]
+
+    def lookup(name: str) -> Sequence[str] | None:
+        filename = files.get(name)
+        return cache.get(model_dir / filename) if filename else None
+
+    return lookup
+
+
+# ---------------------------------------------------------------------------------- repository
+
+
+async def _repository_route(request: web.Request, match: re.Match[str]) -> web.StreamResponse:
+    if request.method != "POST":
+        return method_not_allowed()
+    if match.group(1):
+        raise unsupported("'repository_name' specification is not supported")
+    dp = _dataplane(request)
+    if match.group(2) == "index":
+        doc = await _read_json(request)
+        ready = False
+        if isinstance(doc, dict) and "ready" in doc:
+            if not isinstance(doc["ready"], bool):
+                raise invalid_arg("Invalid value for 'ready': expected a boolean")
+            ready = doc["ready"]
+        rows = []
+        for entry in dp.repository_index(ready):
+            row: dict[str, Any] = {"name": entry.name}
+            if entry.version is not None:
+                row["version"] = str(entry.version)
+            if entry.state is not None:
+                row["state"] = entry.state.value
+            if entry.reason:
+                row["reason"] = entry.reason
+            rows.append(row)
+        return _json(rows)
+    model = unquote(match.group(3))
+    doc = await _read_json(request)
+    params = doc.get("parameters") if isinstance(doc, dict) else None
+    if params is not None and not isinstance(params, dict):
+        raise internal("attempt to access JSON non-object as object")
+    if match.group(4) == "load":
+        load_params: dict[str, object] = {}
+        for key, value in (params or {}).items():
+            if not isinstance(value, str):
+                raise internal("attempt to access JSON non-string as string")
+            load_params[key] = value
+        await dp.load_model(model, load_params)
+        return web.Response(status=200)
+    unload_dependents = False
+    if params and "unload_dependents" in params:
+        value = params["unload_dependents"]
+        if not isinstance(value, bool):
+            raise TritonXError(
+                "Unable to parse 'unload_dependents': attempt to access JSON non-boolean as "
+                "boolean",
+                Code.INTERNAL,
+            )
+        unload_dependents = value
+    await dp.unload_model(model, unload_dependents)
+    return web.Response(status=200)
