@@ -366,6 +366,10 @@ def fill_response(
             array = np.asarray(array)
         dtype = array.dtype
         datatype = _OUTPUT_DATATYPE.get(dtype)
+        if datatype is None and dtype.byteorder == ">":  # the wire is little-endian
+            array = array.astype(dtype.newbyteorder("<"))
+            dtype = array.dtype
+            datatype = _OUTPUT_DATATYPE.get(dtype)
         if datatype is None:
             if dtype.kind in "OSU":
                 add(name=name, datatype="BYTES", shape=array.shape)

@@ -10,14 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from tritonx._core.stats import Duration, ModelStats
 from tritonx._proto import service_pb2, service_pb2_grpc
+from tritonx.config import ModelConfig
 from tritonx.dataplane import DataPlane, parse_version
 from tritonx.errors import TritonXError, invalid_arg, unsupported
 from tritonx.grpc.convert import fill_response, request_from_proto, stream_error
 from tritonx.grpc.errors import STATUS, abort
+from tritonx.types import InferenceRequest, InferenceResponse
 
 log = logging.getLogger("tritonx.grpc")
 
@@ -33,6 +36,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
+        self._label_cache: Any = None
 
     # ------------------------------------------------------------------ helpers
 
@@ -43,6 +47,35 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except TritonXError:
             return None
         return io.datatype.value if io is not None else None
+
+    def classify(self, request: InferenceRequest, response: InferenceResponse) -> None:
+        """Replace outputs requested with ``classification: k`` by their top-k classes."""
+        from tritonx._core.classification import classify
+
+        config = self.dataplane.model_config(response.model_name, response.model_version)
+        batched = config.max_batch_size > 0
+        for name, options in request.output_parameters.items():
+            count = options.get("classification", 0)
+            array = response.outputs.get(name)
+            if count > 0 and array is not None:
+                labels = self._labels(response.model_name, config, name)
+                response.outputs[name] = classify(array, count, batched=batched, labels=labels)
+
+    def _labels(self, model: str, config: ModelConfig, output: str) -> list[str] | None:
+        filename = next((o.label_filename for o in config.raw.output if o.name == output), "")
+        if not filename:
+            return None
+        try:
+            model_dir = self.dataplane.models.find(model).model_dir
+        except TritonXError:
+            return None
+        if model_dir is None:
+            return None
+        if self._label_cache is None:
+            from tritonx._core.classification import LabelCache
+
+            self._label_cache = LabelCache()
+        return self._label_cache.get(Path(model_dir) / filename)
 
     # ------------------------------------------------------------------ health / metadata
 
@@ -198,6 +231,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             infer_request, _ = request_from_proto(request)
             result = await self.dataplane.infer(infer_request, protocol="grpc")
+            if infer_request.output_parameters:
+                self.classify(infer_request, result)
             response = service_pb2.ModelInferResponse()
             fill_response(response, result, self.configured_datatype)
         except TritonXError as exc:
@@ -306,7 +341,7 @@ class _Stream:
                 if done is not None:  # ordinary model: exactly one response, in order
                     messages: list[tuple[Any, TritonXError | None]] = []
                     async for result in self.dataplane.infer_stream(infer_request):
-                        messages.append(self._message(request, result, True))
+                        messages.append(self._message(request, infer_request, result, True))
                     if previous is not None:
                         await previous
                     for item in messages:
@@ -315,7 +350,7 @@ class _Stream:
                 async for result in self.dataplane.infer_stream(infer_request):
                     if result.empty and not options.enable_empty_final_response:
                         continue
-                    put(self._message(request, result, result.final))
+                    put(self._message(request, infer_request, result, result.final))
             except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
                 error = TritonXError.wrap(exc)
                 if previous is not None:
@@ -326,7 +361,11 @@ class _Stream:
                 done.set_result(None)
 
     def _message(
-        self, request: service_pb2.ModelInferRequest, result: Any, final: bool
+        self,
+        request: service_pb2.ModelInferRequest,
+        infer_request: InferenceRequest,
+        result: InferenceResponse,
+        final: bool,
     ) -> tuple[service_pb2.ModelStreamInferResponse, TritonXError | None]:
         if result.error is not None:
             error = TritonXError.wrap(result.error)
@@ -348,6 +387,8 @@ class _Stream:
             infer.model_version = request.model_version
         else:
             try:
+                if infer_request.output_parameters:
+                    self.servicer.classify(infer_request, result)
                 fill_response(infer, result, self.servicer.configured_datatype)
             except TritonXError as exc:
                 return stream_error(request, exc), exc
