@@ -98,11 +98,18 @@ def _too_large(size: int, limit: int) -> TritonXError:
 
 
 async def read_body(request: web.Request, limit: int) -> bytes | bytearray:
-    """The request body in one writable buffer (one copy from the socket chunks).
+    """The (decompressed) request body in one writable buffer, at most ``limit`` bytes.
 
-    Bodies over ``limit`` bytes are refused before being read when Content-Length says so.
+    aiohttp inflates ``Content-Encoding: gzip|deflate`` bodies itself; other encodings are
+    refused as Triton does (501). A plain body with a Content-Length is read into one
+    preallocated buffer (a single copy from the socket chunks) and refused before being read
+    when it is over the limit.
     """
-    length = request.content_length
+    encoding = request.headers.get("Content-Encoding", "")
+    if encoding not in ("", "identity", "gzip", "deflate"):
+        raise unsupported("Unsupported compression type")
+    compressed = encoding in ("gzip", "deflate")
+    length = None if compressed else request.content_length
     stream = request.content
     try:
         if length is not None:
@@ -117,8 +124,10 @@ async def read_body(request: web.Request, limit: int) -> bytes | bytearray:
                 chunk = await stream.readany()
                 if not chunk:
                     break
-                n = min(len(chunk), length - pos)
-                view[pos : pos + n] = chunk[:n] if n != len(chunk) else chunk
+                n = len(chunk)
+                if pos + n > length:
+                    raise invalid_arg("request body is longer than its Content-Length")
+                view[pos : pos + n] = chunk
                 pos += n
             if pos != length:
                 raise invalid_arg(f"unexpected end of request body: got {pos} of {length} bytes")
@@ -127,39 +136,21 @@ async def read_body(request: web.Request, limit: int) -> bytes | bytearray:
         while True:
             chunk = await stream.readany()
             if not chunk:
+                if compressed and not data:
+                    raise invalid_arg("nothing to be decompressed")
                 return data
             data += chunk
             if len(data) > limit:
+                if compressed:
+                    raise invalid_arg(
+                        f"Decompressed data size exceeds the maximum allowed value of {limit} "
+                        "bytes. Use --http-max-input-size to increase the limit."
+                    )
                 raise _too_large(len(data), limit)
     except TritonXError:
         raise
-    except Exception as exc:  # connection reset / malformed chunked encoding
+    except Exception as exc:  # connection reset, bad chunked framing, corrupt gzip
         raise invalid_arg(f"failed to read the request body: {exc}") from None
-
-
-def _decompress(request: web.Request, body: bytes | bytearray, limit: int) -> bytes | bytearray:
-    encoding = request.headers.get("Content-Encoding")
-    if not encoding or encoding == "identity":
-        return body
-    if encoding == "gzip":
-        wbits = 16 + zlib.MAX_WBITS
-    elif encoding == "deflate":
-        wbits = zlib.MAX_WBITS
-    else:
-        raise unsupported("Unsupported compression type")
-    if not body:
-        raise invalid_arg("nothing to be decompressed")
-    try:
-        decoder = zlib.decompressobj(wbits)
-        out = decoder.decompress(body, limit + 1)
-    except zlib.error as exc:
-        raise invalid_arg(f"failed to decompress the request body: {exc}") from None
-    if len(out) > limit or decoder.unconsumed_tail:
-        raise invalid_arg(
-            f"Decompressed data size exceeds the maximum allowed value of {limit} bytes. Use "
-            "--http-max-input-size to increase the limit."
-        )
-    return out
 
 
 def response_encoding(accept: str | None) -> str:
@@ -363,7 +354,6 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         failure = response_for(exc)
         failure.force_close()
         return failure
-    body = _decompress(request, body, limit)
     header_length = _header_length(request, len(body))
     if header_length == 0:
         decoded = codec.raw_binary_request(body, config, model, version, limit)
