@@ -174,7 +174,8 @@ class OnnxRuntimeBackend(Backend):
         inputs, outputs, initializers = session_io(session)
         modelconfig.validate(config.raw, inputs, outputs, initializers)
         ctx.logger.info("loaded %s for instance %s on %s", path, ctx.instance.name, ", ".join(used))
-        return OnnxModelInstance(ort, session, run_options, config)
+        scalars = {t.name for t in (*inputs, *initializers) if not t.dims}
+        return OnnxModelInstance(ort, session, run_options, config, scalars)
 
 
 class OnnxModelInstance(ModelInstance):
@@ -184,8 +185,16 @@ class OnnxModelInstance(ModelInstance):
     agree; if such a batch fails, each request is run alone so only the bad one fails.
     """
 
-    def __init__(self, ort: Any, session: Any, run_options: Any, config: ModelConfig) -> None:
+    def __init__(
+        self,
+        ort: Any,
+        session: Any,
+        run_options: Any,
+        config: ModelConfig,
+        scalar_inputs: set[str] | frozenset[str] = frozenset(),
+    ) -> None:
         self._ort = ort
+        self._scalar_inputs = scalar_inputs
         self._session = session
         self._run_options = run_options
         self._batching = config.max_batch_size > 0
@@ -247,6 +256,8 @@ class OnnxModelInstance(ModelInstance):
         feeds: dict[str, Any] = {}
         for name, array in inputs.items():
             dt = self._input_types.get(name)
+            if name in self._scalar_inputs and array.ndim and array.size == 1:
+                array = array.reshape(())  # configured as [1], a scalar in the graph
             if dt is DataType.BYTES:
                 feeds[name] = bytes_to_ort(array, name)
             elif dt is DataType.BF16:

@@ -110,17 +110,6 @@ def validate(
     max_batch = config.max_batch_size
     graph_inputs = {t.name: t for t in inputs}
     allowed_inputs = {**{t.name: t for t in initializers}, **graph_inputs}
-    sb = config.sequence_batching
-    injected = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
-    configured = {io.name for io in config.input} | {b.target_name for b in config.batch_input}
-    uncovered = [n for n in graph_inputs if n not in configured and n not in injected]
-    if uncovered:
-        expected = len(configured) + len(injected)
-        raise invalid_arg(
-            f"unable to load model '{name}', configuration expects {expected} inputs, model "
-            f"provides {len(graph_inputs)} (model input(s) {', '.join(uncovered)} not in the "
-            "model configuration)"
-        )
     for io in config.input:
         if io.optional and max_batch != 0:
             raise invalid_arg(
@@ -144,6 +133,17 @@ def validate(
                 )
         else:
             _check_dims(name, io.name, info.dims, dims, max_batch, exact=False)
+    sb = config.sequence_batching
+    injected = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
+    configured = {io.name for io in config.input} | {b.target_name for b in config.batch_input}
+    uncovered = [n for n in graph_inputs if n not in configured and n not in injected]
+    if uncovered:
+        expected = len(configured) + len(injected)
+        raise invalid_arg(
+            f"unable to load model '{name}', configuration expects {expected} inputs, model "
+            f"provides {len(graph_inputs)} (model input(s) {', '.join(uncovered)} not in the "
+            "model configuration)"
+        )
     graph_outputs = {t.name: t for t in outputs}
     for io in config.output:
         info = graph_outputs.get(io.name)

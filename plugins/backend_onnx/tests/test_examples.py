@@ -1,0 +1,105 @@
+"""The bundled example repository (``tritonx/examples/model_repository``): its files are what
+``scripts/make_example_models.py`` generates, and the models behave as Triton's examples."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("onnxruntime")
+pytest.importorskip("onnx")
+
+from tritonx import InferenceRequest, Server
+from tritonx.config import EXAMPLE_REPOSITORY
+from tritonx.testing import loopback_settings
+
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "make_example_models.py"
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("make_example_models", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def tritonx_plugins() -> tuple[str, ...]:
+    return ("backend_onnx",)
+
+
+def test_committed_files_are_generated(script: ModuleType, tmp_path: Path) -> None:
+    """Regenerating gives byte-identical files (rerun the script after changing it)."""
+    assert (
+        EXAMPLE_REPOSITORY == Path(script.__file__).resolve().parents[3] / script.EXAMPLE_REPOSITORY
+    )
+    written = script.write(tmp_path)
+    assert len(written) == 2 * len(script.MODELS)
+    for path in written:
+        committed = EXAMPLE_REPOSITORY / path.relative_to(tmp_path)
+        assert committed.read_bytes() == path.read_bytes(), (
+            f"{committed} is stale: run {SCRIPT.name}"
+        )
+    for name in script.MODELS:
+        assert (EXAMPLE_REPOSITORY / name / "README.md").is_file(), name
+
+
+def test_opset(script: ModuleType) -> None:
+    import onnx
+
+    for name in script.MODELS:
+        model = onnx.load(str(EXAMPLE_REPOSITORY / name / "1" / "model.onnx"))
+        assert [(o.domain, o.version) for o in model.opset_import] == [("", script.OPSET)]
+        assert model.ir_version == script.IR_VERSION
+
+
+async def test_example_models_serve(plugin_manager: Any) -> None:
+    settings = loopback_settings(
+        EXAMPLE_REPOSITORY, allow_http=False, allow_grpc=False, allow_metrics=False
+    )
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        for name in ("simple", "simple_int8", "simple_string"):
+            assert server.model_ready(name), server.status_table()
+            cfg = server.model_config(name)
+            assert cfg.max_batch_size == 8 and cfg.platform == "onnxruntime_onnx"
+            assert [t.dims for t in cfg.inputs + cfg.outputs] == [(16,)] * 4
+
+        a = np.arange(32, dtype=np.int32).reshape(2, 16)
+        b = np.full((2, 16), 5, np.int32)
+        out = (
+            (await server.infer(InferenceRequest("simple", {"INPUT0": a, "INPUT1": b})))
+            .raise_for_error()
+            .outputs
+        )
+        np.testing.assert_array_equal(out["OUTPUT0"], a + b)
+        np.testing.assert_array_equal(out["OUTPUT1"], a - b)
+
+        a8 = np.array([list(range(100, 116))], np.int8)
+        b8 = np.full((1, 16), 30, np.int8)
+        out = (
+            (await server.infer(InferenceRequest("simple_int8", {"INPUT0": a8, "INPUT1": b8})))
+            .raise_for_error()
+            .outputs
+        )
+        assert out["OUTPUT0"].dtype == np.int8
+        np.testing.assert_array_equal(
+            out["OUTPUT0"], (a8.astype(np.int32) + 30).astype(np.int8)
+        )  # wraps
+        np.testing.assert_array_equal(out["OUTPUT1"], a8 - b8)
+
+        sa = np.array([[str(i).encode() for i in range(16)]], dtype=object)
+        sb = np.array([[b"1"] * 16], dtype=object)
+        out = (
+            (await server.infer(InferenceRequest("simple_string", {"INPUT0": sa, "INPUT1": sb})))
+            .raise_for_error()
+            .outputs
+        )
+        assert out["OUTPUT0"].tolist() == [[str(i + 1).encode() for i in range(16)]]
+        assert out["OUTPUT1"].tolist() == [[str(i - 1).encode() for i in range(16)]]
