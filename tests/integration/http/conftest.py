@@ -56,7 +56,9 @@ def build_repository(root: Path) -> ModelRepositoryBuilder:
         "decoupled", "INT32", dims=[-1], extra="model_transaction_policy { decoupled: true }\n"
     )
     repo.add_identity("failing", "INT32", dims=[-1], parameters={"fail_value": "13"})
-    repo.add_identity("versions", "INT32", dims=[-1], versions=[1, 2], extra="version_policy { all { } }\n")
+    repo.add_identity(
+        "versions", "INT32", dims=[-1], versions=[1, 2], extra="version_policy { all { } }\n"
+    )
     return repo
 
 

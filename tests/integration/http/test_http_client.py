@@ -197,7 +197,10 @@ def test_request_parameters_and_versions(client: Any) -> None:
     params = {"temperature": 0.5, "mode": "fast", "n": 3, "flag": True}
     for version in ("1", "2"):
         result = client.infer(
-            "versions", [infer_input("INPUT0", data, "INT32")], model_version=version, parameters=params
+            "versions",
+            [infer_input("INPUT0", data, "INT32")],
+            model_version=version,
+            parameters=params,
         )
         assert result.get_response()["model_version"] == version
     with pytest.raises(InferenceServerException) as err:
@@ -241,7 +244,10 @@ def test_classification(client: Any) -> None:
     with pytest.raises(InferenceServerException) as err:
         client.infer("id_bytes", [infer_input("INPUT0", sample("BYTES"), "BYTES")], outputs=outputs)
     assert err.value.status() == "400"
-    assert "class result not available for output due to unsupported type 'BYTES'" in err.value.message()
+    assert (
+        "class result not available for output due to unsupported type 'BYTES'"
+        in err.value.message()
+    )
 
 
 def test_infer_errors(client: Any) -> None:
