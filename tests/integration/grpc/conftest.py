@@ -82,7 +82,9 @@ class ParamEchoInstance(tritonx.ModelInstance):
             params["correlation_id"] = str(r.correlation_id)
             params["flags"] = r.flags
             params["priority"] = r.priority
-            out.append(InferenceResponse(outputs={"OUTPUT0": r.inputs["INPUT0"]}, parameters=params))
+            out.append(
+                InferenceResponse(outputs={"OUTPUT0": r.inputs["INPUT0"]}, parameters=params)
+            )
         return out
 
 
@@ -112,7 +114,7 @@ def populate(repo: ModelRepositoryBuilder) -> None:
         "decoupled_slow",
         datatype="INT32",
         dims=[1],
-        parameters={"repeat_input": "INPUT0", "execute_delay_ms": "400"},
+        parameters={"repeat_input": "INPUT0", "execute_delay_ms": "1000"},
         extra=DECOUPLED,
     )
     repo.add("all_types", config=all_types_config())

@@ -137,13 +137,17 @@ def test_large_message_beyond_grpc_default_limit(client) -> None:
 @pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
 def test_compressed_request(client, algorithm: str) -> None:
     data = np.zeros((1, 50_000), dtype=np.float32)
-    result = client.infer("simple", [raw_input("INPUT0", "FP32", data)], compression_algorithm=algorithm)
+    result = client.infer(
+        "simple", [raw_input("INPUT0", "FP32", data)], compression_algorithm=algorithm
+    )
     np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
 
 
 def test_model_version_and_request_id(client) -> None:
     data = np.ones((1, 2), dtype=np.float32)
-    result = client.infer("simple", [raw_input("INPUT0", "FP32", data)], model_version="1", request_id="abc")
+    result = client.infer(
+        "simple", [raw_input("INPUT0", "FP32", data)], model_version="1", request_id="abc"
+    )
     assert result.get_response().id == "abc"
     assert result.get_response().model_version == "1"
 
@@ -181,7 +185,9 @@ def test_typed_contents(stub, typed, datatypes) -> None:
 
         assert list(deserialize_bytes_tensor(raw)) == values
     else:
-        np_name = {"BOOL": "bool", "FP32": "float32", "FP64": "float64"}.get(datatype, datatype.lower())
+        np_name = {"BOOL": "bool", "FP32": "float32", "FP64": "float64"}.get(
+            datatype, datatype.lower()
+        )
         expected = np.array(values, dtype=np_name)
         np.testing.assert_array_equal(np.frombuffer(raw, dtype=expected.dtype), expected)
 
@@ -203,24 +209,43 @@ def test_mixing_typed_and_raw_rejected(stub) -> None:
         tensor("INPUT10", "FP32", [1]),
         raw_input_contents=[np.float32([0.5]).tobytes()],
     )
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "contents field must not be specified when using raw_input_contents")
+    expect_error(
+        stub.ModelInfer,
+        message,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "contents field must not be specified when using raw_input_contents",
+    )
 
 
 def test_typed_contents_wrong_field_for_datatype(stub) -> None:
     message = request("all_types", tensor("INPUT10", "FP32", [2], int_contents=[1, 2]))
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "unexpected explicit tensor data for input tensor 'INPUT10'")
+    expect_error(
+        stub.ModelInfer,
+        message,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unexpected explicit tensor data for input tensor 'INPUT10'",
+    )
 
 
 def test_typed_contents_fp16_must_be_raw(stub) -> None:
     message = request("all_types", tensor("INPUT9", "FP16", [1], fp32_contents=[1.0]))
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected datatype 'FP16'")
+    expect_error(
+        stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected datatype 'FP16'"
+    )
 
 
 def test_typed_contents_count_mismatch(stub) -> None:
     message = request("all_types", tensor("INPUT10", "FP32", [3], fp32_contents=[1.0, 2.0]))
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "input byte size mismatch for input 'INPUT10' for model 'all_types'. Expected 12, got 8")
+    expect_error(
+        stub.ModelInfer,
+        message,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "input byte size mismatch for input 'INPUT10' for model 'all_types'. Expected 12, got 8",
+    )
     message = request("all_types", tensor("INPUT12", "BYTES", [3], bytes_contents=[b"a"]))
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected 3 string elements")
+    expect_error(
+        stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected 3 string elements"
+    )
 
 
 # ---------------------------------------------------------------------- bad raw input
@@ -233,7 +258,12 @@ def test_raw_contents_fewer_than_inputs(stub) -> None:
         tensor("INPUT10", "FP32", [1]),
         raw_input_contents=[np.int32([1]).tobytes()],
     )
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "unable to find data for input tensor 'INPUT10' for model 'all_types' in request.")
+    expect_error(
+        stub.ModelInfer,
+        message,
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "unable to find data for input tensor 'INPUT10' for model 'all_types' in request.",
+    )
 
 
 def test_raw_contents_more_than_inputs(stub) -> None:
@@ -252,14 +282,21 @@ def test_raw_byte_size_mismatch(client) -> None:
     with pytest.raises(InferenceServerException) as info:
         client.infer("simple", [inp])
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
-    assert "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 20, got 16" in info.value.message()
+    assert (
+        "input byte size mismatch for input 'INPUT0' for model 'simple'. Expected 20, got 16"
+        in info.value.message()
+    )
 
 
 def test_raw_bytes_tensor_element_count_mismatch(stub) -> None:
     raw = b"\x01\x00\x00\x00a\x01\x00\x00\x00b"  # two elements
     message = request("all_types", tensor("INPUT12", "BYTES", [3]), raw_input_contents=[raw])
-    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected 3 string elements")
-    message = request("all_types", tensor("INPUT12", "BYTES", [1]), raw_input_contents=[b"\x05\x00\x00\x00ab"])
+    expect_error(
+        stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "expected 3 string elements"
+    )
+    message = request(
+        "all_types", tensor("INPUT12", "BYTES", [1]), raw_input_contents=[b"\x05\x00\x00\x00ab"]
+    )
     expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "truncated")
 
 
@@ -312,7 +349,10 @@ def test_decoupled_model_rejected_on_unary(client) -> None:
     with pytest.raises(InferenceServerException) as info:
         client.infer("decoupled", [raw_input("INPUT0", "INT32", np.array([2], np.int32))])
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
-    assert "ModelInfer RPC doesn't support models with decoupled transaction policy" in info.value.message()
+    assert (
+        "ModelInfer RPC doesn't support models with decoupled transaction policy"
+        in info.value.message()
+    )
 
 
 # ---------------------------------------------------------------------- outputs and parameters
@@ -322,7 +362,9 @@ def test_requested_outputs(client) -> None:
     a = sample("INT32", 3)
     b = sample("FP32", 3)
     inputs = [raw_input("INPUT7", "INT32", a), raw_input("INPUT10", "FP32", b)]
-    result = client.infer("all_types", inputs, outputs=[grpcclient.InferRequestedOutput("OUTPUT10")])
+    result = client.infer(
+        "all_types", inputs, outputs=[grpcclient.InferRequestedOutput("OUTPUT10")]
+    )
     assert [o.name for o in result.get_response().outputs] == ["OUTPUT10"]
     np.testing.assert_array_equal(result.as_numpy("OUTPUT10"), b)
     assert result.as_numpy("OUTPUT7") is None
@@ -330,7 +372,10 @@ def test_requested_outputs(client) -> None:
 
 def test_duplicate_requested_output_rejected(client) -> None:
     data = raw_input("INPUT0", "FP32", np.ones((1, 2), np.float32))
-    outputs = [grpcclient.InferRequestedOutput("OUTPUT0"), grpcclient.InferRequestedOutput("OUTPUT0")]
+    outputs = [
+        grpcclient.InferRequestedOutput("OUTPUT0"),
+        grpcclient.InferRequestedOutput("OUTPUT0"),
+    ]
     with pytest.raises(InferenceServerException) as info:
         client.infer("simple", [data], outputs=outputs)
     assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
@@ -354,7 +399,9 @@ def test_request_and_response_parameters(client) -> None:
 
 def test_sequence_parameters(client) -> None:
     data = raw_input("INPUT0", "FP32", np.ones(2, np.float32))
-    result = client.infer("paramecho", [data], sequence_id=77, sequence_start=True, sequence_end=True)
+    result = client.infer(
+        "paramecho", [data], sequence_id=77, sequence_start=True, sequence_end=True
+    )
     params = result.get_response().parameters
     assert params["correlation_id"].string_param == "77"
     assert params["flags"].int64_param == 3
@@ -372,9 +419,15 @@ def test_bad_parameters(stub) -> None:
         return m
 
     cases = [
-        (msg(triton_foo={"bool_param": True}), "parameter keys starting with 'triton_' are reserved"),
+        (
+            msg(triton_foo={"bool_param": True}),
+            "parameter keys starting with 'triton_' are reserved",
+        ),
         (msg(triton_enable_empty_final_response={"int64_param": 1}), "expected bool_param"),
-        (msg(sequence_id={"bool_param": True}), "'sequence_id' parameter, expected int64_param or string_param"),
+        (
+            msg(sequence_id={"bool_param": True}),
+            "'sequence_id' parameter, expected int64_param or string_param",
+        ),
         (msg(sequence_start={"int64_param": 1}), "'sequence_start' parameter, expected bool_param"),
         (msg(priority={"int64_param": -1}), "invalid value for 'priority', expected value >= 0."),
         (msg(timeout={"string_param": "1"}), "'timeout' parameter, expected int64_param"),
