@@ -7,7 +7,6 @@ with Triton's codes and messages.
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from importlib.metadata import PackageNotFoundError, version
 
@@ -152,8 +151,12 @@ class DataPlane:
         if self.exiting:
             raise TritonXError("Server exiting", Code.UNAVAILABLE)
         entry = self.models.get(request.model_name, request.model_version)
-        assert entry.config is not None
-        validate_request(request, entry.config)
+        assert entry.config is not None and entry.scheduler is not None
+        try:
+            validate_request(request, entry.config)
+        except TritonXError:
+            entry.scheduler.stats.record_failure("OTHER", 0)
+            raise
         return entry
 
     async def infer(
@@ -166,40 +169,36 @@ class DataPlane:
         """
         entry = self._accept(request)
         scheduler = entry.scheduler
-        assert scheduler is not None and entry.config is not None
+        assert scheduler is not None
         if scheduler.decoupled:
             raise unsupported(DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"]))
-        start = time.perf_counter_ns()
-        response = await scheduler.submit(request)
-        stats = scheduler.stats
+        try:
+            future = scheduler.submit(request)
+        except TritonXError:
+            scheduler.stats.record_failure("REJECTED", 0)
+            raise
+        response = await future
         if response.error is not None:
-            stats.fail.add(time.perf_counter_ns() - start)
             raise response.error
-        stats.success.add(time.perf_counter_ns() - start)
         return response
 
     async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run one request and yield its responses: one for ordinary models, zero or more
-        (the last with ``final=True``) for decoupled ones. Errors are yielded as responses
-        carrying ``error`` once the request was accepted; validation errors raise."""
+        (the last with ``final=True``) for decoupled ones. Once the request is accepted,
+        errors are yielded as responses carrying ``error``; validation errors raise."""
         entry = self._accept(request)
         scheduler = entry.scheduler
         assert scheduler is not None
-        start = time.perf_counter_ns()
         if not scheduler.decoupled:
-            response = await scheduler.submit(request)
-            (scheduler.stats.fail if response.error else scheduler.stats.success).add(
-                time.perf_counter_ns() - start
-            )
-            yield response
+            try:
+                future = scheduler.submit(request)
+            except TritonXError:
+                scheduler.stats.record_failure("REJECTED", 0)
+                raise
+            yield await future
             return
-        failed = False
         async for response in scheduler.stream(request):
-            failed = failed or response.error is not None
             yield response
-        (scheduler.stats.fail if failed else scheduler.stats.success).add(
-            time.perf_counter_ns() - start
-        )
 
     def is_decoupled(self, name: str, version: int | None = None) -> bool:
         return _config(self.models.get(name, version)).decoupled

@@ -16,12 +16,15 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from tritonx._core import normalize as cfg
+from tritonx._core.metrics import MetricsOptions
+from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.repository import (
     CONFIG_FILENAME,
     ModelSource,
@@ -53,6 +56,8 @@ class VersionEntry:
     reason: str = ""
     config: ModelConfig | None = None
     scheduler: VersionScheduler | None = None
+    #: seconds the last successful load took (``nv_model_load_duration_secs``)
+    load_seconds: float = 0.0
 
     @property
     def ready(self) -> bool:
@@ -116,6 +121,10 @@ class ModelManager:
         self._backends: dict[str, Backend] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._load_slots = asyncio.Semaphore(max(1, settings.model_load_thread_count))
+        self.rate_limiter = RateLimiter.from_settings(
+            settings.rate_limit, settings.rate_limit_resource
+        )
+        self.metrics_options = MetricsOptions.from_config(settings.metrics_config)
         self._poll_task: asyncio.Task[None] | None = None
         self._custom_filenames = {
             cls.default_model_filename: name
@@ -583,9 +592,19 @@ class ModelManager:
             contexts, passive = self._instance_contexts(
                 config, v, model_dir, version_path, model_path, backend
             )
-            scheduler = VersionScheduler(config, v, backend, contexts, passive)
+            scheduler = VersionScheduler(
+                config,
+                v,
+                backend,
+                contexts,
+                passive,
+                self.rate_limiter,
+                self.metrics_options.latency_stats(config),
+            )
             async with self._load_slots:
+                started = time.monotonic()
                 await scheduler.start()
+                ventry.load_seconds = time.monotonic() - started
         except Exception as exc:
             err = TritonXError.wrap(exc)
             ventry.state, ventry.reason, ventry.scheduler = (

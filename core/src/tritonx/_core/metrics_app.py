@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 from prometheus_client import CollectorRegistry, generate_latest
 
+from tritonx._core.metrics import TritonMetrics
+
 if TYPE_CHECKING:
     from tritonx.server import Server
 
@@ -28,13 +30,15 @@ def make_metrics_app(server: Server) -> web.Application:
         del name
     app = web.Application()
     app[REGISTRY_KEY] = registry
+    assert server.models is not None
+    triton = TritonMetrics(server.settings, server.models)
 
     async def metrics(request: web.Request) -> web.Response:
         if request.method != "GET":
             return web.json_response({"error": "Method Not Allowed"}, status=405)
         if request.path not in ("/metrics", "/metrics/"):
             return web.Response(body=b"")
-        body = generate_latest(request.app[REGISTRY_KEY])
+        body = triton.render().encode() + generate_latest(request.app[REGISTRY_KEY])
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_route("*", "/{tail:.*}", metrics)

@@ -1,22 +1,24 @@
 """Running requests on model instances: one worker thread per instance, fed from one queue.
 
-The event loop validates a request and puts it on the version's queue; whichever instance
-thread is free takes it, calls the backend's ``execute`` and hands the responses back to the
-loop with one ``call_soon_threadsafe`` per batch. Backends are synchronous and never see two
-concurrent ``execute`` calls on one instance.
+The event loop validates a request and puts it on the version's queue (a ``DirectQueue`` or,
+with ``dynamic_batching``, a ``DynamicBatcher``); whichever instance thread is free takes the
+next batch, waits for the rate limiter if it is on, calls the backend's ``execute`` and hands
+the responses back to the loop with one ``call_soon_threadsafe`` per batch. Backends are
+synchronous and never see two concurrent ``execute`` calls on one instance.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
-from tritonx._core.stats import ModelStats
+from tritonx._core.batcher import Batcher, DirectQueue, DynamicBatcher, Pending
+from tritonx._core.rate_limiter import RateLimiter, Ticket
+from tritonx._core.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
@@ -24,24 +26,8 @@ from tritonx.types import InferenceRequest, InferenceResponse, ResponseSender
 
 log = logging.getLogger("tritonx.scheduler")
 
-_STOP = object()
-
-
-class Pending:
-    """A request waiting for (or in) execution, with where its result goes."""
-
-    __slots__ = ("enqueue_ns", "future", "request", "stream")
-
-    def __init__(
-        self,
-        request: InferenceRequest,
-        future: asyncio.Future[InferenceResponse] | None,
-        stream: asyncio.Queue[InferenceResponse | None] | None,
-    ) -> None:
-        self.request = request
-        self.future = future
-        self.stream = stream
-        self.enqueue_ns = time.perf_counter_ns()
+#: Failure reasons of ``nv_inference_request_failure`` (Triton's four).
+REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
 
 
 class VersionScheduler:
@@ -54,6 +40,8 @@ class VersionScheduler:
         backend: Backend,
         contexts: Sequence[LoadContext],
         passive: Sequence[bool] | None = None,
+        rate_limiter: RateLimiter | None = None,
+        latency: LatencyStats | None = None,
     ) -> None:
         self.config = config
         self.version = version
@@ -61,9 +49,15 @@ class VersionScheduler:
         self.contexts = list(contexts)
         self.passive = list(passive or [False] * len(self.contexts))
         self.decoupled = config.decoupled
-        self.stats = ModelStats()
+        self.stats = ModelStats(latency=latency)
         self.instances: list[ModelInstance | None] = [None] * len(self.contexts)
-        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self.rate_limiter = rate_limiter or RateLimiter()
+        self.batcher: Batcher
+        if config.raw.HasField("dynamic_batching"):
+            self.batcher = DynamicBatcher(config, self._reject)
+        else:
+            self.batcher = DirectQueue()
+        self.preserve_ordering = bool(config.raw.dynamic_batching.preserve_ordering)
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -71,6 +65,9 @@ class VersionScheduler:
         self._idle = asyncio.Event()
         self._idle.set()
         self._outputs = tuple(config.output_map)
+        self._seq = 0
+        self._next_seq = 0
+        self._held: dict[int, tuple[Pending, InferenceResponse]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -80,13 +77,14 @@ class VersionScheduler:
         If any instance fails to load, the others are unloaded and the error is raised.
         """
         loop = self._loop = asyncio.get_running_loop()
+        tickets = [self._ticket(ctx) for ctx in self.contexts]
         ready: list[asyncio.Future[None]] = []
         for index, ctx in enumerate(self.contexts):
             fut: asyncio.Future[None] = loop.create_future()
             ready.append(fut)
             thread = threading.Thread(
                 target=self._worker,
-                args=(index, ctx, fut),
+                args=(index, ctx, fut, tickets[index]),
                 name=f"tritonx-{ctx.instance.name}-v{self.version}",
                 daemon=True,
             )
@@ -98,12 +96,27 @@ class VersionScheduler:
             await self.stop()
             raise TritonXError.wrap(errors[0])
 
+    def _ticket(self, ctx: LoadContext) -> Ticket | None:
+        if not self.rate_limiter.enabled:
+            return None
+        group = next(g for g in self.config.raw.instance_group if g.name == ctx.instance.group_name)
+        resources = [
+            (r.name, int(r.count), bool(r.__getattribute__("global")))
+            for r in group.rate_limiter.resources
+        ]
+        return self.rate_limiter.register(
+            resources, ctx.instance.device_id, int(group.rate_limiter.priority)
+        )
+
     async def stop(self) -> None:
-        """Stop the workers (after the queue empties) and unload every instance."""
+        """Stop the workers and unload every instance; requests still queued fail."""
         self._stopping.set()
-        for passive in self.passive:
-            if not passive:
-                self._queue.put(_STOP)
+        active = sum(1 for p in self.passive if not p)
+        left = self.batcher.stop(active)
+        if left and self._loop is not None:
+            error = TritonXError("Server exiting", Code.UNAVAILABLE)
+            for pending in left:
+                self._reject(pending, error)
         threads, self._threads = self._threads, []
         await asyncio.to_thread(_join_all, threads)
 
@@ -119,6 +132,11 @@ class VersionScheduler:
     def inflight(self) -> int:
         return self._inflight
 
+    @property
+    def pending_count(self) -> int:
+        """Requests accepted but not yet executing (``nv_inference_pending_request_count``)."""
+        return self.batcher.pending_count
+
     def is_ready(self) -> bool:
         """All instances loaded and reporting ready."""
         return all(i is not None and i.is_ready() for i in self.instances)
@@ -126,12 +144,17 @@ class VersionScheduler:
     # ------------------------------------------------------------------ requests
 
     def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        """Queue a (validated) request of a non-decoupled model; the future gets its response."""
+        """Queue a (validated) request of a non-decoupled model; the future gets its response.
+
+        Raises UNAVAILABLE when the queue is full.
+        """
         assert self._loop is not None
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
+        pending = Pending(request, future, self._seq)
+        self.batcher.put(pending)
+        self._seq += 1
         self._track()
         future.add_done_callback(self._untrack)
-        self._queue.put(Pending(request, future, None))
         return future
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
@@ -153,18 +176,27 @@ class VersionScheduler:
             loop.call_soon_threadsafe(responses.put_nowait, response)
 
         request.response_sender = ResponseSender(deliver)
+        pending = Pending(request, responses, -1)
+        self.batcher.put(pending)
         self._track()
+        failed: str | None = None
         try:
-            self._queue.put(Pending(request, None, responses))
             while True:
                 response = await responses.get()
                 if response is None:
                     return
+                if response.error is not None and failed is None:
+                    failed = str(response.parameters.pop("triton_failure_reason", BACKEND))
                 yield response
                 if response.final:
                     return
         finally:
             self._untrack()
+            elapsed = time.perf_counter_ns() - pending.enqueue_ns
+            if failed is None:
+                self.stats.record_success(elapsed)
+            else:
+                self.stats.record_failure(failed, elapsed)
 
     # ------------------------------------------------------------------ internals
 
@@ -177,7 +209,21 @@ class VersionScheduler:
         if self._inflight == 0:
             self._idle.set()
 
-    def _worker(self, index: int, ctx: LoadContext, ready: asyncio.Future[None]) -> None:
+    def _reject(self, pending: Pending, error: TritonXError) -> None:
+        """Fail a request that never ran (queue timeout, shutdown); callable from any thread."""
+        assert self._loop is not None
+        response = InferenceResponse.failed(error)
+        self._finish(response, self.config.name, self.version, pending.request.id, None)
+        if isinstance(pending.deliver, asyncio.Queue):
+            response.parameters["triton_failure_reason"] = REJECTED
+        if isinstance(pending.deliver, asyncio.Queue):
+            self._loop.call_soon_threadsafe(pending.deliver.put_nowait, response)
+        else:
+            self._loop.call_soon_threadsafe(self._resolve_one, pending, response, REJECTED)
+
+    def _worker(
+        self, index: int, ctx: LoadContext, ready: asyncio.Future[None], ticket: Ticket | None
+    ) -> None:
         loop = self._loop
         assert loop is not None
         try:
@@ -194,12 +240,20 @@ class VersionScheduler:
         self.instances[index] = instance
         loop.call_soon_threadsafe(_set_result, ready, None)
         if not self.passive[index]:
-            get = self._queue.get
+            get = self.batcher.get
+            limiter = self.rate_limiter
             while True:
-                item = get()
-                if item is _STOP:
+                batch = get()
+                if batch is None:
                     break
-                self._execute(instance, [item])
+                if ticket is not None:
+                    limiter.acquire(ticket)
+                    try:
+                        self._execute(instance, batch)
+                    finally:
+                        limiter.release(ticket)
+                else:
+                    self._execute(instance, batch)
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
         try:
@@ -261,15 +315,11 @@ class VersionScheduler:
     def _record(self, batch: list[Pending], start: int, end: int) -> None:
         stats = self.stats
         size = 0
+        infer = end - start
         for p in batch:
-            size += p.request.batch_size
-            stats.queue.add(start - p.enqueue_ns)
-            # Inputs and outputs are handed over by reference: zero-time phases, but counted
-            # like compute_infer (perf_analyzer requires the three counts to be equal).
-            stats.compute_input.add(0)
-            stats.compute_infer.add(end - start)
-            stats.compute_output.add(0)
-        stats.record_execution(size, 0, end - start, 0)
+            size += max(p.request.batch_size, 1)
+            stats.record_request_execution(start - p.enqueue_ns, infer)
+        stats.record_execution(size, 0, infer, 0)
         stats.last_inference_ms = int(time.time() * 1000)
 
     def _resolve(
@@ -281,9 +331,31 @@ class VersionScheduler:
     ) -> None:
         self._record(batch, start, end)
         for pending, response in zip(batch, responses, strict=True):
-            future = pending.future
-            if future is not None and not future.done():
-                future.set_result(response)
+            self._resolve_one(pending, response)
+
+    def _resolve_one(
+        self, pending: Pending, response: InferenceResponse, reason: str = BACKEND
+    ) -> None:
+        elapsed = time.perf_counter_ns() - pending.enqueue_ns
+        if response.error is None:
+            self.stats.record_success(elapsed)
+        else:
+            self.stats.record_failure(reason, elapsed)
+        if not self.preserve_ordering:
+            _deliver(pending, response)
+            return
+        # preserve_ordering: responses leave in arrival order across concurrent batches
+        self._held[pending.seq] = (pending, response)
+        while self._next_seq in self._held:
+            held, held_response = self._held.pop(self._next_seq)
+            self._next_seq += 1
+            _deliver(held, held_response)
+
+
+def _deliver(pending: Pending, response: InferenceResponse) -> None:
+    future = pending.deliver
+    if isinstance(future, asyncio.Future) and not future.done():
+        future.set_result(response)
 
 
 def _set_result(future: asyncio.Future[Any], value: Any) -> None:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
+
+_now = time.monotonic_ns
 
 
 @dataclass(slots=True)
@@ -42,6 +45,49 @@ class ModelStats:
     execution_count: int = 0
     last_inference_ms: int = 0
     batch_stats: dict[int, BatchStats] = field(default_factory=dict)
+    #: failures by ``nv_inference_request_failure`` reason (REJECTED, CANCELED, BACKEND, OTHER)
+    fail_reasons: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("REJECTED", "CANCELED", "BACKEND", "OTHER"), 0)
+    )
+
+    #: summaries / histograms when ``--metrics-config`` asks for them
+    latency: LatencyStats | None = None
+
+    def record_success(self, ns: int) -> None:
+        """A successful request that took ``ns`` from arrival to response."""
+        self.success.add(ns)
+        lat = self.latency
+        if lat is not None:
+            now = _now()
+            if lat.request is not None:
+                lat.request.observe(ns / 1000, now)
+            if lat.first_response is not None:
+                lat.first_response.observe(ns / 1e6)
+
+    def record_request_execution(self, queue_ns: int, infer_ns: int) -> None:
+        """One request's queue time and its share of an execution."""
+        self.queue.add(queue_ns)
+        # Inputs and outputs are handed over by reference: zero-time phases, counted like
+        # compute_infer (perf_analyzer requires the three counts to be equal).
+        self.compute_input.add(0)
+        self.compute_infer.add(infer_ns)
+        self.compute_output.add(0)
+        lat = self.latency
+        if lat is not None:
+            now = _now()
+            for window, value in (
+                (lat.queue, queue_ns),
+                (lat.compute_input, 0),
+                (lat.compute_infer, infer_ns),
+                (lat.compute_output, 0),
+            ):
+                if window is not None:
+                    window.observe(value / 1000, now)
+
+    def record_failure(self, reason: str, ns: int) -> None:
+        """A failed request (``reason`` is one of Triton's four failure reasons)."""
+        self.fail.add(ns)
+        self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
 
     def record_execution(
         self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
@@ -55,3 +101,62 @@ class ModelStats:
         stats.compute_input.add(input_ns)
         stats.compute_infer.add(infer_ns)
         stats.compute_output.add(output_ns)
+
+
+class LatencyWindow:
+    """Observations of the last ``max_age_s`` seconds, for Prometheus summaries."""
+
+    __slots__ = ("_items", "count", "max_age_ns", "total")
+
+    def __init__(self, max_age_s: float = 60.0) -> None:
+        from collections import deque
+
+        self._items: deque[tuple[int, float]] = deque()
+        self.max_age_ns = int(max_age_s * 1e9)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float, now_ns: int) -> None:
+        self._items.append((now_ns, value))
+        self.count += 1
+        self.total += value
+
+    def quantiles(self, qs: tuple[float, ...], now_ns: int) -> list[tuple[float, float]]:
+        items = self._items
+        while items and now_ns - items[0][0] > self.max_age_ns:
+            items.popleft()
+        values = sorted(v for _, v in items)
+        if not values:
+            return [(q, float("nan")) for q in qs]
+        return [(q, values[min(len(values) - 1, int(q * len(values)))]) for q in qs]
+
+
+class Histogram:
+    """Cumulative bucket counts (Prometheus histogram)."""
+
+    __slots__ = ("buckets", "count", "counts", "total")
+
+    def __init__(self, buckets: tuple[float, ...]) -> None:
+        self.buckets = buckets
+        self.counts = [0] * len(buckets)
+        self.count = 0
+        self.total = 0.0
+
+    def observe(self, value: float) -> None:
+        self.count += 1
+        self.total += value
+        for i, bound in enumerate(self.buckets):
+            if value <= bound:
+                self.counts[i] += 1
+
+
+@dataclass(slots=True)
+class LatencyStats:
+    """Optional per-version latency distributions (``--metrics-config``)."""
+
+    request: LatencyWindow | None = None
+    queue: LatencyWindow | None = None
+    compute_input: LatencyWindow | None = None
+    compute_infer: LatencyWindow | None = None
+    compute_output: LatencyWindow | None = None
+    first_response: Histogram | None = None

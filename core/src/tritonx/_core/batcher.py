@@ -1,0 +1,291 @@
+"""Queues between the event loop and instance threads: which requests run together.
+
+``DirectQueue`` is Triton's default scheduler (one request per execution). ``DynamicBatcher``
+is Triton's dynamic batcher (core ``dynamic_batch_scheduler.cc``): priority levels with queue
+policies (timeouts with REJECT or DELAY, maximum queue size), batches that respect
+``max_batch_size``, ``preferred_batch_size``, ``max_queue_delay_microseconds`` and shape
+compatibility. Instance threads call ``get()``, which blocks until a batch is due.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from tritonx._proto import model_config_pb2
+from tritonx.config import ModelConfig
+from tritonx.errors import Code, TritonXError
+from tritonx.types import InferenceRequest
+
+_STOP = object()
+DELAY = model_config_pb2.ModelQueuePolicy.TimeoutAction.DELAY
+
+
+class Pending:
+    """A request waiting for (or in) execution, with where its result goes.
+
+    :param deliver: the scheduler's handle for the result (a future or a stream queue).
+    """
+
+    __slots__ = ("deadline_ns", "deliver", "enqueue_ns", "level", "request", "seq", "shapes")
+
+    def __init__(self, request: InferenceRequest, deliver: Any, seq: int = 0) -> None:
+        self.request = request
+        self.deliver = deliver
+        self.seq = seq
+        self.enqueue_ns = time.perf_counter_ns()
+        self.deadline_ns = 0
+        self.level = 0
+        self.shapes: tuple[Any, ...] | None = None
+
+
+class Batcher(Protocol):
+    """What instance threads pull batches from."""
+
+    def put(self, pending: Pending) -> None: ...
+    def get(self) -> list[Pending] | None: ...
+    def stop(self, workers: int) -> list[Pending]: ...
+    @property
+    def pending_count(self) -> int: ...
+
+
+class DirectQueue:
+    """Triton's default scheduler: each free instance takes the oldest request alone."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+
+    def put(self, pending: Pending) -> None:
+        self._queue.put(pending)
+
+    def get(self) -> list[Pending] | None:
+        item = self._queue.get()
+        return None if item is _STOP else [item]
+
+    def stop(self, workers: int) -> list[Pending]:
+        for _ in range(workers):
+            self._queue.put(_STOP)
+        return []
+
+    @property
+    def pending_count(self) -> int:
+        return self._queue.qsize()
+
+
+class _Level:
+    """One priority level: its queue, its delayed queue and its policy."""
+
+    __slots__ = ("allow_override", "delay_action", "delayed", "max_size", "queue", "timeout_ns")
+
+    def __init__(self, policy: Any) -> None:
+        self.queue: deque[Pending] = deque()
+        self.delayed: deque[Pending] = deque()
+        self.timeout_ns = int(policy.default_timeout_microseconds) * 1000
+        self.allow_override = bool(policy.allow_timeout_override)
+        self.delay_action = policy.timeout_action == DELAY
+        self.max_size = int(policy.max_queue_size)
+
+    def __len__(self) -> int:
+        return len(self.queue) + len(self.delayed)
+
+
+class DynamicBatcher:
+    """Triton's dynamic batcher over one model version's queue.
+
+    :param reject: called (under the batcher's lock, from any thread) with requests whose queue
+        timeout expired under the REJECT action; it must not block.
+    """
+
+    def __init__(
+        self, config: ModelConfig, reject: Callable[[Pending, TritonXError], None]
+    ) -> None:
+        db = config.raw.dynamic_batching
+        self.max_batch = max(1, config.max_batch_size)
+        self.preferred = frozenset(int(s) for s in db.preferred_batch_size)
+        self.max_preferred = max(self.preferred) if self.preferred else self.max_batch
+        self.delay_ns = int(db.max_queue_delay_microseconds) * 1000
+        self.levels_count = int(db.priority_levels)
+        self.default_level = int(db.default_priority_level) if self.levels_count else 1
+        count = max(1, self.levels_count)
+        self._levels = [
+            _Level(
+                db.priority_queue_policy[i]
+                if i in db.priority_queue_policy
+                else db.default_queue_policy
+            )
+            for i in range(1, count + 1)
+        ]
+        self._ragged = frozenset(t.name for t in config.inputs if t.allow_ragged_batch)
+        self._batching = config.max_batch_size > 0
+        self._reject = reject
+        self._cond = threading.Condition()
+        self._count = 0
+        self._stopped = False
+        self._next_deadline = 0
+        # Triton's test knob: hold the first batch until this many requests are queued
+        self._hold = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
+
+    @property
+    def pending_count(self) -> int:
+        return self._count
+
+    # ------------------------------------------------------------------ enqueue
+
+    def put(self, pending: Pending) -> None:
+        """Queue a request; raises UNAVAILABLE "Exceeds maximum queue size" when full."""
+        request = pending.request
+        level = request.priority
+        if self.levels_count == 0:
+            index = 0
+        else:
+            if level < 1 or level > self.levels_count:
+                level = self.default_level
+            index = level - 1
+        lvl = self._levels[index]
+        pending.level = index
+        timeout = lvl.timeout_ns
+        if (
+            lvl.allow_override
+            and request.timeout_us
+            and timeout
+            and request.timeout_us * 1000 < timeout
+        ):
+            timeout = request.timeout_us * 1000
+        with self._cond:
+            if self._stopped:
+                raise TritonXError("Server exiting", Code.UNAVAILABLE)
+            if lvl.max_size and len(lvl) >= lvl.max_size:
+                raise TritonXError("Exceeds maximum queue size", Code.UNAVAILABLE)
+            if timeout:
+                pending.deadline_ns = pending.enqueue_ns + timeout
+                if not self._next_deadline or pending.deadline_ns < self._next_deadline:
+                    self._next_deadline = pending.deadline_ns
+            lvl.queue.append(pending)
+            self._count += 1
+            self._cond.notify()
+
+    # ------------------------------------------------------------------ batch formation
+
+    def get(self) -> list[Pending] | None:
+        """Block until a batch is due and return it; None once stopped."""
+        with self._cond:
+            while True:
+                if self._stopped:
+                    return None
+                now = time.perf_counter_ns()
+                if self._next_deadline and now >= self._next_deadline:
+                    self._expire(now)
+                if self._count == 0 or self._count < self._hold:
+                    self._cond.wait()
+                    continue
+                self._hold = 0
+                take, wake_ns = self._decide(now)
+                if take:
+                    batch = self._pop(take)
+                    if self._count:
+                        self._cond.notify()
+                    return batch
+                if self._next_deadline:
+                    wake_ns = min(wake_ns, self._next_deadline)
+                self._cond.wait(max(0.0, (wake_ns - now) / 1e9))
+
+    def _ordered(self) -> Iterator[Pending]:
+        for lvl in self._levels:
+            yield from lvl.queue
+            yield from lvl.delayed
+
+    def _signature(self, pending: Pending) -> tuple[Any, ...]:
+        if pending.shapes is None:
+            ragged = self._ragged
+            pending.shapes = tuple(
+                sorted(
+                    (name, () if name in ragged else array.shape[1:])
+                    for name, array in pending.request.inputs.items()
+                )
+            )
+        return pending.shapes
+
+    def _decide(self, now: int) -> tuple[int, int]:
+        """(how many queued requests to send now, or 0 and when to look again)."""
+        total = count = cut = 0
+        blocked = False
+        first: Pending | None = None
+        for pending in self._ordered():
+            size = pending.request.batch_size if self._batching else 1
+            size = max(size, 1)
+            if first is None:
+                first = pending
+            elif total + size > self.max_batch or self._signature(pending) != self._signature(
+                first
+            ):
+                blocked = True
+                break
+            total += size
+            count += 1
+            if total in self.preferred:
+                cut = count
+            if total >= self.max_batch:
+                blocked = True
+                break
+        assert first is not None
+        waited = now - first.enqueue_ns
+        if cut and waited < self.delay_ns:
+            return cut, 0
+        if blocked or total >= self.max_preferred:
+            return count, 0
+        if self.delay_ns == 0 or waited >= self.delay_ns:
+            return count, 0
+        return 0, first.enqueue_ns + self.delay_ns
+
+    def _pop(self, count: int) -> list[Pending]:
+        batch: list[Pending] = []
+        for lvl in self._levels:
+            for dq in (lvl.queue, lvl.delayed):
+                while dq and len(batch) < count:
+                    batch.append(dq.popleft())
+            if len(batch) == count:
+                break
+        self._count -= len(batch)
+        return batch
+
+    def _expire(self, now: int) -> None:
+        """Apply queue timeouts: REJECT fails the request, DELAY moves it behind the others."""
+        next_deadline = 0
+        for lvl in self._levels:
+            keep: deque[Pending] = deque()
+            for pending in lvl.queue:
+                deadline = pending.deadline_ns
+                if deadline and deadline <= now:
+                    pending.deadline_ns = 0
+                    if lvl.delay_action:
+                        lvl.delayed.append(pending)
+                    else:
+                        self._count -= 1
+                        self._reject(
+                            pending, TritonXError("Request timeout expired", Code.UNAVAILABLE)
+                        )
+                    continue
+                if deadline and (not next_deadline or deadline < next_deadline):
+                    next_deadline = deadline
+                keep.append(pending)
+            lvl.queue = keep
+        self._next_deadline = next_deadline
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, workers: int) -> list[Pending]:
+        """Stop handing out batches; returns the requests still queued."""
+        with self._cond:
+            self._stopped = True
+            left = list(self._ordered())
+            for lvl in self._levels:
+                lvl.queue.clear()
+                lvl.delayed.clear()
+            self._count = 0
+            self._cond.notify_all()
+        return left

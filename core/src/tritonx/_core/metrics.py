@@ -1,0 +1,457 @@
+"""Triton's Prometheus metrics, rendered at scrape time from the per-version statistics.
+
+Names, help texts, types and labels are Triton's (core ``metrics.cc``,
+``metric_model_reporter.cc``): counters carry no ``_total`` suffix, per-model series are
+labelled ``model`` and ``version`` (plus ``_<tag>`` for ``metric_tags``), failures also
+``reason``. Statistics and metrics read the same counters, so they always agree.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from tritonx._core.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
+from tritonx.errors import invalid_arg
+
+if TYPE_CHECKING:
+    from tritonx._core.lifecycle import ModelManager
+    from tritonx.config import ModelConfig, ServerSettings
+
+FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
+DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+DEFAULT_BUCKETS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
+
+_COUNTERS = (
+    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    (
+        "nv_inference_exec_count",
+        "Number of model executions performed (does not include cached requests)",
+    ),
+)
+_LATENCY_COUNTERS = (
+    (
+        "nv_inference_request_duration_us",
+        "Cumulative inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_duration_us",
+        "Cumulative inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_duration_us",
+        "Cumulative compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_duration_us",
+        "Cumulative compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_duration_us",
+        "Cumulative inference compute output duration in microseconds (does not include cached requests)",
+        "compute_output",
+    ),
+)
+_SUMMARIES = (
+    (
+        "nv_inference_request_summary_us",
+        "Summary of inference request duration in microseconds (includes cached requests)",
+        "request",
+    ),
+    (
+        "nv_inference_queue_summary_us",
+        "Summary of inference queuing duration in microseconds (includes cached requests)",
+        "queue",
+    ),
+    (
+        "nv_inference_compute_input_summary_us",
+        "Summary of compute input duration in microseconds (does not include cached requests)",
+        "compute_input",
+    ),
+    (
+        "nv_inference_compute_infer_summary_us",
+        "Summary of compute inference duration in microseconds (does not include cached requests)",
+        "compute_infer",
+    ),
+    (
+        "nv_inference_compute_output_summary_us",
+        "Summary of compute output duration in microseconds (does not include cached requests)",
+        "compute_output",
+    ),
+)
+
+
+def _bool(text: str, key: str) -> bool:
+    value = text.strip().lower()
+    if value in ("true", "1", "on"):
+        return True
+    if value in ("false", "0", "off"):
+        return False
+    raise invalid_arg(f"--metrics-config {key}: '{text}' is not a boolean")
+
+
+@dataclass(frozen=True)
+class MetricsOptions:
+    """``--metrics-config`` settings."""
+
+    counter_latencies: bool = True
+    histogram_latencies: bool = False
+    summary_latencies: bool = False
+    quantiles: tuple[tuple[float, float], ...] = DEFAULT_QUANTILES
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, str]) -> MetricsOptions:
+        known = {
+            "counter_latencies",
+            "histogram_latencies",
+            "summary_latencies",
+            "summary_quantiles",
+        }
+        unknown = set(config) - known
+        if unknown:
+            raise invalid_arg(f"unknown --metrics-config key(s): {', '.join(sorted(unknown))}")
+        quantiles = DEFAULT_QUANTILES
+        if "summary_quantiles" in config:
+            try:
+                quantiles = tuple(
+                    (float(q), float(e))
+                    for q, e in (item.split(":") for item in config["summary_quantiles"].split(","))
+                )
+            except ValueError:
+                raise invalid_arg(
+                    "--metrics-config summary_quantiles must be <q>:<error>,..."
+                ) from None
+        return cls(
+            counter_latencies=_bool(config.get("counter_latencies", "true"), "counter_latencies"),
+            histogram_latencies=_bool(
+                config.get("histogram_latencies", "false"), "histogram_latencies"
+            ),
+            summary_latencies=_bool(config.get("summary_latencies", "false"), "summary_latencies"),
+            quantiles=quantiles,
+        )
+
+    def latency_stats(self, config: ModelConfig) -> LatencyStats | None:
+        """The latency distributions a version of ``config`` keeps, or None."""
+        if not (self.summary_latencies or self.histogram_latencies):
+            return None
+        lat = LatencyStats()
+        if self.summary_latencies:
+            lat.request, lat.queue = LatencyWindow(), LatencyWindow()
+            lat.compute_input, lat.compute_infer, lat.compute_output = (
+                LatencyWindow(),
+                LatencyWindow(),
+                LatencyWindow(),
+            )
+        if self.histogram_latencies:
+            buckets = DEFAULT_BUCKETS
+            for control in config.raw.model_metrics.metric_control:
+                if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
+                    buckets = tuple(float(b) for b in control.histogram_options.buckets)
+            lat.first_response = Histogram(buckets)
+        return lat
+
+
+def _labels(pairs: Iterable[tuple[str, str]]) -> str:
+    parts = []
+    for key, value in pairs:
+        escaped = value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+        parts.append(f'{key}="{escaped}"')
+    return "{" + ",".join(parts) + "}"
+
+
+def _num(value: float) -> str:
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, int) or float(value).is_integer():
+        return str(int(value))
+    return repr(float(value))
+
+
+class CpuSampler:
+    """``nv_cpu_utilization`` from /proc/stat deltas, refreshed at most every interval."""
+
+    def __init__(self, interval_ms: int) -> None:
+        self.interval = max(interval_ms, 1) / 1000
+        self._last: tuple[int, int] | None = self._read()
+        self._stamp = time.monotonic()
+        self.utilization = 0.0
+
+    @staticmethod
+    def _read() -> tuple[int, int] | None:
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(x) for x in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+        return sum(fields), idle
+
+    def sample(self) -> float:
+        now = time.monotonic()
+        if now - self._stamp >= self.interval:
+            current = self._read()
+            if current is not None and self._last is not None:
+                total = current[0] - self._last[0]
+                idle = current[1] - self._last[1]
+                self.utilization = max(0.0, min(1.0, 1 - idle / total)) if total > 0 else 0.0
+            self._last, self._stamp = current, now
+        return self.utilization
+
+
+def memory() -> tuple[int, int] | None:
+    """(total, used) bytes of RAM from /proc/meminfo (used = total - available)."""
+    info: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                info[key] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    total = info.get("MemTotal", 0)
+    available = info.get("MemAvailable", info.get("MemFree", 0))
+    return total, total - available
+
+
+class TritonMetrics:
+    """Renders the ``nv_*`` families for every loaded model version."""
+
+    def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
+        self.settings = settings
+        self.models = models
+        self.options = MetricsOptions.from_config(settings.metrics_config)
+        self.cpu = CpuSampler(settings.metrics_interval_ms) if settings.allow_cpu_metrics else None
+
+    def _versions(
+        self,
+    ) -> Iterator[tuple[str, tuple[tuple[str, str], ...], ModelStats, int, float]]:
+        for name in sorted(self.models.models):
+            entry = self.models.models[name]
+            for version in sorted(entry.versions):
+                v = entry.versions[version]
+                if v.scheduler is None or v.config is None:
+                    continue
+                labels = [("model", name), ("version", str(version))]
+                labels += [(f"_{k}", val) for k, val in sorted(v.config.raw.metric_tags.items())]
+                yield (
+                    name,
+                    tuple(labels),
+                    v.scheduler.stats,
+                    v.scheduler.pending_count,
+                    v.load_seconds,
+                )
+
+    def render(self) -> str:
+        """The Prometheus text exposition of Triton's metrics."""
+        out: list[str] = []
+        versions = list(self._versions())
+
+        def family(name: str, help_text: str, kind: str, samples: Iterable[str]) -> None:
+            rows = list(samples)
+            if rows:
+                out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+                out.extend(rows)
+
+        family(
+            "nv_inference_request_success",
+            "Number of successful inference requests, all batch sizes",
+            "counter",
+            (
+                f"nv_inference_request_success{_labels(lb)} {s.success.count}\n"
+                for _, lb, s, _, _ in versions
+            ),
+        )
+        family(
+            "nv_inference_request_failure",
+            "Number of failed inference requests, all batch sizes",
+            "counter",
+            (
+                f"nv_inference_request_failure{_labels((*lb, ('reason', r)))} {s.fail_reasons.get(r, 0)}\n"
+                for _, lb, s, _, _ in versions
+                for r in FAILURE_REASONS
+            ),
+        )
+        family(
+            _COUNTERS[0][0],
+            _COUNTERS[0][1],
+            "counter",
+            (
+                f"nv_inference_count{_labels(lb)} {s.inference_count}\n"
+                for _, lb, s, _, _ in versions
+            ),
+        )
+        family(
+            _COUNTERS[1][0],
+            _COUNTERS[1][1],
+            "counter",
+            (
+                f"nv_inference_exec_count{_labels(lb)} {s.execution_count}\n"
+                for _, lb, s, _, _ in versions
+            ),
+        )
+        if self.options.counter_latencies:
+            for name, help_text, attr in _LATENCY_COUNTERS:
+                source = "success" if attr == "request" else attr
+                family(
+                    name,
+                    help_text,
+                    "counter",
+                    (
+                        f"{name}{_labels(lb)} {_request_us(s, source)}\n"
+                        for _, lb, s, _, _ in versions
+                    ),
+                )
+        family(
+            "nv_inference_pending_request_count",
+            "Instantaneous number of pending requests awaiting execution per-model.",
+            "gauge",
+            (
+                f"nv_inference_pending_request_count{_labels(lb)} {pending}\n"
+                for _, lb, _, pending, _ in versions
+            ),
+        )
+        family(
+            "nv_model_load_duration_secs",
+            "Model load time in seconds",
+            "gauge",
+            (
+                f"nv_model_load_duration_secs{_labels(lb)} {_num(round(load, 6))}\n"
+                for _, lb, _, _, load in versions
+            ),
+        )
+        now = time.monotonic_ns()
+        for name, help_text, attr in _SUMMARIES:
+            rows: list[str] = []
+            for _, lb, s, _, _ in versions:
+                window = getattr(s.latency, attr, None) if s.latency else None
+                if window is None:
+                    continue
+                for q, value in window.quantiles(tuple(q for q, _ in self.options.quantiles), now):
+                    rows.append(f"{name}{_labels((*lb, ('quantile', _num(q))))} {_num(value)}\n")
+                rows.append(f"{name}_sum{_labels(lb)} {_num(window.total)}\n")
+                rows.append(f"{name}_count{_labels(lb)} {window.count}\n")
+            family(name, help_text, "summary", rows)
+        hist_rows: list[str] = []
+        for _, lb, s, _, _ in versions:
+            hist = s.latency.first_response if s.latency else None
+            if hist is None:
+                continue
+            for bound, count in zip(hist.buckets, hist.counts, strict=True):
+                hist_rows.append(
+                    f"nv_inference_first_response_histogram_ms_bucket{_labels((*lb, ('le', _num(bound))))} {count}\n"
+                )
+            hist_rows.append(
+                f"nv_inference_first_response_histogram_ms_bucket{_labels((*lb, ('le', '+Inf')))} {hist.count}\n"
+            )
+            hist_rows.append(
+                f"nv_inference_first_response_histogram_ms_sum{_labels(lb)} {_num(hist.total)}\n"
+            )
+            hist_rows.append(
+                f"nv_inference_first_response_histogram_ms_count{_labels(lb)} {hist.count}\n"
+            )
+        family(
+            "nv_inference_first_response_histogram_ms",
+            "Duration from request to first response in milliseconds",
+            "histogram",
+            hist_rows,
+        )
+        if self.cpu is not None:
+            family(
+                "nv_cpu_utilization",
+                "CPU utilization rate [0.0 - 1.0]",
+                "gauge",
+                [f"nv_cpu_utilization {_num(self.cpu.sample())}\n"],
+            )
+            mem = memory()
+            if mem is not None:
+                family(
+                    "nv_cpu_memory_total_bytes",
+                    "CPU total memory (RAM), in bytes",
+                    "gauge",
+                    [f"nv_cpu_memory_total_bytes {mem[0]}\n"],
+                )
+                family(
+                    "nv_cpu_memory_used_bytes",
+                    "CPU used memory (RAM), in bytes",
+                    "gauge",
+                    [f"nv_cpu_memory_used_bytes {mem[1]}\n"],
+                )
+        if self.settings.allow_gpu_metrics:
+            out.extend(_gpu_families())
+        return "".join(out)
+
+
+def _request_us(stats: ModelStats, attr: str) -> int:
+    return getattr(stats, attr).ns // 1000
+
+
+def _gpu_families() -> list[str]:
+    """Triton's GPU gauges through NVML (pynvml), when a GPU and pynvml are present."""
+    from tritonx._core.devices import gpu_count
+
+    if gpu_count() == 0:
+        return []
+    try:
+        import pynvml
+    except ImportError:
+        return []
+    try:
+        pynvml.nvmlInit()
+    except Exception:
+        return []
+    rows: dict[str, list[str]] = {
+        k: [] for k in ("util", "total", "used", "power", "limit", "energy")
+    }
+    try:
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            uuid = pynvml.nvmlDeviceGetUUID(h)
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            lb = _labels([("gpu_uuid", uuid)])
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            rows["util"].append(
+                f"nv_gpu_utilization{lb} {_num(pynvml.nvmlDeviceGetUtilizationRates(h).gpu / 100)}\n"
+            )
+            rows["total"].append(f"nv_gpu_memory_total_bytes{lb} {mem.total}\n")
+            rows["used"].append(f"nv_gpu_memory_used_bytes{lb} {mem.used}\n")
+            rows["power"].append(
+                f"nv_gpu_power_usage{lb} {_num(pynvml.nvmlDeviceGetPowerUsage(h) / 1000)}\n"
+            )
+            rows["limit"].append(
+                f"nv_gpu_power_limit{lb} {_num(pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000)}\n"
+            )
+            rows["energy"].append(
+                f"nv_energy_consumption{lb} {_num(pynvml.nvmlDeviceGetTotalEnergyConsumption(h) / 1000)}\n"
+            )
+    except Exception:
+        pass
+    finally:
+        pynvml.nvmlShutdown()
+    meta = {
+        "util": ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge"),
+        "total": ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge"),
+        "used": ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge"),
+        "power": ("nv_gpu_power_usage", "GPU power usage in watts", "gauge"),
+        "limit": ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge"),
+        "energy": (
+            "nv_energy_consumption",
+            "GPU energy consumption in joules since the Triton Server started",
+            "counter",
+        ),
+    }
+    out: list[str] = []
+    for key, (name, help_text, kind) in meta.items():
+        if rows[key]:
+            out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+            out.extend(rows[key])
+    return out
+
+
+__all__ = ["MetricsOptions", "TritonMetrics"]
