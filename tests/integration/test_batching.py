@@ -66,7 +66,9 @@ def clear_log() -> None:
     Recorder.active = Recorder.max_active = 0
 
 
-def model(repo: ModelRepositoryBuilder, name: str, extra: str = "", max_batch_size: int = 8, **params: str) -> Path:
+def model(
+    repo: ModelRepositoryBuilder, name: str, extra: str = "", max_batch_size: int = 8, **params: str
+) -> Path:
     return repo.add(
         name,
         backend="recorder",
@@ -95,7 +97,9 @@ async def gather(*aws: Any) -> list[Any]:
     return await asyncio.gather(*aws, return_exceptions=True)
 
 
-async def test_without_dynamic_batching_each_request_runs_alone(model_repository: ModelRepositoryBuilder) -> None:
+async def test_without_dynamic_batching_each_request_runs_alone(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
     model(model_repository, "plain", delay_ms="20")
     async with server(model_repository) as srv:
         await gather(*(infer(srv, "plain", i) for i in range(4)))
@@ -103,7 +107,12 @@ async def test_without_dynamic_batching_each_request_runs_alone(model_repository
 
 
 async def test_delay_bounded_batch_formation(model_repository: ModelRepositoryBuilder) -> None:
-    model(model_repository, "delayed", "dynamic_batching { max_queue_delay_microseconds: 300000 }", delay_ms="0")
+    model(
+        model_repository,
+        "delayed",
+        "dynamic_batching { max_queue_delay_microseconds: 300000 }",
+        delay_ms="0",
+    )
     async with server(model_repository) as srv:
         results = await gather(*(infer(srv, "delayed", i) for i in range(3)))
     assert [int(r.outputs["OUT"][0, 0]) for r in results] == [0, 1, 2]
@@ -113,7 +122,8 @@ async def test_delay_bounded_batch_formation(model_repository: ModelRepositoryBu
 
 async def test_preferred_sizes(model_repository: ModelRepositoryBuilder) -> None:
     model(
-        model_repository, "pref",
+        model_repository,
+        "pref",
         "dynamic_batching { preferred_batch_size: [ 2 ] max_queue_delay_microseconds: 200000 }",
         delay_ms="0",
     )
@@ -123,7 +133,9 @@ async def test_preferred_sizes(model_repository: ModelRepositoryBuilder) -> None
     assert batches("pref") == [[0, 1], [2, 3], [4]]
 
 
-async def test_max_batch_size_caps_batches(model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_max_batch_size_caps_batches(
+    model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "10")
     model(model_repository, "cap", "dynamic_batching { }", max_batch_size=4, delay_ms="0")
     async with server(model_repository) as srv:
@@ -132,12 +144,18 @@ async def test_max_batch_size_caps_batches(model_repository: ModelRepositoryBuil
     assert sum(batches("cap"), []) == list(range(10))
 
 
-async def test_requests_with_different_shapes_do_not_batch(model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_requests_with_different_shapes_do_not_batch(
+    model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "3")
     model_repository.add(
-        "shapes", backend="recorder", max_batch_size=8,
-        inputs=[("VALUE", "INT32", [-1])], outputs=[("OUT", "INT32", [-1])],
-        parameters={"delay_ms": "0"}, extra="dynamic_batching { }",
+        "shapes",
+        backend="recorder",
+        max_batch_size=8,
+        inputs=[("VALUE", "INT32", [-1])],
+        outputs=[("OUT", "INT32", [-1])],
+        parameters={"delay_ms": "0"},
+        extra="dynamic_batching { }",
     )
     async with server(model_repository) as srv:
         await gather(
@@ -148,19 +166,25 @@ async def test_requests_with_different_shapes_do_not_batch(model_repository: Mod
     assert batches("shapes") == [[1, 2], [3, 3]]
 
 
-async def test_request_larger_than_max_batch_is_rejected_not_hung(model_repository: ModelRepositoryBuilder) -> None:
+async def test_request_larger_than_max_batch_is_rejected_not_hung(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
     model(model_repository, "small", "dynamic_batching { }", max_batch_size=2, delay_ms="0")
     async with server(model_repository) as srv:
         with pytest.raises(TritonXError, match="batch-size must be <= 2"):
             await srv.infer(InferenceRequest("small", {"VALUE": np.zeros((3, 1), np.int32)}))
 
 
-async def test_priorities(model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_priorities(
+    model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
     model(
-        model_repository, "prio",
+        model_repository,
+        "prio",
         "dynamic_batching { priority_levels: 2 default_priority_level: 2 }",
-        max_batch_size=1, delay_ms="0",
+        max_batch_size=1,
+        delay_ms="0",
     )
     async with server(model_repository) as srv:
         await gather(
@@ -172,9 +196,12 @@ async def test_priorities(model_repository: ModelRepositoryBuilder, monkeypatch:
     assert batches("prio") == [[10], [20], [21], [22]]
 
 
-async def test_queue_policy_reject_and_timeout_override(model_repository: ModelRepositoryBuilder) -> None:
+async def test_queue_policy_reject_and_timeout_override(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
     model(
-        model_repository, "rej",
+        model_repository,
+        "rej",
         "dynamic_batching { default_queue_policy { timeout_action: REJECT "
         "default_timeout_microseconds: 10000000 allow_timeout_override: true } }",
         max_batch_size=1,
@@ -186,7 +213,9 @@ async def test_queue_policy_reject_and_timeout_override(model_repository: ModelR
         fine = infer(srv, "rej", 2)
         results = await gather(busy, late, fine)
         assert isinstance(results[1], TritonXError)
-        assert results[1].code is Code.UNAVAILABLE and results[1].message == "Request timeout expired"
+        assert (
+            results[1].code is Code.UNAVAILABLE and results[1].message == "Request timeout expired"
+        )
         assert int(results[2].outputs["OUT"][0, 0]) == 2
         stats = srv.model_statistics("rej")[0][2]
         assert stats.fail_reasons["REJECTED"] == 1 and stats.fail.count == 1
@@ -195,7 +224,8 @@ async def test_queue_policy_reject_and_timeout_override(model_repository: ModelR
 
 async def test_queue_policy_delay(model_repository: ModelRepositoryBuilder) -> None:
     model(
-        model_repository, "dly",
+        model_repository,
+        "dly",
         "dynamic_batching { default_queue_policy { timeout_action: DELAY "
         "default_timeout_microseconds: 10000000 allow_timeout_override: true } }",
         max_batch_size=1,
@@ -212,19 +242,33 @@ async def test_queue_policy_delay(model_repository: ModelRepositoryBuilder) -> N
 
 
 async def test_max_queue_size(model_repository: ModelRepositoryBuilder) -> None:
-    model(model_repository, "full", "dynamic_batching { default_queue_policy { max_queue_size: 2 } }", max_batch_size=1)
+    model(
+        model_repository,
+        "full",
+        "dynamic_batching { default_queue_policy { max_queue_size: 2 } }",
+        max_batch_size=1,
+    )
     async with server(model_repository) as srv:
         busy = asyncio.ensure_future(infer(srv, "full", 300))
         await asyncio.sleep(0.05)
-        results = await gather(busy, infer(srv, "full", 1), infer(srv, "full", 2), infer(srv, "full", 3))
+        results = await gather(
+            busy, infer(srv, "full", 1), infer(srv, "full", 2), infer(srv, "full", 3)
+        )
     errors = [r for r in results if isinstance(r, TritonXError)]
     assert len(errors) == 1 and errors[0].message == "Exceeds maximum queue size"
     assert errors[0].code is Code.UNAVAILABLE
 
 
-async def test_several_instances_pull_from_one_queue(model_repository: ModelRepositoryBuilder) -> None:
-    model(model_repository, "multi", "dynamic_batching { } instance_group [ { count: 2, kind: KIND_CPU } ]",
-          max_batch_size=1, delay_ms="100")
+async def test_several_instances_pull_from_one_queue(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    model(
+        model_repository,
+        "multi",
+        "dynamic_batching { } instance_group [ { count: 2, kind: KIND_CPU } ]",
+        max_batch_size=1,
+        delay_ms="100",
+    )
     async with server(model_repository) as srv:
         await gather(*(infer(srv, "multi", i) for i in range(4)))
     assert Recorder.max_active == 2 and len(batches("multi")) == 4
@@ -232,7 +276,12 @@ async def test_several_instances_pull_from_one_queue(model_repository: ModelRepo
 
 async def test_preserve_ordering(model_repository: ModelRepositoryBuilder) -> None:
     group = "instance_group [ { count: 2, kind: KIND_CPU } ]"
-    model(model_repository, "ordered", f"dynamic_batching {{ preserve_ordering: true }} {group}", max_batch_size=1)
+    model(
+        model_repository,
+        "ordered",
+        f"dynamic_batching {{ preserve_ordering: true }} {group}",
+        max_batch_size=1,
+    )
     model(model_repository, "unordered", f"dynamic_batching {{ }} {group}", max_batch_size=1)
     async with server(model_repository) as srv:
         for name, expected in (("ordered", [300, 10]), ("unordered", [10, 300])):
@@ -248,10 +297,10 @@ async def test_preserve_ordering(model_repository: ModelRepositoryBuilder) -> No
             assert done == expected, name
 
 
-async def test_rate_limiter_excludes_instances_sharing_a_resource(model_repository: ModelRepositoryBuilder) -> None:
-    group = (
-        "instance_group [ { count: 1, kind: KIND_CPU, rate_limiter { resources [ { name: \"R\", count: 1 } ] } } ]"
-    )
+async def test_rate_limiter_excludes_instances_sharing_a_resource(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    group = 'instance_group [ { count: 1, kind: KIND_CPU, rate_limiter { resources [ { name: "R", count: 1 } ] } } ]'
     model(model_repository, "a", group, max_batch_size=1, delay_ms="100")
     model(model_repository, "b", group, max_batch_size=1, delay_ms="100")
     async with server(model_repository, rate_limit="execution_count") as srv:
@@ -263,32 +312,40 @@ async def test_rate_limiter_excludes_instances_sharing_a_resource(model_reposito
     assert Recorder.max_active == 2
 
 
-async def test_rate_limiter_resource_pool_override(model_repository: ModelRepositoryBuilder) -> None:
-    group = (
-        "instance_group [ { count: 2, kind: KIND_CPU, rate_limiter { resources [ { name: \"R\", count: 1 } ] } } ]"
-    )
+async def test_rate_limiter_resource_pool_override(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    group = 'instance_group [ { count: 2, kind: KIND_CPU, rate_limiter { resources [ { name: "R", count: 1 } ] } } ]'
     model(model_repository, "pool", group, max_batch_size=1, delay_ms="100")
-    async with server(model_repository, rate_limit="execution_count", rate_limit_resource=("R:2",)) as srv:
+    async with server(
+        model_repository, rate_limit="execution_count", rate_limit_resource=("R:2",)
+    ) as srv:
         await gather(*(infer(srv, "pool", i) for i in range(4)))
     assert Recorder.max_active == 2
 
 
-async def test_rate_limiter_priority(model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_rate_limiter_priority(
+    model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # two instances share R; the lower execution_count * priority goes first
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
     rl = 'rate_limiter { resources [ { name: "R", count: 1 } ] priority: %d }'
     model(
-        model_repository, "pr",
+        model_repository,
+        "pr",
         "dynamic_batching { } instance_group [ { count: 1, kind: KIND_CPU, %s }, { count: 1, kind: KIND_CPU, %s } ]"
         % (rl % 1, rl % 4),
-        max_batch_size=1, delay_ms="30",
+        max_batch_size=1,
+        delay_ms="30",
     )
     async with server(model_repository, rate_limit="execution_count") as srv:
         await gather(*(infer(srv, "pr", i) for i in range(4)))
     assert Recorder.max_active == 1 and len(batches("pr")) == 4
 
 
-def test_statistics_batch_sizes(model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_statistics_batch_sizes(
+    model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "5")
     model(model_repository, "st", "dynamic_batching { }", max_batch_size=4, delay_ms="0")
 
