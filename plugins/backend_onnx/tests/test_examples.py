@@ -103,3 +103,34 @@ async def test_example_models_serve(plugin_manager: Any) -> None:
         )
         assert out["OUTPUT0"].tolist() == [[str(i + 1).encode() for i in range(16)]]
         assert out["OUTPUT1"].tolist() == [[str(i - 1).encode() for i in range(16)]]
+
+
+@pytest.fixture
+def server_settings() -> Any:
+    return loopback_settings(EXAMPLE_REPOSITORY, allow_metrics=False)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_triton_clients(server_thread: Any, protocol: str) -> None:
+    """Triton's own client library talks to the bundled examples, as in Triton's client examples."""
+    client_mod: Any = pytest.importorskip(f"tritonclient.{protocol}")
+    url = server_thread.server.http_url if protocol == "http" else server_thread.server.grpc_url
+    client = client_mod.InferenceServerClient(url.split("://", 1)[-1])
+    try:
+        a = np.array([[str(i) for i in range(16)]], dtype=object)
+        b = np.array([["1"] * 16], dtype=object)
+        inputs = [client_mod.InferInput(n, [1, 16], "BYTES") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        result = client.infer("simple_string", inputs)
+        assert result.as_numpy("OUTPUT0").tolist() == [[str(i + 1).encode() for i in range(16)]]
+        assert result.as_numpy("OUTPUT1").tolist() == [[str(i - 1).encode() for i in range(16)]]
+        x = np.arange(16, dtype=np.int32).reshape(1, 16)
+        inputs = [client_mod.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        for i in inputs:
+            i.set_data_from_numpy(x)
+        result = client.infer("simple", inputs)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), 2 * x)
+        np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 0 * x)
+    finally:
+        client.close()

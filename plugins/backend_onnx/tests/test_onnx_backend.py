@@ -781,12 +781,6 @@ def _has_cuda_ep() -> bool:
     return gpu_count() > 0 and "CUDAExecutionProvider" in ort.get_available_providers()
 
 
-needs_gpu = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not _has_cuda_ep(), reason="needs a GPU and onnxruntime-gpu"),
-]
-
-
 @pytest.mark.parametrize("accelerator", ["", "tensorrt"])
 @pytest.mark.gpu
 @pytest.mark.skipif(not _has_cuda_ep(), reason="needs a GPU and onnxruntime-gpu")

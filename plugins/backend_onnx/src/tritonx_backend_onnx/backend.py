@@ -201,6 +201,13 @@ class OnnxModelInstance(ModelInstance):
         self._input_types = {io.name: io.datatype for io in config.inputs}
         self._outputs = [(io.name, io.datatype, io.dims) for io in config.outputs]
         self._ortvalues = any(dt is DataType.BF16 for _, dt, _ in self._outputs)
+        if self._ortvalues and DataType.BYTES in self._input_types.values():
+            # BF16 outputs need OrtValue runs, and ONNX Runtime builds no string OrtValues
+            raise TritonXError(
+                f"model '{config.name}': BYTES inputs together with BF16 outputs are not "
+                "supported by the onnxruntime backend",
+                Code.UNSUPPORTED,
+            )
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         """Run ``requests``: batched when possible, one by one otherwise."""
