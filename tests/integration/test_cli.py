@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -154,3 +155,23 @@ def test_help_lists_tritonserver_flags() -> None:
         --exit-timeout-secs
     """).split():
         assert flag in result.stdout, flag
+
+
+def test_serve_without_repository_serves_the_bundled_examples() -> None:
+    pytest.importorskip("tritonx_backend_onnx")
+    proc = subprocess.Popen(tritonx("serve", *NO_NET), stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = ""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and "+\n\n" not in seen:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        seen += line
+    proc.send_signal(signal.SIGINT)
+    seen += proc.stderr.read()
+    assert proc.wait(30) == 0
+    assert "serving the bundled example repository" in seen
+    for model in ("simple", "simple_int8", "simple_string"):
+        assert f"| {model}" in seen
+    assert re.search(r"\| simple +\| 1 +\| READY", seen)
