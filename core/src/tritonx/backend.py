@@ -129,6 +129,10 @@ class ModelInstance(abc.ABC):
         """Whether the instance can serve (checked by model readiness); True by default."""
         return True
 
+    def not_ready_reason(self) -> str:
+        """Why ``is_ready()`` is False (shown as the UNAVAILABLE reason in the index)."""
+        return "model instance is not ready"
+
 
 class Backend(abc.ABC):
     """A backend: creates :class:`ModelInstance` objects for models that name it.

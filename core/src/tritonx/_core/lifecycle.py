@@ -230,11 +230,11 @@ class ModelManager:
                 continue
             for version in sorted(entry.versions):
                 v = entry.versions[version]
-                state = ModelState.READY if v.ready else v.state
+                state, reason = _reported_state(v)
                 if (state is ModelState.READY and v.state is ModelState.READY) or not ready_only:
                     if ready_only and state is not ModelState.READY:
                         continue
-                    rows.append(RepositoryEntry(name, version, state, v.reason))
+                    rows.append(RepositoryEntry(name, version, state, reason))
         return rows
 
     def status_rows(self) -> list[tuple[str, str, str]]:
@@ -252,7 +252,8 @@ class ModelManager:
                 continue
             for version in sorted(entry.versions):
                 v = entry.versions[version]
-                status = v.state.value + (f": {v.reason}" if v.reason else "")
+                state, reason = _reported_state(v)
+                status = state.value + (f": {reason}" if reason else "")
                 rows.append((name, str(version), status))
         return rows
 
@@ -761,6 +762,18 @@ class ModelManager:
                 self._on_event(ModelEvent(name, version, state, reason))
             except Exception:
                 log.exception("tritonx_model_event hook failed")
+
+
+def _reported_state(v: VersionEntry) -> tuple[ModelState, str]:
+    """A version's state and reason for the index: a READY version whose instance stopped
+    being ready (e.g. a python model's worker process died) is UNAVAILABLE, with the
+    instance's ``not_ready_reason()``."""
+    if v.state is not ModelState.READY or v.ready:
+        return v.state, v.reason
+    for instance in v.scheduler.instances if v.scheduler is not None else ():
+        if instance is not None and not instance.is_ready():
+            return ModelState.UNAVAILABLE, instance.not_ready_reason()
+    return ModelState.UNAVAILABLE, "model instance is not ready"
 
 
 def _check_model_name(name: str) -> None:
