@@ -1,0 +1,230 @@
+"""What crosses between the server and a model's worker process, and how.
+
+Messages are small pickled tuples sent over a ``multiprocessing.connection.Connection``
+(a socket pair). Tensors never travel inside them when they are large: :func:`pack_tensors`
+writes the tensor bytes of one message into a single shared-memory segment (a file in
+``/dev/shm`` mapped with ``mmap``) and the message carries only names, datatypes, shapes and
+offsets. The receiver maps the segment copy-on-write, unlinks it at once and builds numpy
+arrays directly on the mapping (no copy on receive; the mapping goes away with the last
+array). Tensors of a message totalling less than :data:`INLINE_LIMIT` bytes go inline, which
+is faster than any segment.
+
+This module needs only the standard library and numpy: it is imported by worker processes,
+including ones running in another interpreter (``EXECUTION_ENV_PATH``).
+"""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import mmap
+import os
+import struct
+import tempfile
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+
+#: Tensors of one message below this many bytes in total are sent inside the message.
+INLINE_LIMIT = 64 * 1024
+
+#: Default file-name prefix of shared-memory segments (``shm-region-prefix-name``).
+DEFAULT_PREFIX = "tritonx_python_backend_shm_"
+
+_SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+#: Triton datatype names → numpy dtypes (BF16 travels as its uint16 bits).
+NUMPY_OF: dict[str, np.dtype] = {
+    "BOOL": np.dtype(np.bool_),
+    "UINT8": np.dtype(np.uint8),
+    "UINT16": np.dtype(np.uint16),
+    "UINT32": np.dtype(np.uint32),
+    "UINT64": np.dtype(np.uint64),
+    "INT8": np.dtype(np.int8),
+    "INT16": np.dtype(np.int16),
+    "INT32": np.dtype(np.int32),
+    "INT64": np.dtype(np.int64),
+    "FP16": np.dtype(np.float16),
+    "FP32": np.dtype(np.float32),
+    "FP64": np.dtype(np.float64),
+    "BF16": np.dtype(np.uint16),
+    "BYTES": np.dtype(object),
+}
+_DATATYPE_OF: dict[np.dtype, str] = {
+    v: k for k, v in NUMPY_OF.items() if k not in ("BF16", "BYTES")
+}
+
+#: A tensor on the wire: (name, datatype, shape, inline bytes | (offset, nbytes)).
+TensorDesc = tuple[str, str, tuple[int, ...], Any]
+
+
+def datatype_of(array: np.ndarray) -> str:
+    """The Triton datatype name of a numpy array (object/str/bytes arrays are BYTES)."""
+    dtype = array.dtype
+    if dtype.kind in "OSU":
+        return "BYTES"
+    if dtype.name == "bfloat16":
+        return "BF16"
+    try:
+        return _DATATYPE_OF[dtype]
+    except KeyError:
+        raise TypeError(f"unsupported numpy dtype '{dtype}' for a Triton tensor") from None
+
+
+def to_bytes_item(item: Any) -> bytes:
+    """One element of a BYTES tensor as ``bytes`` (str is UTF-8 encoded, as Triton does)."""
+    if isinstance(item, bytes):
+        return item
+    if isinstance(item, str):
+        return item.encode("utf-8")
+    if isinstance(item, (bytearray, memoryview, np.bytes_)):
+        return bytes(item)
+    return str(item).encode("utf-8")
+
+
+def as_object_bytes(array: np.ndarray) -> np.ndarray:
+    """A BYTES tensor as an object array of ``bytes`` (the core's representation)."""
+    if array.dtype == object and all(type(x) is bytes for x in array.reshape(-1)):
+        return array
+    out = np.empty(array.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(array.reshape(-1)):
+        flat[i] = to_bytes_item(item)
+    return out
+
+
+def serialize_bytes(array: np.ndarray) -> bytes:
+    """Triton's BYTES encoding: each element as a 4-byte little-endian length + its bytes."""
+    pack = struct.Struct("<I").pack
+    parts: list[bytes] = []
+    for item in array.reshape(-1):
+        data = to_bytes_item(item)
+        parts.append(pack(len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def deserialize_bytes(buffer: bytes | memoryview) -> np.ndarray:
+    """Decode Triton's BYTES encoding into a 1-D object array of ``bytes``."""
+    view = memoryview(buffer).cast("B")
+    items: list[bytes] = []
+    offset, end = 0, len(view)
+    unpack = struct.Struct("<I").unpack_from
+    while offset < end:
+        if offset + 4 > end:
+            raise ValueError("Invalid bytes tensor data: incomplete length field")
+        (length,) = unpack(view, offset)
+        offset += 4
+        if offset + length > end:
+            raise ValueError("Invalid bytes tensor data: string extends beyond buffer")
+        items.append(bytes(view[offset : offset + length]))
+        offset += length
+    out = np.empty(len(items), dtype=object)
+    out[:] = items
+    return out
+
+
+class ShmWriter:
+    """Creates the shared-memory segments this process sends; names carry ``tag``."""
+
+    def __init__(self, prefix: str = DEFAULT_PREFIX, tag: str = "") -> None:
+        self.prefix = prefix
+        self.tag = tag or str(os.getpid())
+        self._seq = itertools.count()
+
+    def pattern(self) -> str:
+        """A glob matching every segment this writer may have left behind."""
+        return os.path.join(_SHM_DIR, f"{self.prefix}{self.tag}_*")
+
+    def cleanup(self) -> None:
+        """Unlink the segments of this writer nobody consumed (after a peer died)."""
+        for path in glob.glob(self.pattern()):
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+    def write(self, buffers: Sequence[memoryview], total: int) -> str:
+        """One segment holding ``buffers`` back to back; returns its file name."""
+        name = f"{self.prefix}{self.tag}_{next(self._seq)}"
+        path = os.path.join(_SHM_DIR, name)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, max(total, 1))
+            with mmap.mmap(fd, max(total, 1)) as mm:
+                offset = 0
+                for buf in buffers:
+                    n = buf.nbytes
+                    mm[offset : offset + n] = buf
+                    offset += n
+        except BaseException:
+            os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
+        return name
+
+
+def _raw(array: np.ndarray, datatype: str) -> memoryview:
+    if datatype == "BYTES":
+        return memoryview(serialize_bytes(array))
+    if datatype == "BF16" and array.dtype != np.uint16:
+        array = array.view(np.uint16)
+    return memoryview(np.ascontiguousarray(array)).cast("B")
+
+
+def pack_tensors(
+    tensors: Iterable[tuple[str, np.ndarray, str]], writer: ShmWriter
+) -> tuple[str | None, list[TensorDesc]]:
+    """Describe ``(name, array, datatype)`` tensors for a message.
+
+    Returns the shared-memory segment name (``None`` when everything is inline) and one
+    descriptor per tensor.
+    """
+    items = [(name, array, datatype, _raw(array, datatype)) for name, array, datatype in tensors]
+    total = sum(raw.nbytes for *_, raw in items)
+    if total < INLINE_LIMIT:
+        return None, [(n, dt, tuple(a.shape), raw.tobytes()) for n, a, dt, raw in items]
+    segment = writer.write([raw for *_, raw in items], total)
+    descs: list[TensorDesc] = []
+    offset = 0
+    for name, array, datatype, raw in items:
+        descs.append((name, datatype, tuple(array.shape), (offset, raw.nbytes)))
+        offset += raw.nbytes
+    return segment, descs
+
+
+def _decode(datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
+    if datatype == "BYTES":
+        return deserialize_bytes(data).reshape(shape)
+    dtype = NUMPY_OF[datatype]
+    if isinstance(data, bytes):
+        # a writable copy: models may modify their inputs in place
+        return np.frombuffer(bytearray(data), dtype=dtype).reshape(shape)
+    return np.frombuffer(data, dtype=dtype).reshape(shape)
+
+
+def unpack_tensors(
+    segment: str | None, descs: Sequence[TensorDesc]
+) -> list[tuple[str, np.ndarray, str]]:
+    """The ``(name, array, datatype)`` tensors a message describes; consumes its segment.
+
+    Arrays read from a segment are views of a private (copy-on-write) mapping of it: writable,
+    never copied, and the segment file is already unlinked when this returns.
+    """
+    if segment is None:
+        return [(n, _decode(dt, shape, data), dt) for n, dt, shape, data in descs]
+    path = os.path.join(_SHM_DIR, segment)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        size = os.fstat(fd).st_size
+        mm = mmap.mmap(fd, size, access=mmap.ACCESS_COPY)
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    out: list[tuple[str, np.ndarray, str]] = []
+    for name, datatype, shape, (offset, nbytes) in descs:
+        view = memoryview(mm)[offset : offset + nbytes]
+        out.append((name, _decode(datatype, shape, view), datatype))
+    return out

@@ -1,0 +1,146 @@
+"""Custom metrics of python models (``pb_utils.MetricFamily``) on the server's ``/metrics``.
+
+One :class:`CustomMetrics` collector is registered per data plane registry. Families are
+shared by name across models and instances (as in Triton, where creating a family that exists
+returns it), and metrics by their label set. Workers send their updates as messages; in-process
+models call the collector directly.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+from prometheus_client.metrics_core import Metric
+from prometheus_client.registry import CollectorRegistry
+
+from tritonx.errors import TritonXError, invalid_arg
+
+COUNTER, GAUGE, HISTOGRAM = 0, 1, 2
+_TYPES = {COUNTER: "counter", GAUGE: "gauge", HISTOGRAM: "histogram"}
+
+Labels = tuple[tuple[str, str], ...]
+
+
+@dataclass
+class _Value:
+    value: float = 0.0
+    buckets: tuple[float, ...] = ()
+    counts: list[int] = field(default_factory=list)
+    total: float = 0.0
+    count: int = 0
+
+
+@dataclass
+class _Family:
+    name: str
+    description: str
+    kind: int
+    metrics: dict[Labels, _Value] = field(default_factory=dict)
+
+
+class CustomMetrics:
+    """A prometheus collector holding every python model's custom metric families."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._families: dict[str, _Family] = {}
+
+    def family(self, name: str, description: str, kind: int) -> None:
+        """Create the family ``name`` (or reuse it when kind and description agree)."""
+        with self._lock:
+            existing = self._families.get(name)
+            if existing is None:
+                self._families[name] = _Family(name, description, kind)
+            elif existing.kind != kind:
+                raise invalid_arg(f"metric family '{name}' already exists with a different kind")
+
+    def op(self, name: str, labels: Labels, op: str, value: object) -> float | None:
+        """Apply ``create``/``increment``/``set``/``observe``/``value`` to one metric."""
+        with self._lock:
+            family = self._families.get(name)
+            if family is None:
+                raise TritonXError(f"metric family '{name}' does not exist")
+            metric = family.metrics.get(labels)
+            if metric is None:
+                metric = family.metrics[labels] = _Value()
+            if op == "create":
+                if family.kind == HISTOGRAM and value is not None and not metric.buckets:
+                    metric.buckets = tuple(sorted(float(b) for b in value))  # type: ignore[union-attr]
+                    metric.counts = [0] * (len(metric.buckets) + 1)
+                return None
+            if op == "increment":
+                metric.value += float(value)  # type: ignore[arg-type]
+            elif op == "set":
+                metric.value = float(value)  # type: ignore[arg-type]
+            elif op == "observe":
+                v = float(value)  # type: ignore[arg-type]
+                metric.total += v
+                metric.count += 1
+                for i, bound in enumerate(metric.buckets):
+                    if v <= bound:
+                        metric.counts[i] += 1
+                        break
+                else:
+                    metric.counts[-1] += 1
+            elif op == "value":
+                return metric.value
+            else:
+                raise TritonXError(f"Unknown metric request kind '{op}'")
+            return None
+
+    def collect(self) -> Iterator[Metric]:
+        """The families in Prometheus form (Triton's sample names: no ``_total`` suffix)."""
+        with self._lock:
+            families = [
+                (f.name, f.description, f.kind, [(dict(k), _copy(v)) for k, v in f.metrics.items()])
+                for f in self._families.values()
+            ]
+        for name, description, kind, metrics in families:
+            metric = Metric(name, description, _TYPES[kind])
+            for labels, value in metrics:
+                if kind != HISTOGRAM:
+                    metric.add_sample(name, labels, value.value)
+                    continue
+                cumulative = 0
+                for bound, count in zip((*value.buckets, math.inf), value.counts, strict=True):
+                    cumulative += count
+                    le = "+Inf" if math.isinf(bound) else _fmt(bound)
+                    metric.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
+                metric.add_sample(f"{name}_count", labels, value.count)
+                metric.add_sample(f"{name}_sum", labels, value.total)
+            yield metric
+
+
+def _copy(v: _Value) -> _Value:
+    return _Value(v.value, v.buckets, list(v.counts), v.total, v.count)
+
+
+def _fmt(bound: float) -> str:
+    return str(int(bound)) if bound == int(bound) else repr(bound)
+
+
+_collectors: weakref.WeakKeyDictionary[CollectorRegistry, CustomMetrics] = (
+    weakref.WeakKeyDictionary()
+)
+_collectors_lock = threading.Lock()
+
+
+def collector_for(registry: CollectorRegistry | None) -> CustomMetrics:
+    """The collector registered with ``registry`` (created on first use)."""
+    if registry is None:
+        return CustomMetrics()
+    with _collectors_lock:
+        collector = _collectors.get(registry)
+        if collector is None:
+            collector = _collectors[registry] = CustomMetrics()
+            registry.register(collector)  # type: ignore[arg-type]
+        return collector
+
+
+def labels_of(labels: Sequence[Sequence[str]]) -> Labels:
+    """Normalise a label list from a message."""
+    return tuple((str(k), str(v)) for k, v in labels)
