@@ -60,7 +60,10 @@ if ! ls "$HERE"/lib/libb64.so.0d >/dev/null 2>&1; then
   (
     cd "$DL"
     if ! ls libb64-0d_*.deb >/dev/null 2>&1; then
-      apt-get download libb64-0d || { apt-get update -qq && apt-get download libb64-0d; }
+      # (as root, apt's _apt sandbox user cannot write here: download as the caller)
+      APT_OPTS=(-o APT::Sandbox::User="$(id -un)")
+      apt-get "${APT_OPTS[@]}" download libb64-0d \
+        || { apt-get update -qq && apt-get "${APT_OPTS[@]}" download libb64-0d; }
     fi
     rm -rf "$DL/libb64-root"
     dpkg-deb -x "$(ls libb64-0d_*.deb | head -n1)" "$DL/libb64-root"
