@@ -85,11 +85,17 @@ def add_standard_models(add: AddModel) -> None:
 
 
 @pytest.fixture
+def standard_models(model_repository: ModelRepositoryBuilder, add_model: AddModel) -> Path:
+    """The repository with the standard models written into it."""
+    add_standard_models(add_model)
+    return model_repository.root
+
+
+@pytest.fixture
 def server_settings(
-    model_repository: ModelRepositoryBuilder, add_model: AddModel
+    model_repository: ModelRepositoryBuilder, standard_models: Path
 ) -> ServerSettings:
     """The standard models, explicit model control (so tests can reload), no listeners."""
-    add_standard_models(add_model)
     return loopback_settings(
         model_repository.root,
         model_control_mode="explicit",
