@@ -141,7 +141,7 @@ async def test_max_batch_size_caps_batches(
     async with server(model_repository) as srv:
         await gather(*(infer(srv, "cap", i) for i in range(10)))
     assert [len(b) for b in batches("cap")] == [4, 4, 2]
-    assert sum(batches("cap"), []) == list(range(10))
+    assert [v for b in batches("cap") for v in b] == list(range(10))
 
 
 async def test_requests_with_different_shapes_do_not_batch(
@@ -329,12 +329,15 @@ async def test_rate_limiter_priority(
 ) -> None:
     # two instances share R; the lower execution_count * priority goes first
     monkeypatch.setenv("TRITONSERVER_DELAY_SCHEDULER", "4")
-    rl = 'rate_limiter { resources [ { name: "R", count: 1 } ] priority: %d }'
+
+    def rl(priority: int) -> str:
+        return f'rate_limiter {{ resources [ {{ name: "R", count: 1 }} ] priority: {priority} }}'
+
     model(
         model_repository,
         "pr",
-        "dynamic_batching { } instance_group [ { count: 1, kind: KIND_CPU, %s }, { count: 1, kind: KIND_CPU, %s } ]"
-        % (rl % 1, rl % 4),
+        "dynamic_batching { } instance_group [ "
+        f"{{ count: 1, kind: KIND_CPU, {rl(1)} }}, {{ count: 1, kind: KIND_CPU, {rl(4)} }} ]",
         max_batch_size=1,
         delay_ms="30",
     )

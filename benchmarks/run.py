@@ -1,0 +1,494 @@
+"""tritonx benchmarks: one command, one table, ratios measured in the same run.
+
+    python benchmarks/run.py            # the full table (~5 min on 2 cores)
+    python benchmarks/run.py --smoke    # 1-second points: proves the harness works (CI)
+
+It generates the models (add_sub ONNX INT32 [16]; a ResNet-18-shaped CNN ONNX with random
+weights and a dynamic batch axis; Python-backend identity and add_sub), starts
+``tritonx serve`` on loopback, drives it with NVIDIA's C++ perf_analyzer (HTTP and gRPC,
+binary tensors) and prints, beside it, the reference limits measured in the same run: a bare
+aiohttp / grpc.aio endpoint returning canned responses (``bare_server.py``, the protocol limit
+of a Python endpoint) and raw onnxruntime in-process at its best batch size (the compute
+limit). Results also go to ``benchmarks/results/<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PERF_ANALYZER = ROOT / "tools" / "perf_analyzer" / "run.sh"
+PORTS = {
+    "tritonx": (28900, 28901, 28902),
+    "bare": (28910, 28911, 0),
+    "memory": (28920, 28921, 28922),
+}
+
+IO_INT32 = """input [ { name: "INPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "INPUT1", data_type: TYPE_INT32, dims: [ 16 ] } ]
+output [ { name: "OUTPUT0", data_type: TYPE_INT32, dims: [ 16 ] }, { name: "OUTPUT1", data_type: TYPE_INT32, dims: [ 16 ] } ]
+"""
+ONE = "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
+ORT_THREADS = (
+    'parameters { key: "intra_op_thread_count", value: { string_value: "2" } }\n'
+    'parameters { key: "inter_op_thread_count", value: { string_value: "1" } }\n'
+)
+PY_IDENTITY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            outs = [pb_utils.Tensor(n.replace("INPUT", "OUTPUT"), pb_utils.get_input_tensor_by_name(request, n).as_numpy())
+                    for n in ("INPUT0", "INPUT1")]
+            responses.append(pb_utils.InferenceResponse(output_tensors=outs))
+        return responses
+"""
+PY_ADD_SUB = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            a = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            b = pb_utils.get_input_tensor_by_name(request, "INPUT1").as_numpy()
+            responses.append(pb_utils.InferenceResponse(output_tensors=[
+                pb_utils.Tensor("OUTPUT0", a + b), pb_utils.Tensor("OUTPUT1", a - b)]))
+        return responses
+"""
+
+
+@dataclass
+class Point:
+    """One measured row."""
+
+    scenario: str
+    target: str
+    protocol: str
+    model: str
+    concurrency: int
+    infer_per_s: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    error: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+# ----------------------------------------------------------------------------- models
+
+
+def write_model(repo: Path, name: str, config: str, files: dict[str, bytes | str]) -> None:
+    model = repo / name
+    (model / "1").mkdir(parents=True, exist_ok=True)
+    (model / "config.pbtxt").write_text(f'name: "{name}"\n' + config)
+    for filename, content in files.items():
+        path = model / "1" / filename
+        if isinstance(content, str):
+            path.write_text(content)
+        else:
+            path.write_bytes(content)
+
+
+def build_repository(repo: Path, with_python: bool) -> None:
+    from onnx import TensorProto
+
+    from tritonx_backend_onnx.models import add_sub, resnet18
+
+    add_sub_onnx = add_sub(TensorProto.INT32, ("batch", 16))
+    cnn = resnet18()
+    batching = "max_batch_size: 16\n"
+    write_model(
+        repo,
+        "add_sub",
+        f'platform: "onnxruntime_onnx"\n{batching}{IO_INT32}dynamic_batching {{ }}\n{ONE}',
+        {"model.onnx": add_sub_onnx},
+    )
+    write_model(
+        repo,
+        "add_sub_nobatch",
+        f'platform: "onnxruntime_onnx"\n{batching}{IO_INT32}{ONE}',
+        {"model.onnx": add_sub_onnx},
+    )
+    cnn_io = (
+        'input [ { name: "input", data_type: TYPE_FP32, dims: [ 3, 224, 224 ] } ]\n'
+        'output [ { name: "logits", data_type: TYPE_FP32, dims: [ 1000 ] } ]\n'
+    )
+    write_model(
+        repo,
+        "cnn",
+        f'platform: "onnxruntime_onnx"\n{batching}{cnn_io}'
+        f"dynamic_batching {{ max_queue_delay_microseconds: 2000 }}\n{ONE}{ORT_THREADS}",
+        {"model.onnx": cnn},
+    )
+    write_model(
+        repo,
+        "cnn_nobatch",
+        f'platform: "onnxruntime_onnx"\n{batching}{cnn_io}{ONE}{ORT_THREADS}',
+        {"model.onnx": cnn},
+    )
+    if with_python:
+        write_model(
+            repo,
+            "py_identity",
+            f'backend: "python"\n{batching}{IO_INT32}{ONE}',
+            {"model.py": PY_IDENTITY},
+        )
+        write_model(
+            repo,
+            "py_add_sub",
+            f'backend: "python"\n{batching}{IO_INT32}{ONE}',
+            {"model.py": PY_ADD_SUB},
+        )
+
+
+# ----------------------------------------------------------------------------- processes
+
+
+def wait_ready(http_port: int, timeout: float, proc: subprocess.Popen[bytes]) -> float:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{http_port}/v2/health/ready", timeout=1
+            ) as r:
+                if r.status == 200:
+                    return time.monotonic() - start
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError("server did not become ready")
+
+
+@contextmanager
+def process(
+    cmd: list[str], http_port: int, log: Path, timeout: float = 180
+) -> Iterator[tuple[subprocess.Popen[bytes], float]]:
+    with log.open("wb") as out:
+        started = time.monotonic()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_ready(http_port, timeout, proc)
+            yield proc, time.monotonic() - started
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+
+
+def tritonx_cmd(repo: Path, ports: tuple[int, int, int], *extra: str) -> list[str]:
+    http, grpc, metrics = ports
+    return [
+        sys.executable,
+        "-m",
+        "tritonx",
+        "serve",
+        "--model-repository",
+        str(repo),
+        "--http-address",
+        "127.0.0.1",
+        "--grpc-address",
+        "127.0.0.1",
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc),
+        "--metrics-port",
+        str(metrics),
+        "--log-info",
+        "false",
+        *extra,
+    ]
+
+
+def rss_bytes(pid: int) -> int:
+    """Resident memory of ``pid`` and all its descendants."""
+    out = subprocess.run(
+        ["ps", "-o", "rss=", "--ppid", str(pid), "-p", str(pid)], capture_output=True, text=True
+    )
+    children = subprocess.run(
+        ["pgrep", "-P", str(pid)], capture_output=True, text=True
+    ).stdout.split()
+    total = sum(int(x) for x in out.stdout.split()) * 1024
+    for child in children:
+        grand = subprocess.run(
+            ["pgrep", "-P", child], capture_output=True, text=True
+        ).stdout.split()
+        for g in grand:
+            total += rss_bytes(int(g))
+    return total
+
+
+# ----------------------------------------------------------------------------- measurements
+
+
+def perf_analyzer(point: Point, url: str, window_ms: int, out_dir: Path) -> Point:
+    csv_path = out_dir / f"{point.target}-{point.model}-{point.protocol}-{point.concurrency}.csv"
+    cmd = [
+        str(PERF_ANALYZER),
+        "-m",
+        point.model,
+        "-u",
+        url,
+        "-i",
+        point.protocol,
+        "--concurrency-range",
+        str(point.concurrency),
+        "-p",
+        str(window_ms),
+        "--stability-percentage",
+        "100",
+        "--max-trials",
+        "3",
+        "-f",
+        str(csv_path),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    if done.returncode != 0 or not csv_path.exists():
+        point.error = (
+            (done.stdout + done.stderr).strip().splitlines()[-1:][0]
+            if (done.stdout + done.stderr).strip()
+            else "failed"
+        )
+        return point
+    with csv_path.open() as f:
+        row = next(csv.DictReader(f))
+    point.infer_per_s = float(row["Inferences/Second"])
+    point.p50_ms = float(row["p50 latency"]) / 1000
+    point.p99_ms = float(row["p99 latency"]) / 1000
+    return point
+
+
+def raw_onnxruntime(cnn: bytes, seconds: float) -> list[Point]:
+    """The compute limit: onnxruntime in-process, intra-op threads 2, per batch size."""
+    import numpy as np
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads = 2, 1
+    session = ort.InferenceSession(cnn, opts, providers=["CPUExecutionProvider"])
+    points = []
+    for batch in (1, 4, 8, 16):
+        x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
+        session.run(None, {"input": x})
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            session.run(None, {"input": x})
+            n += 1
+        elapsed = time.perf_counter() - start
+        points.append(
+            Point(
+                "cnn",
+                "onnxruntime",
+                "in-process",
+                f"cnn batch {batch}",
+                batch,
+                infer_per_s=n * batch / elapsed,
+                p50_ms=elapsed / n * 1000,
+            )
+        )
+    return points
+
+
+def memory_point(work: Path, count: int, log_dir: Path) -> Point:
+    from onnx import TensorProto
+
+    from tritonx_backend_onnx.models import add_sub
+
+    repo = work / "many"
+    onnx_bytes = add_sub(TensorProto.INT32, ("batch", 16))
+    for i in range(count):
+        write_model(
+            repo,
+            f"m{i:03d}",
+            f'platform: "onnxruntime_onnx"\nmax_batch_size: 16\n{IO_INT32}{ONE}',
+            {"model.onnx": onnx_bytes},
+        )
+    point = Point("memory", "tritonx", "-", f"{count} tiny models", 0)
+    with process(
+        tritonx_cmd(repo, PORTS["memory"]), PORTS["memory"][0], log_dir / "memory.log"
+    ) as (proc, ready_s):
+        time.sleep(0.5)
+        point.extra = {
+            "load_s": round(ready_s, 2),
+            "rss_mib": round(rss_bytes(proc.pid) / 2**20, 1),
+        }
+    return point
+
+
+# ----------------------------------------------------------------------------- table
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(points: list[Point]) -> str:
+    by = {(p.target, p.protocol, p.model, p.concurrency): p for p in points}
+    rows = [
+        "| scenario | server | protocol | model | conc | infer/s | p50 ms | p99 ms | ratio | vs |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
+    ]
+    best_ort = max((p.infer_per_s for p in points if p.target == "onnxruntime"), default=0.0)
+    for p in points:
+        r, vs = "", ""
+        if p.target == "tritonx" and p.model == "add_sub":
+            ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
+            r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
+        elif p.target == "tritonx" and p.model == "cnn":
+            r, vs = ratio(p.infer_per_s, best_ort), "raw onnxruntime, best batch"
+        elif p.target == "tritonx" and p.model.endswith("_nobatch"):
+            base = by.get(("tritonx", p.protocol, p.model.removesuffix("_nobatch"), p.concurrency))
+            r, vs = (
+                (ratio(base.infer_per_s, p.infer_per_s), "batching on / off") if base else ("", "")
+            )
+        if p.scenario == "memory":
+            rows.append(
+                f"| memory | tritonx | - | {p.model} | - | - | - | - | load {p.extra.get('load_s')} s, "
+                f"RSS {p.extra.get('rss_mib')} MiB | |"
+            )
+            continue
+        value = f"{p.infer_per_s:.0f}" if not p.error else f"error: {p.error[:60]}"
+        rows.append(
+            f"| {p.scenario} | {p.target} | {p.protocol} | {p.model} | {p.concurrency} | {value} | "
+            f"{p.p50_ms:.2f} | {p.p99_ms:.2f} | {r} | {vs} |"
+        )
+    return "\n".join(rows)
+
+
+# ----------------------------------------------------------------------------- main
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--smoke", action="store_true", help="1-second points, a few rows (CI)")
+    parser.add_argument(
+        "--window-ms", type=int, default=2000, help="perf_analyzer measurement window"
+    )
+    parser.add_argument("--concurrency", default="1,4,16")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
+    parser.add_argument("--memory-models", type=int, default=100)
+    args = parser.parse_args(argv)
+    if not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists():
+        print(
+            f"perf_analyzer is not set up: run `bash {ROOT / 'tools/perf_analyzer/setup.sh'}`",
+            file=sys.stderr,
+        )
+        return 2
+    try:
+        import tritonx_backend_python  # noqa: F401
+
+        with_python = True
+    except ImportError:
+        with_python = False
+    concurrencies = [1] if args.smoke else [int(c) for c in args.concurrency.split(",")]
+    window = 300 if args.smoke else args.window_ms
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="tritonx-bench-"))
+    log_dir = args.out / f"{stamp}-logs"
+    log_dir.mkdir(exist_ok=True)
+    points: list[Point] = []
+    try:
+        repo = work / "repo"
+        build_repository(repo, with_python)
+        protocols = ("http", "grpc")
+        # reference: the bare endpoint
+        http, grpc_port, _ = PORTS["bare"]
+        bare = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bare_server.py"),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc_port),
+        ]
+        with process(bare, http, log_dir / "bare.log"):
+            for proto in protocols:
+                for c in concurrencies:
+                    url = f"127.0.0.1:{http if proto == 'http' else grpc_port}"
+                    points.append(
+                        perf_analyzer(
+                            Point("add_sub", "bare", proto, "add_sub", c), url, window, log_dir
+                        )
+                    )
+        # tritonx
+        ports = PORTS["tritonx"]
+        with process(tritonx_cmd(repo, ports), ports[0], log_dir / "tritonx.log"):
+            models = ["add_sub", "cnn"] + (["py_identity", "py_add_sub"] if with_python else [])
+            for model in models:
+                for proto in protocols:
+                    for c in concurrencies:
+                        if args.smoke and model == "cnn" and proto == "http":
+                            continue
+                        url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                        points.append(
+                            perf_analyzer(
+                                Point(
+                                    model.split("_")[0] if model.startswith("py") else model,
+                                    "tritonx",
+                                    proto,
+                                    model,
+                                    c,
+                                ),
+                                url,
+                                window,
+                                log_dir,
+                            )
+                        )
+            top = max(concurrencies)
+            for model in ("add_sub_nobatch", "cnn_nobatch"):
+                for proto in protocols if not args.smoke else ("grpc",):
+                    url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                    points.append(
+                        perf_analyzer(
+                            Point("batching", "tritonx", proto, model, top), url, window, log_dir
+                        )
+                    )
+        from tritonx_backend_onnx.models import resnet18
+
+        points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
+        points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    text = table(points)
+    print(text)
+    result = {
+        "date": stamp,
+        "machine": f"{os.cpu_count()} cores",
+        "command": " ".join([sys.executable, *sys.argv]),
+        "points": [asdict(p) for p in points],
+    }
+    (args.out / f"{stamp}.json").write_text(json.dumps(result, indent=2))
+    failed = [p for p in points if p.error]
+    for p in failed:
+        print(
+            f"FAILED {p.target} {p.protocol} {p.model} c={p.concurrency}: {p.error}",
+            file=sys.stderr,
+        )
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

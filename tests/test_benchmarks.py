@@ -1,0 +1,39 @@
+"""The benchmark harness in its 1-second smoke mode, so it cannot rot (numbers not checked:
+speed goals live in the benchmark's table, never in tests)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.skipif(
+    not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists(),
+    reason="perf_analyzer is not set up: run `bash tools/perf_analyzer/setup.sh`",
+)
+def test_benchmark_smoke(tmp_path: Path) -> None:
+    pytest.importorskip("onnx")
+    pytest.importorskip("tritonx_backend_onnx")
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run.py"), "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (result,) = tmp_path.glob("*.json")
+    points = json.loads(result.read_text())["points"]
+    served = {(p["target"], p["protocol"], p["model"]) for p in points if p["infer_per_s"] > 0}
+    assert {
+        ("bare", "http", "add_sub"),
+        ("tritonx", "grpc", "add_sub"),
+        ("tritonx", "grpc", "cnn"),
+    } <= served
+    assert any(p["scenario"] == "memory" and p["extra"]["rss_mib"] > 0 for p in points)
+    assert "| add_sub | tritonx | http |" in done.stdout
