@@ -16,7 +16,9 @@ from tritonx import hookspecs
 
 ROOT = Path(__file__).resolve().parents[1]
 HOOKS = [
-    (name, fn) for name, fn in vars(hookspecs).items() if name.startswith("tritonx_") and callable(fn)
+    (name, fn)
+    for name, fn in vars(hookspecs).items()
+    if name.startswith("tritonx_") and callable(fn)
 ]
 
 
@@ -34,6 +36,12 @@ def test_readme_cli_reference_matches_help() -> None:
     assert match, "README has no serve-help block"
     env = {**os.environ, "COLUMNS": "100"}
     help_text = subprocess.run(
-        [sys.executable, "-m", "tritonx", "serve", "--help"], capture_output=True, text=True, env=env, check=True
+        [sys.executable, "-m", "tritonx", "serve", "--help"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=True,
     ).stdout.rstrip("\n")
-    assert match.group(1) == help_text, "README CLI reference is stale: paste `tritonx serve --help`"
+    assert match.group(1) == help_text, (
+        "README CLI reference is stale: paste `tritonx serve --help`"
+    )
