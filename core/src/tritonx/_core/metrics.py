@@ -22,7 +22,13 @@ if TYPE_CHECKING:
     from tritonx.config import ModelConfig, ServerSettings
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
-DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = ((0.5, 0.05), (0.9, 0.01), (0.95, 0.001), (0.99, 0.001), (0.999, 0.001))
+DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
+    (0.5, 0.05),
+    (0.9, 0.01),
+    (0.95, 0.001),
+    (0.99, 0.001),
+    (0.999, 0.001),
+)
 DEFAULT_BUCKETS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
 
 _COUNTERS = (

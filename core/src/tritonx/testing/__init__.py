@@ -63,7 +63,9 @@ def tritonx_plugins() -> tuple[str, ...]:
 @pytest.fixture
 def plugin_manager(tritonx_plugins: tuple[str, ...]) -> pluggy.PluginManager:
     """An isolated plugin manager: the identity test backend plus ``tritonx_plugins``."""
-    pm = make_plugin_manager(autoload=bool(tritonx_plugins), only=tritonx_plugins or None, extra=[identity])
+    pm = make_plugin_manager(
+        autoload=bool(tritonx_plugins), only=tritonx_plugins or None, extra=[identity]
+    )
     return pm
 
 
@@ -94,14 +96,18 @@ def server_settings(model_repository: ModelRepositoryBuilder) -> ServerSettings:
 
 
 @pytest.fixture
-async def server(server_settings: ServerSettings, plugin_manager: pluggy.PluginManager) -> AsyncIterator[Server]:
+async def server(
+    server_settings: ServerSettings, plugin_manager: pluggy.PluginManager
+) -> AsyncIterator[Server]:
     """A started server on the test's event loop (use aio clients against it)."""
     async with Server(server_settings, plugin_manager=plugin_manager) as srv:
         yield srv
 
 
 @pytest.fixture
-def server_thread(server_settings: ServerSettings, plugin_manager: pluggy.PluginManager) -> Iterator[ServerThread]:
+def server_thread(
+    server_settings: ServerSettings, plugin_manager: pluggy.PluginManager
+) -> Iterator[ServerThread]:
     """A started server on its own loop thread (use synchronous clients against it)."""
     thread = ServerThread(Server(server_settings, plugin_manager=plugin_manager))
     thread.start()

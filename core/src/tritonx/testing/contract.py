@@ -100,7 +100,9 @@ class BackendContract:
             allow_metrics=False,
         )
 
-    def make_inputs(self, config: ModelConfig, batch: int = 2, seed: int = 0) -> dict[str, np.ndarray]:
+    def make_inputs(
+        self, config: ModelConfig, batch: int = 2, seed: int = 0
+    ) -> dict[str, np.ndarray]:
         """Inputs for ``config``; override when the model needs particular values."""
         return example_inputs(config, batch, seed)
 
@@ -148,7 +150,9 @@ class BackendContract:
             req = InferenceRequest(model.name, self.make_inputs(config, 1, seed=seed + 1))
             req.batch_size = 1
             requests.append(req)
-        singles = [await server.infer(InferenceRequest(model.name, dict(r.inputs))) for r in requests]
+        singles = [
+            await server.infer(InferenceRequest(model.name, dict(r.inputs))) for r in requests
+        ]
         instance = entry.scheduler.instances[0]
         assert instance is not None
         # no request is in flight now, so calling execute here cannot overlap the worker's
@@ -157,12 +161,16 @@ class BackendContract:
         for single, batched in zip(singles, responses, strict=True):
             assert batched.error is None, batched.error
             for name in config.output_map:
-                assert self.outputs_equal(np.asarray(single.outputs[name]), np.asarray(batched.outputs[name])), name
+                assert self.outputs_equal(
+                    np.asarray(single.outputs[name]), np.asarray(batched.outputs[name])
+                ), name
 
     async def test_contract_requested_output(self, server: Server, model: Path) -> None:
         config = server.model_config(model.name)
         first = config.outputs[0].name
-        request = InferenceRequest(model.name, self.make_inputs(config, 1), requested_outputs=(first,))
+        request = InferenceRequest(
+            model.name, self.make_inputs(config, 1), requested_outputs=(first,)
+        )
         response = await server.infer(request)
         assert list(response.outputs) == [first]
 
@@ -182,5 +190,7 @@ class BackendContract:
             f"import {self.backend_module}\n"
             f"print(json.dumps([m for m in {list(self.framework_modules)!r} if m in sys.modules]))\n"
         )
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, check=True
+        )
         assert json.loads(out.stdout.strip().splitlines()[-1]) == []

@@ -42,7 +42,9 @@ class IdentityBackend(Backend):
     def load(self, ctx: LoadContext) -> ModelInstance:
         params = ctx.parameters
         if params.get("fail_load"):
-            raise TritonXError(f"identity model '{ctx.model_name}' asked to fail its load", Code.INVALID_ARG)
+            raise TritonXError(
+                f"identity model '{ctx.model_name}' asked to fail its load", Code.INVALID_ARG
+            )
         if params.get("load_delay_ms"):
             time.sleep(float(params["load_delay_ms"]) / 1000)
         with self._lock:
@@ -67,7 +69,9 @@ class IdentityInstance(ModelInstance):
         if self.fail_value is not None and request.inputs:
             first = next(iter(request.inputs.values())).reshape(-1)
             if first.size and str(first[0]) == self.fail_value:
-                return InferenceResponse.failed(TritonXError(f"fail_value {self.fail_value} seen", Code.INVALID_ARG))
+                return InferenceResponse.failed(
+                    TritonXError(f"fail_value {self.fail_value} seen", Code.INVALID_ARG)
+                )
         outputs: dict[str, np.ndarray] = {}
         for src, dst in zip(self.inputs, self.outputs, strict=False):
             if src in request.inputs:

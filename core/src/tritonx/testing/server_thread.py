@@ -16,7 +16,9 @@ class ServerThread:
     def __init__(self, server: Server) -> None:
         self.server = server
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="tritonx-server", daemon=True)
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="tritonx-server", daemon=True
+        )
         self._started = False
 
     def start(self, timeout: float = 120) -> Server:
