@@ -24,6 +24,7 @@ The contract:
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +71,8 @@ class LoadContext:
     :param instance: which instance this is.
     :param backend_config: ``--backend-config=<backend>,<key>=<value>`` settings.
     :param dataplane: the server's data plane, for backends that call other models (BLS).
+    :param loop: the server's event loop, on which the data plane's coroutines run (from a
+        worker thread use ``asyncio.run_coroutine_threadsafe(coro, ctx.loop)``).
     """
 
     model_name: str
@@ -81,6 +84,7 @@ class LoadContext:
     instance: InstanceSpec
     backend_config: Mapping[str, str] = field(default_factory=dict)
     dataplane: DataPlane | None = None
+    loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def parameters(self) -> dict[str, str]:

@@ -136,11 +136,15 @@ async def test_custom_metrics_on_metrics_endpoint(server: Server, http_client) -
         async with session.get(f"http://{server.metrics_url}/metrics") as response:
             body = await response.text()
     labels = '{model="custom_metrics",version="1"}'
-    assert f"requests_count_custom{labels} 2.0" in body
-    assert f"last_value_custom{labels} 7.0" in body
-    assert 'input_size_custom_bucket{le="10",model="custom_metrics",version="1"} 2.0' in body
-    assert f"input_size_custom_count{labels} 2.0" in body
+    assert f"requests_count_custom{labels} 2\n" in body
+    assert f"last_value_custom{labels} 7\n" in body
+    assert 'input_size_custom_bucket{le="10",model="custom_metrics",version="1"} 2\n' in body
+    assert f"input_size_custom_count{labels} 2\n" in body
     assert "# TYPE last_value_custom gauge" in body
+    # Triton's names: no _total suffix on counters, in HELP/TYPE lines or samples
+    assert (
+        "# TYPE requests_count_custom counter" in body and "requests_count_custom_total" not in body
+    )
 
 
 @pytest.fixture

@@ -656,6 +656,7 @@ class ModelManager:
                             instance=spec,
                             backend_config=backend.config,
                             dataplane=self.dataplane,
+                            loop=asyncio.get_running_loop(),
                         )
                     )
                     passive.append(group.passive)

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from prometheus_client import CollectorRegistry
+
 from tritonx._core.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
 from tritonx.errors import invalid_arg
 
@@ -392,6 +394,23 @@ class TritonMetrics:
         if self.settings.allow_gpu_metrics:
             out.extend(_gpu_families())
         return "".join(out)
+
+
+def render_registry(registry: CollectorRegistry) -> str:
+    """A prometheus_client registry in text form, keeping each family's own name.
+
+    ``generate_latest`` renames counter families to ``<name>_total`` in HELP/TYPE; Triton's
+    counters (and backends' custom ones) carry no suffix, so they are written as named.
+    """
+    out: list[str] = []
+    for metric in registry.collect():
+        help_text = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
+        out.append(f"# HELP {metric.name} {help_text}\n# TYPE {metric.name} {metric.type}\n")
+        for sample in metric.samples:
+            out.append(
+                f"{sample.name}{_labels(sorted(sample.labels.items())) if sample.labels else ''} {_num(sample.value)}\n"
+            )
+    return "".join(out)
 
 
 def _request_us(stats: ModelStats, attr: str) -> int:

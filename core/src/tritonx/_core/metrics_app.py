@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
 
-from tritonx._core.metrics import TritonMetrics
+from tritonx._core.metrics import TritonMetrics, render_registry
 
 if TYPE_CHECKING:
     from tritonx.server import Server
@@ -38,7 +38,7 @@ def make_metrics_app(server: Server) -> web.Application:
             return web.json_response({"error": "Method Not Allowed"}, status=405)
         if request.path not in ("/metrics", "/metrics/"):
             return web.Response(body=b"")
-        body = triton.render().encode() + generate_latest(request.app[REGISTRY_KEY])
+        body = (triton.render() + render_registry(request.app[REGISTRY_KEY])).encode()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_route("*", "/{tail:.*}", metrics)

@@ -153,19 +153,13 @@ def initialize_args(ctx: LoadContext) -> dict[str, str]:
 
 
 def _find_loop(ctx: LoadContext) -> asyncio.AbstractEventLoop | None:
-    """The server's event loop, seen from an instance's load thread.
-
-    ``load`` runs in the thread the core's scheduler started for the instance; its target is
-    a bound method of the scheduler, which holds the loop.
-    """
+    """The server's event loop (BLS calls run the data plane's coroutines on it)."""
+    if ctx.loop is not None:
+        return ctx.loop
     try:
         return asyncio.get_running_loop()
     except RuntimeError:
-        pass
-    target = getattr(threading.current_thread(), "_target", None)
-    owner = getattr(target, "__self__", None)
-    loop = getattr(owner, "_loop", None)
-    return loop if isinstance(loop, asyncio.AbstractEventLoop) else None
+        return None
 
 
 class ServerBridge:
