@@ -79,6 +79,12 @@ class IOConfig:
     optional: bool = False
     allow_ragged_batch: bool = False
     reshape: tuple[int, ...] | None = None
+    #: the numpy dtype arrays of this tensor have (object for BYTES, uint16 for BF16)
+    numpy_dtype: Any = None
+
+    def __post_init__(self) -> None:
+        if self.numpy_dtype is None:
+            object.__setattr__(self, "numpy_dtype", self.datatype.numpy_dtype)
 
 
 class ModelConfig:

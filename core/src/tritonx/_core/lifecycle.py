@@ -175,10 +175,13 @@ class ModelManager:
         if entry is None or (not entry.versions and not entry.error and entry.fingerprint is None):
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version is None:
-            ready = entry.ready_versions()
-            if not ready:
+            best: VersionEntry | None = None
+            for ventry in entry.versions.values():
+                if (best is None or ventry.version > best.version) and ventry.ready:
+                    best = ventry
+            if best is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
-            return entry.versions[ready[-1]]
+            return best
         ventry = entry.versions.get(version)
         if ventry is None:
             raise not_found(f"Request for unknown model: '{name}' version {version} is not found")

@@ -101,8 +101,10 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
 
     for name, array in inputs.items():
         io = expected[name]
-        got_type = _datatype_of(array, io.datatype)
-        if got_type is not io.datatype:
+        if (
+            array.dtype != io.numpy_dtype
+            and (got_type := _datatype_of(array, io.datatype)) is not io.datatype
+        ):
             raise invalid_arg(
                 f"{prefix}inference input '{name}' data-type is '{got_type.value}', but model "
                 f"'{model}' expects '{io.datatype.value}'"
