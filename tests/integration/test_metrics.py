@@ -142,3 +142,37 @@ def test_metrics_config_is_checked() -> None:
         {"summary_quantiles": "0.5:0.05,0.9:0.01", "counter_latencies": "false"}
     )
     assert opts.quantiles == ((0.5, 0.05), (0.9, 0.01)) and not opts.counter_latencies
+
+
+async def test_metric_sinks_add_collectors(
+    model_repository: ModelRepositoryBuilder, plugin_manager: Any
+) -> None:
+    from prometheus_client.core import GaugeMetricFamily
+
+    import tritonx
+
+    class Temperature:
+        def collect(self) -> Any:
+            yield GaugeMetricFamily(
+                "acme_board_temperature_celsius", "Board temperature", value=42.0
+            )
+
+    class Sink(tritonx.MetricSink):
+        name = "acme"
+
+        def collectors(self) -> Any:
+            return [Temperature()]
+
+    class Plugin:
+        @tritonx.hookimpl
+        def tritonx_register_metric_sinks(self, registry: tritonx.MetricSinkRegistry) -> None:
+            registry.add(Sink)
+
+    plugin_manager.register(Plugin())
+    settings = loopback_settings(
+        model_repository.root, allow_http=False, allow_grpc=False, allow_cpu_metrics=False
+    )
+    async with Server(settings, plugin_manager=plugin_manager) as srv:
+        text, fam = await scrape(srv)
+    assert value(fam, "acme_board_temperature_celsius") == 42.0
+    assert "nv_cpu_utilization" not in text
