@@ -460,3 +460,49 @@ async def test_no_shared_memory_left_after_shutdown(server_settings, plugin_mana
         data = np.ones(500_000, np.float32)
         await server.infer(InferenceRequest("init_args", {"DATA": data}))
     assert not glob.glob(os.path.join(_ipc._SHM_DIR, f"{_ipc.DEFAULT_PREFIX}*"))
+
+
+def test_embedding_script_without_main_guard(tmp_path: Path) -> None:
+    """A script that runs tritonx.Server at module level (no ``if __name__ == "__main__"``)
+    must not be re-run inside the model's worker process."""
+    import subprocess
+    import sys
+    import textwrap
+
+    model = tmp_path / "models" / "echo"
+    (model / "1").mkdir(parents=True)
+    (model / "config.pbtxt").write_text(
+        'backend: "python"\ninput [ { name: "IN", data_type: TYPE_INT32, dims: [ 2 ] } ]\n'
+        'output [ { name: "OUT", data_type: TYPE_INT32, dims: [ 2 ] } ]\n'
+    )
+    (model / "1" / "model.py").write_text(
+        textwrap.dedent("""
+        import triton_python_backend_utils as pb_utils
+
+        class TritonPythonModel:
+            def execute(self, requests):
+                return [pb_utils.InferenceResponse([pb_utils.Tensor("OUT",
+                        pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]) for r in requests]
+    """)
+    )
+    script = tmp_path / "embed.py"
+    script.write_text(
+        textwrap.dedent(f"""
+        import asyncio
+        import numpy as np
+        import tritonx
+
+        async def main():
+            async with tritonx.Server(model_repository=[{str(tmp_path / "models")!r}], allow_http=False,
+                                      allow_grpc=False, allow_metrics=False) as server:
+                response = await server.infer(tritonx.InferenceRequest("echo", {{"IN": np.array([1, 2], np.int32)}}))
+                print("OUT", response.outputs["OUT"].tolist())
+
+        asyncio.run(main())
+    """)
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("OUT [1, 2]") == 1, done.stdout

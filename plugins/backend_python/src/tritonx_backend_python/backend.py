@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import concurrent.futures
+import contextlib
 import hashlib
 import inspect
 import itertools
@@ -27,7 +28,7 @@ import tempfile
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -252,6 +253,32 @@ def _context() -> Any:
         return ctx
 
 
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep multiprocessing from re-running the embedding program's ``__main__`` in workers.
+
+    A forkserver child normally imports the parent's main module (by path or name) before
+    running its target; workers only need the stub, and a script that embeds
+    ``tritonx.Server`` without an ``if __name__ == "__main__":`` guard would start again
+    inside every worker.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved = {key: getattr(main, key, missing) for key in ("__file__", "__spec__")}
+    try:
+        main.__spec__ = None
+        if saved["__file__"] is not missing:
+            del main.__file__
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is not missing:
+                setattr(main, key, value)
+
+
 @atexit.register
 def _kill_workers() -> None:
     for worker in list(_live_workers):
@@ -271,7 +298,8 @@ class WorkerProcess:
             self._process = ctx.Process(
                 target=_stub.run, args=(child,), name=f"tritonx-python-{name}", daemon=False
             )
-            self._process.start()
+            with _forkserver_lock, _main_module_hidden():
+                self._process.start()
             child.close()
             self.conn: Connection = parent
             self.pid: int = self._process.pid
