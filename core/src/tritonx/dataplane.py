@@ -147,11 +147,15 @@ class DataPlane:
 
     # ------------------------------------------------------------------ inference
 
-    def _accept(self, request: InferenceRequest) -> VersionEntry:
+    def _accept(
+        self, request: InferenceRequest, decoupled_message: str | None = None
+    ) -> VersionEntry:
         if self.exiting:
             raise TritonXError("Server exiting", Code.UNAVAILABLE)
         entry = self.models.get(request.model_name, request.model_version)
         assert entry.config is not None and entry.scheduler is not None
+        if decoupled_message is not None and entry.scheduler.decoupled:
+            raise unsupported(decoupled_message)  # before validation, as Triton
         try:
             validate_request(request, entry.config)
         except TritonXError:
@@ -167,11 +171,11 @@ class DataPlane:
         :param protocol: which transport asks (``http``, ``grpc``, ``inprocess``); it only
             selects Triton's message for decoupled models, which must be streamed.
         """
-        entry = self._accept(request)
+        entry = self._accept(
+            request, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
+        )
         scheduler = entry.scheduler
         assert scheduler is not None
-        if scheduler.decoupled:
-            raise unsupported(DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"]))
         try:
             future = scheduler.submit(request)
         except TritonXError:

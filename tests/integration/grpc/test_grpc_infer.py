@@ -353,6 +353,10 @@ def test_decoupled_model_rejected_on_unary(client) -> None:
         "ModelInfer RPC doesn't support models with decoupled transaction policy"
         in info.value.message()
     )
+    # the decoupled check comes before input validation, as in Triton
+    with pytest.raises(InferenceServerException) as info:
+        client.infer("decoupled", [raw_input("INPUT0", "FP32", np.array([2], np.float32))])
+    assert info.value.status() == "StatusCode.UNIMPLEMENTED"
 
 
 # ---------------------------------------------------------------------- outputs and parameters
