@@ -29,7 +29,7 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from tritonx._proto import model_config_pb2
 from tritonx.config import ModelConfig
@@ -170,8 +170,3 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called once when the server shuts down, after every instance is unloaded."""
-
-
-def describe(obj: Any) -> str:
-    """``module.Class`` of a registered class, for messages."""
-    return f"{obj.__module__}.{obj.__qualname__}"

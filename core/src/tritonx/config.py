@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -61,12 +60,6 @@ class ServerSettings:
     metrics_config: Mapping[str, str] = field(default_factory=dict)
     rate_limit: str = "off"
     rate_limit_resource: tuple[str, ...] = ()
-
-    def with_repositories(self, *paths: str | os.PathLike[str]) -> ServerSettings:
-        """A copy serving ``paths`` instead of the configured repositories."""
-        from dataclasses import replace
-
-        return replace(self, model_repository=tuple(Path(p) for p in paths))
 
 
 @dataclass(frozen=True, slots=True)

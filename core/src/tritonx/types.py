@@ -9,7 +9,7 @@ through ``request.response_sender``). Tensors are always ``numpy.ndarray``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,6 +183,3 @@ class ServerMetadata:
     name: str
     version: str
     extensions: tuple[str, ...]
-
-
-Parameters = Mapping[str, Any]

@@ -176,9 +176,9 @@ class ModelManager:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version is None:
             best: VersionEntry | None = None
-            for ventry in entry.versions.values():
-                if (best is None or ventry.version > best.version) and ventry.ready:
-                    best = ventry
+            for candidate in entry.versions.values():
+                if (best is None or candidate.version > best.version) and candidate.ready:
+                    best = candidate
             if best is None:
                 raise not_found(f"Request for unknown model: '{name}' has no available versions")
             return best

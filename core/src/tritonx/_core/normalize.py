@@ -445,8 +445,3 @@ def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
         node[key] = [int(v) for v in node[key]]
     else:
         node[key] = int(node[key])
-
-
-def load_failure(model_name: str, message: str) -> TritonXError:
-    """The error a failed load reports (clients look for "failed to load")."""
-    return TritonXError(f"failed to load '{model_name}': {message}", Code.INVALID_ARG)
