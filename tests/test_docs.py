@@ -45,3 +45,20 @@ def test_readme_cli_reference_matches_help() -> None:
     assert match.group(1) == help_text, (
         "README CLI reference is stale: paste `tritonx serve --help`"
     )
+
+
+def test_readme_in_process_example_runs(tmp_path: Path) -> None:
+    """The README's in-process example, run against the bundled example repository."""
+    pytest.importorskip("tritonx_backend_onnx")
+    from tritonx.config import EXAMPLE_REPOSITORY
+
+    readme = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    (snippet,) = [b for b in blocks if "tritonx.Server(" in b]
+    script = tmp_path / "example.py"
+    script.write_text(snippet.replace("./models", str(EXAMPLE_REPOSITORY)))
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "[[1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1]]" in done.stdout
