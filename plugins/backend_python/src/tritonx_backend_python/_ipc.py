@@ -62,14 +62,14 @@ TensorDesc = tuple[str, str, tuple[int, ...], Any]
 def datatype_of(array: np.ndarray) -> str:
     """The Triton datatype name of a numpy array (object/str/bytes arrays are BYTES)."""
     dtype = array.dtype
+    known = _DATATYPE_OF.get(dtype)
+    if known is not None:
+        return known
     if dtype.kind in "OSU":
         return "BYTES"
     if dtype.name == "bfloat16":
         return "BF16"
-    try:
-        return _DATATYPE_OF[dtype]
-    except KeyError:
-        raise TypeError(f"unsupported numpy dtype '{dtype}' for a Triton tensor") from None
+    raise TypeError(f"unsupported numpy dtype '{dtype}' for a Triton tensor")
 
 
 def to_bytes_item(item: Any) -> bytes:
