@@ -234,9 +234,7 @@ class ModelManager:
             for version in sorted(entry.versions):
                 v = entry.versions[version]
                 state, reason = _reported_state(v)
-                if (state is ModelState.READY and v.state is ModelState.READY) or not ready_only:
-                    if ready_only and state is not ModelState.READY:
-                        continue
+                if not ready_only or state is ModelState.READY:
                     rows.append(RepositoryEntry(name, version, state, reason))
         return rows
 
