@@ -168,7 +168,9 @@ class Server:
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
     async def _serve_app(self, app: web.Application, host: str, port: int) -> int:
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # models are drained (up to --exit-timeout-secs) before listeners close, so handlers
+        # still running then only wait for work the exit timeout gave up on
+        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
         await runner.setup()
         self._runners.append(runner)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)

@@ -697,7 +697,15 @@ class ModelManager:
                 ventry.version,
                 scheduler.inflight,
             )
-        await scheduler.stop()
+        remaining = None
+        if deadline is not None:
+            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        if not await scheduler.stop(remaining):
+            log.warning(
+                "'%s' version %d: exit timeout reached with executions still running",
+                name,
+                ventry.version,
+            )
         ventry.scheduler = None
         ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED_REASON
         self._emit(name, ventry.version, ModelState.UNAVAILABLE, UNLOADED_REASON)

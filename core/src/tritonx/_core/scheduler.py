@@ -108,8 +108,12 @@ class VersionScheduler:
             resources, ctx.instance.device_id, int(group.rate_limiter.priority)
         )
 
-    async def stop(self) -> None:
-        """Stop the workers and unload every instance; requests still queued fail."""
+    async def stop(self, timeout: float | None = None) -> bool:
+        """Stop the workers and unload every instance; requests still queued fail.
+
+        With ``timeout``, stop waiting for instances still executing after that many seconds
+        (their daemon threads end with the process); returns False when that happened.
+        """
         self._stopping.set()
         active = sum(1 for p in self.passive if not p)
         left = self.batcher.stop(active)
@@ -118,7 +122,7 @@ class VersionScheduler:
             for pending in left:
                 self._reject(pending, error)
         threads, self._threads = self._threads, []
-        await asyncio.to_thread(_join_all, threads)
+        return await asyncio.to_thread(_join_all, threads, timeout)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
@@ -368,6 +372,8 @@ def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
         future.set_exception(exc)
 
 
-def _join_all(threads: list[threading.Thread]) -> None:
+def _join_all(threads: list[threading.Thread], timeout: float | None = None) -> bool:
+    deadline = None if timeout is None else time.monotonic() + timeout
     for thread in threads:
-        thread.join()
+        thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    return not any(thread.is_alive() for thread in threads)
