@@ -128,6 +128,11 @@ class ModelConfig:
         return out
 
     @cached_property
+    def required_inputs(self) -> tuple[str, ...]:
+        """Names of the inputs a request must carry (not ``optional``), in config order."""
+        return tuple(n for n, t in self.input_map.items() if not t.optional)
+
+    @cached_property
     def output_map(self) -> dict[str, IOConfig]:
         out: dict[str, IOConfig] = {}
         for t in self.outputs:

@@ -32,7 +32,16 @@ class Pending:
     :param deliver: the scheduler's handle for the result (a future or a stream queue).
     """
 
-    __slots__ = ("deadline_ns", "deliver", "enqueue_ns", "level", "request", "seq", "shapes")
+    __slots__ = (
+        "deadline_ns",
+        "deliver",
+        "enqueue_ns",
+        "level",
+        "rejected",
+        "request",
+        "seq",
+        "shapes",
+    )
 
     def __init__(self, request: InferenceRequest, deliver: Any, seq: int = 0) -> None:
         self.request = request
@@ -42,6 +51,8 @@ class Pending:
         self.deadline_ns = 0
         self.level = 0
         self.shapes: tuple[Any, ...] | None = None
+        #: set when the request failed without running (queue timeout, shutdown)
+        self.rejected = False
 
 
 class Batcher(Protocol):

@@ -190,7 +190,7 @@ class VersionScheduler:
                 if response is None:
                     return
                 if response.error is not None and failed is None:
-                    failed = str(response.parameters.pop("triton_failure_reason", BACKEND))
+                    failed = REJECTED if pending.rejected else BACKEND
                 yield response
                 if response.final:
                     return
@@ -218,12 +218,11 @@ class VersionScheduler:
         assert self._loop is not None
         response = InferenceResponse.failed(error)
         self._finish(response, self.config.name, self.version, pending.request.id, None)
-        if isinstance(pending.deliver, asyncio.Queue):
-            response.parameters["triton_failure_reason"] = REJECTED
+        pending.rejected = True
         if isinstance(pending.deliver, asyncio.Queue):
             self._loop.call_soon_threadsafe(pending.deliver.put_nowait, response)
         else:
-            self._loop.call_soon_threadsafe(self._resolve_one, pending, response, REJECTED)
+            self._loop.call_soon_threadsafe(self._resolve_one, pending, response)
 
     def _worker(
         self, index: int, ctx: LoadContext, ready: asyncio.Future[None], ticket: Ticket | None
@@ -337,14 +336,12 @@ class VersionScheduler:
         for pending, response in zip(batch, responses, strict=True):
             self._resolve_one(pending, response)
 
-    def _resolve_one(
-        self, pending: Pending, response: InferenceResponse, reason: str = BACKEND
-    ) -> None:
+    def _resolve_one(self, pending: Pending, response: InferenceResponse) -> None:
         elapsed = time.perf_counter_ns() - pending.enqueue_ns
         if response.error is None:
             self.stats.record_success(elapsed)
         else:
-            self.stats.record_failure(reason, elapsed)
+            self.stats.record_failure(REJECTED if pending.rejected else BACKEND, elapsed)
         if not self.preserve_ordering:
             _deliver(pending, response)
             return

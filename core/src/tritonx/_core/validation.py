@@ -46,7 +46,6 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
     On success sets ``request.batch_size`` and applies configured ``reshape``s.
     """
     model = config.name
-    prefix = request_prefix(request.id)
     if request.requested_outputs is not None:
         outputs = config.output_map
         for name in request.requested_outputs:
@@ -56,11 +55,13 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
             dup = next(
                 n for n in request.requested_outputs if request.requested_outputs.count(n) > 1
             )
-            raise invalid_arg(f"{prefix}output '{dup}' already exists in request")
+            raise invalid_arg(
+                f"{request_prefix(request.id)}output '{dup}' already exists in request"
+            )
 
     expected = config.input_map
     inputs = request.inputs
-    required = [n for n, t in expected.items() if not t.optional]
+    required = config.required_inputs
     if len(inputs) > len(expected) or len(inputs) < len(required):
         missing = [n for n in required if n not in inputs]
         got = _names(sorted(inputs))
@@ -70,7 +71,7 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
         else:
             head = f"expected number of inputs between {len(required)} and {len(expected)}"
         raise invalid_arg(
-            f"{prefix}{head} but got {len(inputs)} inputs for model '{model}'. Got input(s) "
+            f"{request_prefix(request.id)}{head} but got {len(inputs)} inputs for model '{model}'. Got input(s) "
             f"{got}, but missing required input(s) {miss}. Please provide all required input(s)."
         )
     for name in inputs:
@@ -84,19 +85,19 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
         for name, array in inputs.items():
             if array.ndim == 0:
                 raise invalid_arg(
-                    f"{prefix}input '{name}' has no shape but model requires batch dimension "
+                    f"{request_prefix(request.id)}input '{name}' has no shape but model requires batch dimension "
                     f"for '{model}'"
                 )
             if batch is None:
                 batch = array.shape[0]
             elif array.shape[0] != batch:
                 raise invalid_arg(
-                    f"{prefix}input '{name}' batch size does not match other inputs for '{model}'"
+                    f"{request_prefix(request.id)}input '{name}' batch size does not match other inputs for '{model}'"
                 )
         batch_size = batch or 0
         if batch_size > max_batch:
             raise invalid_arg(
-                f"{prefix}inference request batch-size must be <= {max_batch} for '{model}'"
+                f"{request_prefix(request.id)}inference request batch-size must be <= {max_batch} for '{model}'"
             )
 
     for name, array in inputs.items():
@@ -106,7 +107,7 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
             and (got_type := _datatype_of(array, io.datatype)) is not io.datatype
         ):
             raise invalid_arg(
-                f"{prefix}inference input '{name}' data-type is '{got_type.value}', but model "
+                f"{request_prefix(request.id)}inference input '{name}' data-type is '{got_type.value}', but model "
                 f"'{model}' expects '{io.datatype.value}'"
             )
         shape = array.shape[1:] if max_batch > 0 else array.shape
@@ -115,7 +116,7 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
         ):
             full = (-1, *io.dims) if max_batch > 0 else io.dims
             raise invalid_arg(
-                f"{prefix}unexpected shape for input '{name}' for model '{model}'. Expected "
+                f"{request_prefix(request.id)}unexpected shape for input '{name}' for model '{model}'. Expected "
                 f"{dims_str(full)}, got {dims_str(array.shape)}. "
                 + (_BATCH_NOTE if max_batch > 0 else "")
             )
