@@ -359,6 +359,17 @@ def test_decoupled_model_rejected_on_unary(client) -> None:
     assert info.value.status() == "StatusCode.UNIMPLEMENTED"
 
 
+def test_model_checks_come_before_decoding(stub) -> None:
+    """As Triton's ModelInferHandler: version, model and decoupled checks, then the request."""
+    bad = tensor("INPUT0", "FLOAT", [1])  # an unknown datatype, reported only for a good model
+    message = request("decoupled", bad, raw_input_contents=[b"\0" * 4])
+    expect_error(stub.ModelInfer, message, grpc.StatusCode.UNIMPLEMENTED, "decoupled")
+    message = request("nope", bad, raw_input_contents=[b"\0" * 4])
+    expect_error(stub.ModelInfer, message, grpc.StatusCode.NOT_FOUND, "unknown model")
+    message = request("nope", bad, raw_input_contents=[b"\0" * 4], model_version="x")
+    expect_error(stub.ModelInfer, message, grpc.StatusCode.INVALID_ARGUMENT, "model version 'x'")
+
+
 # ---------------------------------------------------------------------- outputs and parameters
 
 

@@ -97,7 +97,16 @@ def test_stream_error_message_carries_request_id(server_thread: ServerThread) ->
     with grpc.insecure_channel(server_thread.server.grpc_url) as channel:
         stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
         requests = [
-            service_pb2.ModelInferRequest(model_name="nope", id="x1"),
+            service_pb2.ModelInferRequest(
+                model_name="nope",
+                id="x1",
+                # malformed too: the unknown model is reported first, as in Triton
+                inputs=[
+                    service_pb2.ModelInferRequest.InferInputTensor(
+                        name="INPUT0", datatype="FLOAT", shape=[1]
+                    )
+                ],
+            ),
             service_pb2.ModelInferRequest(
                 model_name="failing",
                 id="x2",
@@ -111,6 +120,7 @@ def test_stream_error_message_carries_request_id(server_thread: ServerThread) ->
         ]
         responses = list(stub.ModelStreamInfer(iter(requests)))
     assert [r.infer_response.id for r in responses] == ["x1", "x2"]
+    assert "Request for unknown model: 'nope' is not found" in responses[0].error_message
     assert all(r.error_message for r in responses)
     # an error reported after the request was accepted names the model and is final
     assert responses[1].infer_response.model_name == "failing"
@@ -187,16 +197,17 @@ async def test_aio_stream_ordinary_and_decoupled(
 # ---------------------------------------------------------------------- cancellation / disconnects
 
 
-def _scheduler(server: Server, model: str) -> Any:
-    assert server.models is not None
-    return server.models.get(model, None).scheduler
+def _finished(server: Server, model: str) -> int:
+    """Requests of ``model`` that ended (succeeded or failed), from its statistics."""
+    ((_, _, stats),) = server.model_statistics(model)
+    return stats.success.count + stats.fail.count
 
 
-def _wait_idle(server: Server, model: str, timeout: float = 5) -> None:
+def _wait_finished(server: Server, model: str, count: int, timeout: float = 5) -> None:
     deadline = time.monotonic() + timeout
-    while _scheduler(server, model).inflight and time.monotonic() < deadline:
+    while _finished(server, model) < count and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert _scheduler(server, model).inflight == 0
+    assert _finished(server, model) == count
 
 
 def test_client_cancels_mid_stream(server_thread: ServerThread) -> None:
@@ -218,8 +229,8 @@ def test_client_cancels_mid_stream(server_thread: ServerThread) -> None:
         c2.async_stream_infer("decoupled", [int_input(2)], request_id="o1")
         assert [e for _, e in other.take(2)] == [None, None]
         # dropped at once, long before decoupled_slow's 1 s execution would have ended
-        _wait_idle(server, "decoupled_slow", timeout=0.6)
-        _wait_idle(server, "slow")
+        _wait_finished(server, "decoupled_slow", 1, timeout=0.6)
+        _wait_finished(server, "slow", 1)
         c1.start_stream(callback=got)  # a new stream on the same client works
         c1.async_stream_infer("simple", [fp_input([1, 1])], request_id="after")
         ((result, error),) = got.take(1)
@@ -247,13 +258,13 @@ async def test_client_disconnects_mid_stream(server: Server) -> None:
     call = stub.ModelStreamInfer()
     await call.write(request)
     await asyncio.sleep(0.1)
-    assert _scheduler(server, "decoupled_slow").inflight == 1
+    assert _finished(server, "decoupled_slow") == 0
     await channel.close(grace=None)
     # dropped at once, long before the model's 1 s execution would have ended
     deadline = time.monotonic() + 0.6
-    while _scheduler(server, "decoupled_slow").inflight and time.monotonic() < deadline:
+    while not _finished(server, "decoupled_slow") and time.monotonic() < deadline:
         await asyncio.sleep(0.02)
-    assert _scheduler(server, "decoupled_slow").inflight == 0
+    assert _finished(server, "decoupled_slow") == 1
     client = aioclient.InferenceServerClient(server.grpc_url)
     try:
         inp = fp_input([1, 2], aioclient)

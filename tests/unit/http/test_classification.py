@@ -1,4 +1,4 @@
-"""``tritonx._core.classification``: Triton's top-k "value:index[:label]" strings."""
+"""``tritonx.classification``: Triton's top-k "value:index[:label]" strings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonx._core.classification import LabelCache, classify
+from tritonx.classification import LabelCache, classify
 from tritonx.errors import TritonXError
 
 
@@ -33,9 +33,15 @@ def test_unsupported_types(dtype: type) -> None:
         classify(np.zeros(2, dtype=dtype), 1, batched=False)
 
 
-def test_label_cache(tmp_path: Path) -> None:
-    path = tmp_path / "labels.txt"
-    path.write_text("x\ny\n")
-    cache = LabelCache()
-    assert cache.get(path) == ["x", "y"]
-    assert cache.get(tmp_path / "missing") is None
+def test_label_cache_reads_only_inside_the_model_folder(tmp_path: Path) -> None:
+    model = tmp_path / "m"
+    model.mkdir()
+    (model / "labels.txt").write_text("x\ny\n")
+    (tmp_path / "secret.txt").write_text("top secret\n")
+    (model / "link.txt").symlink_to(tmp_path / "secret.txt")
+    cache = LabelCache(model)
+    assert cache.get("labels.txt") == ["x", "y"]
+    assert cache.get("missing") is None
+    assert cache.get("../secret.txt") is None
+    assert cache.get(str(tmp_path / "secret.txt")) is None
+    assert cache.get("link.txt") is None

@@ -8,11 +8,17 @@ import grpc
 
 from tritonx.errors import Code, TritonXError
 
-#: Triton's table: UNKNOWN→UNKNOWN, INTERNAL→INTERNAL, NOT_FOUND→NOT_FOUND,
-#: INVALID_ARG→INVALID_ARGUMENT, UNAVAILABLE→UNAVAILABLE, UNSUPPORTED→UNIMPLEMENTED,
-#: ALREADY_EXISTS→ALREADY_EXISTS, CANCELLED→CANCELLED.
+#: Triton's table (INVALID_ARG → INVALID_ARGUMENT, UNSUPPORTED → UNIMPLEMENTED, the others
+#: to the status of the same name).
 STATUS: dict[Code, grpc.StatusCode] = {
-    code: grpc.StatusCode[code.grpc_status_name] for code in Code
+    Code.UNKNOWN: grpc.StatusCode.UNKNOWN,
+    Code.INTERNAL: grpc.StatusCode.INTERNAL,
+    Code.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
+    Code.INVALID_ARG: grpc.StatusCode.INVALID_ARGUMENT,
+    Code.UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
+    Code.UNSUPPORTED: grpc.StatusCode.UNIMPLEMENTED,
+    Code.ALREADY_EXISTS: grpc.StatusCode.ALREADY_EXISTS,
+    Code.CANCELLED: grpc.StatusCode.CANCELLED,
 }
 
 

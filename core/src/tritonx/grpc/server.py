@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import grpc
 
-from tritonx._proto import service_pb2_grpc
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.grpc.health import health_handler
 from tritonx.grpc.servicer import GRPCInferenceServicer
+from tritonx.proto import service_pb2_grpc
 
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (INT32_MAX) for both directions.
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1

@@ -10,17 +10,17 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
-from pathlib import Path
 from typing import Any, TypeAlias
 
-from tritonx._core.stats import Duration, ModelStats
-from tritonx._proto import service_pb2, service_pb2_grpc
-from tritonx.config import ModelConfig
-from tritonx.dataplane import DataPlane, parse_version
+from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
 from tritonx.errors import TritonXError, invalid_arg, unsupported
-from tritonx.grpc.convert import fill_response, request_from_proto, stream_error
+from tritonx.grpc.decode import DecodedRequest, decode_infer_request
+from tritonx.grpc.encode import encode_infer_response, stream_error
 from tritonx.grpc.errors import STATUS, abort
-from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx.proto import service_pb2, service_pb2_grpc
+from tritonx.stats import Duration, ModelStats
+from tritonx.types import InferenceResponse
+from tritonx.wire import parse_version
 
 log = logging.getLogger("tritonx.grpc")
 
@@ -36,46 +36,6 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, dataplane: DataPlane) -> None:
         self.dataplane = dataplane
-        self._label_cache: Any = None
-
-    # ------------------------------------------------------------------ helpers
-
-    def configured_datatype(self, model: str, version: int, output: str) -> str | None:
-        """The config datatype of ``output`` (used to tell BF16 from UINT16 outputs)."""
-        try:
-            io = self.dataplane.model_config(model, version).output_map.get(output)
-        except TritonXError:
-            return None
-        return io.datatype.value if io is not None else None
-
-    def classify(self, request: InferenceRequest, response: InferenceResponse) -> None:
-        """Replace outputs requested with ``classification: k`` by their top-k classes."""
-        from tritonx._core.classification import classify
-
-        config = self.dataplane.model_config(response.model_name, response.model_version)
-        batched = config.max_batch_size > 0
-        for name, options in request.output_parameters.items():
-            count = options.get("classification", 0)
-            array = response.outputs.get(name)
-            if count > 0 and array is not None:
-                labels = self._labels(response.model_name, config, name)
-                response.outputs[name] = classify(array, count, batched=batched, labels=labels)
-
-    def _labels(self, model: str, config: ModelConfig, output: str) -> list[str] | None:
-        filename = next((o.label_filename for o in config.raw.output if o.name == output), "")
-        if not filename:
-            return None
-        try:
-            model_dir = self.dataplane.models.find(model).model_dir
-        except TritonXError:
-            return None
-        if model_dir is None:
-            return None
-        if self._label_cache is None:
-            from tritonx._core.classification import LabelCache
-
-            self._label_cache = LabelCache()
-        return self._label_cache.get(Path(model_dir) / filename)
 
     # ------------------------------------------------------------------ health / metadata
 
@@ -229,12 +189,14 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> service_pb2.ModelInferResponse:
         """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream)."""
         try:
-            infer_request, _ = request_from_proto(request)
-            result = await self.dataplane.infer(infer_request, protocol="grpc")
-            if infer_request.output_parameters:
-                self.classify(infer_request, result)
+            version = parse_version(request.model_version)
+            served = self.dataplane.resolve(request.model_name, version)  # the one lookup
+            if served.decoupled:
+                raise unsupported(DECOUPLED_MESSAGES["grpc"])
+            decoded = decode_infer_request(request, version)
+            result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
             response = service_pb2.ModelInferResponse()
-            fill_response(response, result, self.configured_datatype)
+            encode_infer_response(response, result, decoded, served.config, served.labels)
         except TritonXError as exc:
             await abort(context, exc)
         return response
@@ -249,7 +211,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self, grpc_error)
+        stream = _Stream(self.dataplane, grpc_error)
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
@@ -278,9 +240,8 @@ class _Stream:
     Cancelling the call (client cancel or disconnect) cancels every in-flight request.
     """
 
-    def __init__(self, servicer: GRPCInferenceServicer, grpc_error: bool) -> None:
-        self.servicer = servicer
-        self.dataplane = servicer.dataplane
+    def __init__(self, dataplane: DataPlane, grpc_error: bool) -> None:
+        self.dataplane = dataplane
         self.grpc_error = grpc_error
         self.queue: asyncio.Queue[
             tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
@@ -299,18 +260,20 @@ class _Stream:
 
     def start(self, request: service_pb2.ModelInferRequest) -> None:
         loop = asyncio.get_running_loop()
+        version: int | None = None
         try:
-            decoupled = self.dataplane.is_decoupled(
-                request.model_name, parse_version(request.model_version)
-            )
-        except TritonXError:
-            decoupled = False  # the request fails below, in order
+            version = parse_version(request.model_version)
+            target: ServedModel | TritonXError = self.dataplane.resolve(
+                request.model_name, version
+            )  # the one model lookup of this request
+        except TritonXError as exc:
+            target = exc  # the request fails in run(), in order
         previous: asyncio.Future[None] | None = None
         done: asyncio.Future[None] | None = None
-        if not decoupled:
+        if not (isinstance(target, ServedModel) and target.decoupled):
             previous, done = self.previous, loop.create_future()
             self.previous = done
-        task = loop.create_task(self.run(request, previous, done))
+        task = loop.create_task(self.run(request, version, target, previous, done))
         self.tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -331,26 +294,32 @@ class _Stream:
     async def run(
         self,
         request: service_pb2.ModelInferRequest,
+        version: int | None,
+        target: ServedModel | TritonXError,
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
     ) -> None:
         put = self.queue.put_nowait
         try:
             try:
-                infer_request, options = request_from_proto(request)
+                if isinstance(target, TritonXError):
+                    raise target
+                served = target
+                decoded = decode_infer_request(request, version)
+                stream = self.dataplane.infer_stream(decoded.request, model=served)
                 if done is not None:  # ordinary model: exactly one response, in order
                     messages: list[tuple[Any, TritonXError | None]] = []
-                    async for result in self.dataplane.infer_stream(infer_request):
-                        messages.append(self._message(request, infer_request, result, True))
+                    async for result in stream:
+                        messages.append(self._message(request, decoded, served, result, True))
                     if previous is not None:
                         await previous
                     for item in messages:
                         put(item)
                     return
-                async for result in self.dataplane.infer_stream(infer_request):
-                    if result.empty and not options.enable_empty_final_response:
+                async for result in stream:
+                    if result.empty and not decoded.enable_empty_final_response:
                         continue
-                    put(self._message(request, infer_request, result, result.final))
+                    put(self._message(request, decoded, served, result, result.final))
             except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
                 error = TritonXError.wrap(exc)
                 if previous is not None:
@@ -363,7 +332,8 @@ class _Stream:
     def _message(
         self,
         request: service_pb2.ModelInferRequest,
-        infer_request: InferenceRequest,
+        decoded: DecodedRequest,
+        served: ServedModel,
         result: InferenceResponse,
         final: bool,
     ) -> tuple[service_pb2.ModelStreamInferResponse, TritonXError | None]:
@@ -387,9 +357,7 @@ class _Stream:
             infer.model_version = request.model_version
         else:
             try:
-                if infer_request.output_parameters:
-                    self.servicer.classify(infer_request, result)
-                fill_response(infer, result, self.servicer.configured_datatype)
+                encode_infer_response(infer, result, decoded, served.config, served.labels)
             except TritonXError as exc:
                 return stream_error(request, exc), exc
         infer.parameters["triton_final_response"].bool_param = final

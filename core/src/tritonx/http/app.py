@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from tritonx._core.classification import LabelCache
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.http.routes import DATAPLANE_KEY, LABELS_KEY, SETTINGS_KEY, setup_routes
+from tritonx.http.routes import DATAPLANE_KEY, SETTINGS_KEY, setup_routes
 
 
 def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> web.Application:
@@ -20,6 +19,5 @@ def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> we
     app = web.Application(client_max_size=settings.http_max_input_size)
     app[DATAPLANE_KEY] = dataplane
     app[SETTINGS_KEY] = settings
-    app[LABELS_KEY] = LabelCache()
     setup_routes(app)
     return app

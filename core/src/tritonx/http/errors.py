@@ -1,6 +1,5 @@
 """Error responses exactly as Triton's HTTP frontend sends them: ``{"error": "<message>"}``
-with the status from the error code (INVALID_ARG → 400, NOT_FOUND → 404, INTERNAL → 500,
-UNAVAILABLE → 503, UNSUPPORTED → 501)."""
+with the status :data:`STATUS` gives the error's code."""
 
 from __future__ import annotations
 
@@ -10,6 +9,24 @@ from aiohttp import web
 from tritonx.errors import Code, TritonXError
 
 JSON_CONTENT_TYPE = "application/json"
+
+#: Triton's table (server ``src/http_server.cc`` ``HttpCodeFromError``): INVALID_ARG → 400,
+#: NOT_FOUND → 404, INTERNAL → 500, UNAVAILABLE → 503, UNSUPPORTED → 501, others → 400.
+STATUS: dict[Code, int] = {
+    Code.UNKNOWN: 400,
+    Code.INTERNAL: 500,
+    Code.NOT_FOUND: 404,
+    Code.INVALID_ARG: 400,
+    Code.UNAVAILABLE: 503,
+    Code.UNSUPPORTED: 501,
+    Code.ALREADY_EXISTS: 400,
+    Code.CANCELLED: 400,
+}
+
+
+def status_code(error: TritonXError) -> int:
+    """The HTTP status Triton answers ``error`` with."""
+    return STATUS[error.code]
 
 
 def error_response(message: str, status: int) -> web.Response:
@@ -23,7 +40,7 @@ def error_response(message: str, status: int) -> web.Response:
 
 def response_for(error: TritonXError) -> web.Response:
     """The response for a :class:`TritonXError`, status from its code."""
-    return error_response(error.message, error.code.http_status)
+    return error_response(error.message, STATUS[error.code])
 
 
 def not_found() -> web.Response:

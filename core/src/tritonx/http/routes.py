@@ -19,12 +19,11 @@ from urllib.parse import unquote
 import orjson
 from aiohttp import web
 
-from tritonx._core.classification import LabelCache
-from tritonx._core.stats import Duration, ModelStats
-from tritonx.config import ModelConfig, ServerSettings
-from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, parse_version
+from tritonx.config import ServerSettings
+from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
-from tritonx.http import codec
+from tritonx.http.decode import decode_infer_request, parse_json_header, raw_binary_request
+from tritonx.http.encode import encode_infer_response, join_parts
 from tritonx.http.errors import (
     JSON_CONTENT_TYPE,
     error_response,
@@ -33,13 +32,14 @@ from tritonx.http.errors import (
     not_found,
     response_for,
 )
+from tritonx.stats import Duration, ModelStats
 from tritonx.types import TensorSpec
+from tritonx.wire import parse_version
 
 log = logging.getLogger("tritonx.http")
 
 DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
 SETTINGS_KEY = web.AppKey("settings", ServerSettings)
-LABELS_KEY = web.AppKey("labels", LabelCache)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 INT32_MAX = 2**31 - 1
@@ -207,7 +207,7 @@ async def _read_json(request: web.Request) -> Any:
     body = await read_body(request, limit)
     if not body:
         return None
-    return codec.parse_json_header(body, len(body), limit)
+    return parse_json_header(body, len(body), limit)
 
 
 # ---------------------------------------------------------------------------------- server
@@ -344,9 +344,10 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     dp = _dataplane(request)
     limit = request.app[SETTINGS_KEY].http_max_input_size
     version = parse_version(version_str)
-    config = dp.model_config(model, version)
-    if config.decoupled:
+    served = dp.resolve(model, version)  # the one model lookup of this request
+    if served.decoupled:
         raise unsupported(DECOUPLED_MESSAGES["http"])
+    config = served.config
     try:
         body = await read_body(request, limit)
     except TritonXError as exc:
@@ -356,21 +357,18 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         return failure
     header_length = _header_length(request, len(body))
     if header_length == 0:
-        decoded = codec.raw_binary_request(body, config, model, version, limit)
+        decoded = raw_binary_request(body, config, model, version, limit)
     else:
-        decoded = codec.decode_infer_request(body, header_length, model, version, limit)
-    response = await dp.infer(decoded.request, protocol="http")
-    labels = None
-    if any(p.get("classification") for p in decoded.request.output_parameters.values()):
-        labels = _label_lookup(request, dp, model, config)
-    encoded = codec.encode_infer_response(response, decoded, config, labels)
+        decoded = decode_infer_request(body, header_length, model, version, limit)
+    response = await dp.infer(decoded.request, protocol="http", model=served)
+    encoded = encode_infer_response(response, decoded, config, served.labels)
     headers: dict[str, str] = {}
     if encoded.header_length is not None:
         headers[HEADER_LENGTH] = str(encoded.header_length)
         content_type = "application/octet-stream"
     else:
         content_type = JSON_CONTENT_TYPE
-    payload = codec.join_parts(encoded.parts)
+    payload = join_parts(encoded.parts)
     encoding = response_encoding(request.headers.get("Accept-Encoding"))
     if encoding == "gzip":
         payload = gzip.compress(payload, compresslevel=1)
@@ -379,27 +377,6 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         payload = zlib.compress(payload, 1)
         headers["Content-Encoding"] = "deflate"
     return web.Response(body=payload, headers=headers, content_type=content_type)
-
-
-def _label_lookup(
-    request: web.Request, dp: DataPlane, model: str, config: ModelConfig | None
-) -> Callable[[str], Sequence[str] | None] | None:
-    if config is None:
-        return None
-    try:
-        model_dir = dp.models.find(model).model_dir
-    except TritonXError:
-        return None
-    if model_dir is None:
-        return None
-    files = {o.name: o.label_filename for o in config.raw.output if o.label_filename}
-    cache = request.app[LABELS_KEY]
-
-    def lookup(name: str) -> Sequence[str] | None:
-        filename = files.get(name)
-        return cache.get(model_dir / filename) if filename else None
-
-    return lookup
 
 
 # ---------------------------------------------------------------------------------- repository

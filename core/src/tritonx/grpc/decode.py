@@ -1,29 +1,23 @@
-"""Wire ↔ core conversion for the gRPC frontend.
+"""``ModelInferRequest`` → :class:`~tritonx.types.InferenceRequest` for the gRPC frontend.
 
-``ModelInferRequest`` → :class:`~tritonx.types.InferenceRequest` (raw or typed tensor
-contents, parameters, requested outputs) and :class:`~tritonx.types.InferenceResponse` →
-``ModelInferResponse`` (outputs always in ``raw_output_contents``), with the checks and
-messages of Triton's ``src/grpc/infer_handler.cc``.
-
-Hot path: raw input bytes become numpy arrays with ``np.frombuffer`` (no copy), and each
-output is turned into bytes exactly once with ``.tobytes()``.
+Raw (``raw_input_contents``) or typed (``InferTensorContents``) tensor data, parameters and
+requested outputs, with the checks and messages of Triton's ``src/grpc/infer_handler.cc``.
+Raw input bytes become numpy arrays with ``np.frombuffer`` (no copy).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tritonx._core.validation import dims_str, request_prefix
-from tritonx._proto import service_pb2
-from tritonx.dataplane import parse_version
-from tritonx.datatypes import DataType, deserialize_bytes_tensor, serialize_bytes_tensor
+from tritonx.datatypes import DataType, deserialize_bytes_tensor
 from tritonx.errors import TritonXError, invalid_arg, unsupported
-from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest, InferenceResponse
+from tritonx.proto import service_pb2
+from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
+from tritonx.wire import dims_str, request_prefix
 
 #: The request parameters starting with ``triton_`` that gRPC clients may send.
 TRITON_RESERVED_REQUEST_PARAMS = ("triton_enable_empty_final_response",)
@@ -56,46 +50,49 @@ _FIELD_TYPE: dict[str, DataType] = {
     "fp64_contents": DataType.FP64,
     "bytes_contents": DataType.BYTES,
 }
-#: numpy dtype of an output array → protocol datatype name (BF16 is decided by the config).
-_OUTPUT_DATATYPE: dict[np.dtype[Any], str] = {
-    d.numpy_dtype: d.value for d in DataType if d not in (DataType.BYTES, DataType.BF16)
-}
-_UINT16 = np.dtype(np.uint16)
 
 
 @dataclass(slots=True)
-class StreamOptions:
-    """Per-request options that only the transport acts on."""
+class DecodedRequest:
+    """A decoded ``ModelInferRequest``: the request and what only the transport acts on.
 
-    #: ``triton_enable_empty_final_response``: forward a decoupled model's bare final flag.
+    :param request: the request for the data plane (``output_parameters`` holds the
+        ``classification`` of the outputs that ask for it).
+    :param enable_empty_final_response: ``triton_enable_empty_final_response``: forward a
+        decoupled model's bare final flag on the stream.
+    """
+
+    request: InferenceRequest
     enable_empty_final_response: bool = False
 
 
-# ---------------------------------------------------------------------- requests
+def decode_infer_request(
+    msg: service_pb2.ModelInferRequest, model_version: int | None
+) -> DecodedRequest:
+    """Decode a ``ModelInferRequest`` for ``model_version`` (its ``model_version`` field,
+    already parsed with :func:`tritonx.wire.parse_version`).
 
-
-def request_from_proto(
-    msg: service_pb2.ModelInferRequest,
-) -> tuple[InferenceRequest, StreamOptions]:
-    """Decode a ``ModelInferRequest``; raises INVALID_ARG :class:`TritonXError` on bad input."""
+    :raises TritonXError: with Triton's code and message for every malformed part.
+    """
     request = InferenceRequest(
         model_name=msg.model_name,
         inputs={},
-        model_version=parse_version(msg.model_version),
+        model_version=model_version,
         id=msg.id,
     )
-    options = StreamOptions()
+    decoded = DecodedRequest(request)
     if msg.parameters:
-        _apply_parameters(request, options, msg.parameters)
+        _apply_parameters(decoded, msg.parameters)
     request.inputs = _inputs(msg)
     if msg.outputs:
         request.requested_outputs = _requested_outputs(request, msg)
-    return request, options
+    return decoded
 
 
-def _apply_parameters(request: InferenceRequest, options: StreamOptions, parameters: Any) -> None:
+def _apply_parameters(decoded: DecodedRequest, parameters: Any) -> None:
     """Triton's ``SetInferenceRequestMetadata``: sequence/priority/timeout keys are request
     options, ``triton_*`` keys are reserved, everything else goes to the model."""
+    request = decoded.request
     params = request.parameters
     for key, param in parameters.items():
         kind = param.WhichOneof("parameter_choice")
@@ -141,7 +138,7 @@ def _apply_parameters(request: InferenceRequest, options: StreamOptions, paramet
                 )
             if kind != "bool_param":
                 raise invalid_arg(f"invalid value type for '{key}' parameter, expected bool_param.")
-            options.enable_empty_final_response = param.bool_param
+            decoded.enable_empty_final_response = param.bool_param
         elif kind in ("int64_param", "bool_param", "string_param", "double_param"):
             params[key] = getattr(param, kind)
         else:
@@ -314,106 +311,3 @@ def _requested_outputs(
                     "shared memory is not supported by this server"
                 )
     return tuple(names)
-
-
-# ---------------------------------------------------------------------- responses
-
-
-def set_parameter(param: Any, value: object) -> None:
-    """Store a Python value in an ``InferParameter`` (bool, int, float or str)."""
-    if isinstance(value, bool):
-        param.bool_param = value
-    elif isinstance(value, int):
-        param.int64_param = value
-    elif isinstance(value, float):
-        param.double_param = value
-    elif isinstance(value, (bytes, bytearray)):
-        raise unsupported(
-            "Response parameter of type 'TRITONSERVER_PARAMETER_BYTES' is not currently supported"
-        )
-    else:
-        param.string_param = str(value)
-
-
-#: Returns the configured datatype name of ``output`` of ``(model, version)``, or None.
-DatatypeLookup = Callable[[str, int, str], "str | None"]
-
-
-def fill_response(
-    msg: service_pb2.ModelInferResponse,
-    response: InferenceResponse,
-    configured_datatype: DatatypeLookup | None = None,
-) -> None:
-    """Write ``response`` into ``msg``: metadata, parameters, outputs in ``raw_output_contents``.
-
-    :param configured_datatype: consulted for ``uint16`` arrays only, to tell BF16 outputs
-        (held as raw ``uint16`` bits) from UINT16 ones.
-    """
-    msg.model_name = response.model_name
-    msg.model_version = str(response.model_version)
-    msg.id = response.id
-    if response.parameters:
-        params = msg.parameters
-        for key, value in response.parameters.items():
-            set_parameter(params[key], value)
-    outputs = response.outputs
-    if not outputs:
-        return
-    add = msg.outputs.add
-    raws: list[bytes] = []
-    for name, array in outputs.items():
-        if not isinstance(array, np.ndarray):
-            array = np.asarray(array)
-        dtype = array.dtype
-        datatype = _OUTPUT_DATATYPE.get(dtype)
-        if datatype is None and dtype.byteorder == ">":  # the wire is little-endian
-            array = array.astype(dtype.newbyteorder("<"))
-            dtype = array.dtype
-            datatype = _OUTPUT_DATATYPE.get(dtype)
-        if datatype is None:
-            if dtype.kind in "OSU":
-                add(name=name, datatype="BYTES", shape=array.shape)
-                raws.append(serialize_bytes_tensor(array))
-                continue
-            raise TritonXError(
-                f"output '{name}' of model '{response.model_name}' has unsupported numpy "
-                f"dtype '{dtype}'"
-            )
-        if dtype == _UINT16 and configured_datatype is not None:
-            configured = configured_datatype(response.model_name, response.model_version, name)
-            if configured == "BF16":
-                datatype = "BF16"
-        add(name=name, datatype=datatype, shape=array.shape)
-        raws.append(array.tobytes())
-    msg.raw_output_contents.extend(raws)
-
-
-def response_to_proto(
-    response: InferenceResponse, configured_datatype: DatatypeLookup | None = None
-) -> service_pb2.ModelInferResponse:
-    """A new ``ModelInferResponse`` holding ``response``."""
-    msg = service_pb2.ModelInferResponse()
-    fill_response(msg, response, configured_datatype)
-    return msg
-
-
-def stream_error(
-    request: service_pb2.ModelInferRequest | None,
-    error: BaseException,
-    *,
-    final: bool | None = None,
-    model_name: str = "",
-    model_version: str = "",
-) -> service_pb2.ModelStreamInferResponse:
-    """An in-stream error message: ``error_message`` plus the request id (and, for errors
-    reported after the request was accepted, model, version and ``triton_final_response``)."""
-    err = TritonXError.wrap(error)
-    msg = service_pb2.ModelStreamInferResponse(error_message=err.message)
-    infer = msg.infer_response
-    if request is not None:
-        infer.id = request.id
-    if final is not None:
-        infer.model_name = model_name
-        infer.model_version = model_version
-        infer.parameters["triton_final_response"].bool_param = final
-    return msg

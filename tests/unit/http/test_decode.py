@@ -1,4 +1,4 @@
-"""``tritonx.http.codec`` without sockets: decoding and encoding inference bodies."""
+"""``tritonx.http.decode`` without sockets: ``/infer`` bodies into InferenceRequests."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import orjson
 import pytest
 
 from tritonx.errors import Code, TritonXError
-from tritonx.http.codec import decode_infer_request, element_count, encode_infer_response
-from tritonx.types import InferenceResponse
+from tritonx.http.decode import decode_infer_request, element_count
 
 LIMIT = 1 << 20
 
@@ -109,40 +108,3 @@ def test_element_count_errors(shape: list[int], message: str) -> None:
 def test_element_count_zero() -> None:
     assert element_count("X", [0, 2**62]) == 0
     assert element_count("X", []) == 1
-
-
-def test_encode_json_and_binary() -> None:
-    decoded = decode(
-        {
-            "inputs": [],
-            "outputs": [{"name": "A"}, {"name": "B", "parameters": {"binary_data": True}}],
-        }
-    )
-    response = InferenceResponse(
-        outputs={"A": np.array([[1.5, 2.0]], np.float32), "B": np.array([b"xy"], dtype=object)},
-        model_name="m",
-        model_version=2,
-        id="q",
-        parameters={"p": 1},
-    )
-    encoded = encode_infer_response(response, decoded, None)
-    assert encoded.header_length is not None
-    body = b"".join(encoded.parts)
-    head = orjson.loads(body[: encoded.header_length])
-    assert head["id"] == "q" and head["model_version"] == "2" and head["parameters"] == {"p": 1}
-    assert head["outputs"][0] == {
-        "name": "A",
-        "datatype": "FP32",
-        "shape": [1, 2],
-        "data": [1.5, 2.0],
-    }
-    assert head["outputs"][1]["parameters"] == {"binary_data_size": 6}
-    assert body[encoded.header_length :] == struct.pack("<I", 2) + b"xy"
-
-
-def test_encode_bytes_parameter_unsupported() -> None:
-    decoded = decode({"inputs": []})
-    response = InferenceResponse(outputs={}, parameters={"b": b"x"})
-    with pytest.raises(TritonXError) as err:
-        encode_infer_response(response, decoded, None)
-    assert err.value.code is Code.UNSUPPORTED

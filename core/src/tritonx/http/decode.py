@@ -1,0 +1,408 @@
+"""``/infer`` request bodies → :class:`~tritonx.types.InferenceRequest`.
+
+Follows Triton's ``http_server.cc`` (messages and error codes included): the JSON header (all
+of the body, or its first ``Inference-Header-Content-Length`` bytes) is parsed with orjson;
+binary-extension inputs become views on the body (:mod:`tritonx.http.binary`), JSON ``data``
+becomes a numpy array (:mod:`tritonx.http.json_tensor`). A raw binary request
+(``Inference-Header-Content-Length: 0``) is the single input of a single-input model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tritonx.config import ModelConfig
+from tritonx.datatypes import DataType
+from tritonx.errors import invalid_arg
+from tritonx.http.binary import Body, binary_tensor
+from tritonx.http.errors import internal
+from tritonx.http.json_tensor import (
+    INT64_MAX,
+    NOT_ARRAY,
+    NOT_BOOL,
+    NOT_OBJECT,
+    NOT_STRING,
+    NOT_UINT,
+    is_bool,
+    is_uint,
+    json_tensor,
+    missing,
+)
+from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
+from tritonx.wire import dims_str, request_prefix
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    """A decoded ``/infer`` body: the request and how to send its outputs back.
+
+    :param request: the request for the data plane (``output_parameters`` holds each
+        requested output's ``binary_data`` and ``classification``).
+    :param binary_default: the encoding of outputs the client did not list
+        (``binary_data_output``, or True for raw binary requests).
+    """
+
+    request: InferenceRequest
+    binary_default: bool = False
+
+
+def parse_json_header(body: Body, header_length: int, max_input_size: int) -> Any:
+    """Parse the first ``header_length`` bytes of ``body`` as JSON, with Triton's errors."""
+    if header_length > max_input_size:
+        raise invalid_arg(
+            f"request JSON size of {header_length} bytes exceeds the maximum allowed input "
+            f"size of {max_input_size} bytes. Use --http-max-input-size to increase the limit."
+        )
+    if header_length > len(body):
+        raise invalid_arg(
+            f"unexpected size for request JSON, expecting {header_length - len(body)} more bytes"
+        )
+    view = memoryview(body)[:header_length] if header_length != len(body) else body
+    try:
+        return orjson.loads(view)
+    except orjson.JSONDecodeError as exc:
+        raise internal(f"failed to parse the request JSON buffer: {exc}") from None
+
+
+def element_count(name: str, shape: Sequence[int]) -> int:
+    """Triton's ``GetElementCount`` with its errors (dims above INT64_MAX are invalid)."""
+    count = 1
+    for dim in shape:
+        if dim > INT64_MAX:
+            raise invalid_arg(
+                f"invalid shape for input '{name}': shape {_signed_dims(shape)} contains one "
+                "or more invalid dimensions"
+            )
+    for dim in shape:
+        if dim == 0:
+            return 0
+    for dim in shape:
+        count *= dim
+        if count > INT64_MAX:
+            raise invalid_arg(
+                f"invalid shape for input '{name}': shape {_signed_dims(shape)} causes total "
+                f"element count to exceed maximum size of {INT64_MAX}"
+            )
+    return count
+
+
+def _signed_dims(shape: Sequence[int]) -> str:
+    return dims_str(d - 2**64 if d > INT64_MAX else d for d in shape)
+
+
+def decode_infer_request(
+    body: Body,
+    header_length: int | None,
+    model_name: str,
+    model_version: int | None,
+    max_input_size: int,
+) -> DecodedRequest:
+    """Decode an ``/infer`` body (JSON header + binary tensors) into an InferenceRequest.
+
+    :param header_length: ``Inference-Header-Content-Length`` (None: the whole body is JSON).
+    :raises TritonXError: with Triton's code and message for every malformed part.
+    """
+    length = len(body) if header_length is None else header_length
+    doc = parse_json_header(body, length, max_input_size)
+    if not isinstance(doc, dict):
+        doc = {}
+    request = InferenceRequest(model_name=model_name, inputs={}, model_version=model_version)
+
+    # id
+    if "id" in doc:
+        rid = doc["id"]
+        if not isinstance(rid, str):
+            raise internal(f"Unable to parse 'id': {NOT_STRING}")
+        request.id = rid
+
+    # request parameters
+    binary_default = False
+    if "parameters" in doc:
+        params = doc["parameters"]
+        if not isinstance(params, dict):
+            raise internal("failed to get request params.")
+        binary_default = _parse_parameters(params, request)
+
+    # inputs
+    inputs = doc.get("inputs")
+    if not isinstance(inputs, list):
+        raise internal(
+            f"Unable to parse 'inputs': {NOT_ARRAY if 'inputs' in doc else missing('inputs')}"
+        )
+    offset = length
+    total = len(body)
+    for item in inputs:
+        if not isinstance(item, dict):
+            raise internal(f"Unable to parse 'name': {missing('name')}")
+        offset = _decode_input(item, body, offset, request, model_name, max_input_size)
+    if offset != total:
+        raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
+
+    # outputs
+    if "outputs" in doc:
+        outputs = doc["outputs"]
+        if not isinstance(outputs, list):
+            raise internal(f"Unable to parse 'outputs': {NOT_ARRAY}")
+        names: list[str] = []
+        for item in outputs:
+            names.append(_decode_output(item, request))
+        request.requested_outputs = tuple(names)
+    return DecodedRequest(request, binary_default)
+
+
+def _parse_parameters(params: dict[str, Any], request: InferenceRequest) -> bool:
+    binary_default = False
+    flags = 0
+    for key, value in params.items():
+        if key == "sequence_id":
+            if is_uint(value):
+                request.correlation_id = value
+            elif isinstance(value, str):
+                request.correlation_id = value
+            else:
+                raise internal(f"Unable to parse 'sequence_id': {NOT_STRING}")
+        elif key in ("sequence_start", "sequence_end"):
+            if not is_bool(value):
+                raise internal(f"Unable to parse '{key}': {NOT_BOOL}")
+            if value:
+                flags |= SEQUENCE_START if key == "sequence_start" else SEQUENCE_END
+        elif key in ("priority", "timeout"):
+            if not is_uint(value):
+                raise internal(f"Unable to parse '{key}': {NOT_UINT}")
+            if key == "priority":
+                request.priority = value
+            else:
+                request.timeout_us = value
+        elif key == "binary_data_output":
+            if not is_bool(value):
+                raise internal(f"Unable to parse 'binary_data_output': {NOT_BOOL}")
+            binary_default = value
+        elif key.startswith("triton_"):
+            raise invalid_arg(
+                "parameter keys starting with 'triton_' are reserved for Triton usage and "
+                "should not be specified."
+            )
+        elif isinstance(value, (str, int, float)):
+            request.parameters[key] = value
+        else:
+            raise invalid_arg(
+                f"parameter '{key}' has invalid type. It should be either 'int', 'bool', or "
+                "'string'."
+            )
+    request.flags = flags
+    return binary_default
+
+
+def _content_fields(item: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
+    """Check Triton's "exactly one of data / binary_data_size / shared_memory_region"."""
+    has_data = "data" in item
+    params = item.get("parameters")
+    has_binary = has_shm = False
+    if isinstance(params, dict):
+        has_binary = "binary_data_size" in params
+        has_shm = "shared_memory_region" in params
+    count = has_data + has_binary + has_shm
+    if count != 1:
+        msg = (
+            "Input must set only one of the following fields: 'data', 'binary_data_size' in "
+            "'parameters', 'shared_memory_region' in 'parameters'. But"
+        )
+        if count == 0:
+            msg += " no field is set"
+        else:
+            msg += " set"
+            if has_data:
+                msg += " 'data'"
+            if has_binary:
+                msg += " 'binary_data_size'"
+            if has_shm:
+                msg += " 'shared_memory_region'"
+        raise invalid_arg(msg)
+    return has_binary, params if isinstance(params, dict) else None
+
+
+def _decode_input(
+    item: dict[str, Any],
+    body: Body,
+    offset: int,
+    request: InferenceRequest,
+    model_name: str,
+    max_input_size: int,
+) -> int:
+    has_binary, params = _content_fields(item)
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise internal(
+            f"Unable to parse 'name': {NOT_STRING if 'name' in item else missing('name')}"
+        )
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str):
+        raise internal(
+            f"Unable to parse 'datatype': {NOT_STRING if 'datatype' in item else missing('datatype')}"
+        )
+    shape = item.get("shape")
+    if not isinstance(shape, list):
+        raise internal(
+            f"Unable to parse 'shape': {NOT_ARRAY if 'shape' in item else missing('shape')}"
+        )
+    for dim in shape:
+        if not is_uint(dim):
+            raise internal(f"Unable to parse 'shape': {NOT_UINT}")
+    if name in request.inputs:
+        raise invalid_arg(f"{request_prefix(request.id)}input '{name}' already exists in request")
+    try:
+        dtype: DataType | None = DataType(datatype)
+    except ValueError:
+        dtype = None
+
+    if has_binary:
+        assert params is not None
+        size = params["binary_data_size"]
+        if not is_uint(size):
+            raise internal(f"Unable to parse 'binary_data_size': {NOT_UINT}")
+        end = offset + size
+        if end > len(body):
+            raise invalid_arg(
+                f"unexpected size for input '{name}', expecting {end - len(body)} additional "
+                f"bytes for model '{model_name}'"
+            )
+        if dtype is None:
+            raise invalid_arg(f"invalid datatype for input {name}")
+        count = element_count(name, shape)
+        request.inputs[name] = binary_tensor(
+            name, dtype, shape, count, body, offset, size, request, model_name
+        )
+        return end
+
+    if "shared_memory_region" in (params or {}):
+        region = params["shared_memory_region"] if params else ""
+        raise invalid_arg(f"Unable to find shared memory region: '{region}'")
+
+    count = element_count(name, shape)
+    data = item["data"]
+    if dtype is None:
+        raise invalid_arg(f"invalid datatype for input {name}")
+    if dtype in (DataType.FP16, DataType.BF16):
+        raise invalid_arg(
+            f"receiving {dtype.value} data via JSON is not supported. Please use the binary "
+            f"data format for input {name}"
+        )
+    if not isinstance(data, list):
+        raise internal(f"Unable to parse 'data': {NOT_ARRAY}")
+    if count == 0:
+        request.inputs[name] = np.empty(shape, dtype=dtype.numpy_dtype)
+        return offset
+    itemsize = dtype.itemsize
+    if dtype is not DataType.BYTES and count * itemsize > max_input_size:
+        raise invalid_arg(
+            f"JSON input '{name}' has a byte_size ({count * itemsize} bytes) that exceeds the "
+            f"maximum allowed value of {max_input_size} bytes. Use --http-max-input-size to "
+            "increase the limit."
+        )
+    request.inputs[name] = json_tensor(name, dtype, shape, count, data, request, model_name)
+    return offset
+
+
+def _decode_output(item: Any, request: InferenceRequest) -> str:
+    if not isinstance(item, dict):
+        raise internal(f"Unable to parse 'name': {missing('name')}")
+    params = item.get("parameters")
+    binary = False
+    class_count = 0
+    if params is not None:
+        if not isinstance(params, dict):
+            raise internal(f"Unable to parse 'parameters': {NOT_OBJECT}")
+        if "shared_memory_region" in params:
+            if "classification" in params:
+                raise invalid_arg(
+                    "Output can't set both 'shared_memory_region' and 'classification'"
+                )
+            if params.get("binary_data") is True:
+                raise invalid_arg("Output can't set both 'shared_memory_region' and 'binary_data'")
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise internal(
+            f"Unable to parse 'name': {NOT_STRING if 'name' in item else missing('name')}"
+        )
+    if params is not None:
+        if "classification" in params:
+            class_count = params["classification"]
+            if not is_uint(class_count):
+                raise internal(f"Unable to set 'classification': {NOT_UINT}")
+        if "shared_memory_region" in params:
+            raise invalid_arg(
+                f"Unable to find shared memory region: '{params['shared_memory_region']}'"
+            )
+        if "binary_data" in params:
+            binary = params["binary_data"]
+            if not is_bool(binary):
+                raise internal(f"Unable to parse 'binary_data': {NOT_BOOL}")
+    request.output_parameters[name] = {"binary_data": binary, "classification": class_count}
+    return name
+
+
+def raw_binary_request(
+    body: Body,
+    config: ModelConfig,
+    model_name: str,
+    model_version: int | None,
+    max_input_size: int,
+) -> DecodedRequest:
+    """Triton's "raw binary request" (``Inference-Header-Content-Length: 0``): the whole body
+    is the single input of a single-input model; the shape is deduced from the config."""
+    if len(body) > max_input_size:
+        raise invalid_arg(
+            f"Raw input has a byte_size ({len(body)} bytes) that exceeds the maximum allowed "
+            f"value of {max_input_size} bytes. Use --http-max-input-size to increase the limit."
+        )
+    request = InferenceRequest(model_name=model_name, inputs={}, model_version=model_version)
+    if len(config.inputs) != 1:
+        raise invalid_arg(
+            f"Raw request must only have 1 input (found {len(config.inputs)}) to be deduced "
+            "but got 1 inputs in request"
+        )
+    io = config.inputs[0]
+    dims = list(io.dims)
+    if io.datatype is DataType.BYTES:
+        if dims != [1]:
+            raise invalid_arg(
+                f"Unexpected raw input name '{io.name}' with data type 'BYTES' and shape "
+                f"{dims_str(dims)}: raw binary input of BYTES type must have shape [1]"
+            )
+        arr = np.empty(1, dtype=object)
+        arr[0] = bytes(body)
+        shape = dims
+    else:
+        itemsize = io.datatype.itemsize
+        variable = [i for i, d in enumerate(dims) if d == -1]
+        fixed = 1
+        for d in dims:
+            if d != -1:
+                fixed *= d
+        if len(variable) > 1 or (fixed and len(body) % (fixed * itemsize)):
+            raise invalid_arg(
+                f"{request_prefix('')}input byte size mismatch for input '{io.name}' for model "
+                f"'{model_name}'. Expected {fixed * itemsize}, got {len(body)}"
+            )
+        if variable:
+            dims[variable[0]] = len(body) // (fixed * itemsize) if fixed else 0
+        shape = dims
+        arr = np.frombuffer(body, dtype=io.datatype.numpy_dtype)
+    if config.max_batch_size > 0:
+        shape = [1, *shape]
+    try:
+        request.inputs[io.name] = arr.reshape(shape)
+    except ValueError:
+        count = 1
+        for d in shape:
+            count *= d
+        raise invalid_arg(
+            f"{request_prefix('')}input byte size mismatch for input '{io.name}' for model "
+            f"'{model_name}'. Expected {count * io.datatype.itemsize}, got {len(body)}"
+        ) from None
+    return DecodedRequest(request, True)

@@ -1,0 +1,126 @@
+""":class:`~tritonx.types.InferenceResponse` → ``/infer`` response body, as Triton writes it.
+
+The JSON header carries id, model, version, parameters and every output's name, datatype and
+shape; outputs the client asked for as JSON carry ``data`` (:mod:`tritonx.http.json_tensor`),
+the others ``binary_data_size``, their raw bytes following the header in output order
+(:mod:`tritonx.http.binary`). Outputs requested with ``classification: k`` are sent as their
+top-k classes (:func:`tritonx.classification.classify`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import orjson
+
+from tritonx.classification import classify
+from tritonx.config import ModelConfig
+from tritonx.datatypes import DataType
+from tritonx.errors import unsupported
+from tritonx.http.binary import raw_bytes
+from tritonx.http.decode import DecodedRequest
+from tritonx.http.json_tensor import json_data
+from tritonx.types import InferenceResponse
+
+_NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
+
+
+@dataclass(slots=True)
+class EncodedResponse:
+    """An encoded ``/infer`` response: ``parts`` joined form the body; ``header_length`` is
+    set when binary outputs follow the JSON header."""
+
+    parts: list[bytes | memoryview]
+    header_length: int | None
+
+
+def encode_infer_response(
+    response: InferenceResponse,
+    decoded: DecodedRequest,
+    config: ModelConfig | None,
+    labels: Callable[[str], Sequence[str] | None] | None = None,
+) -> EncodedResponse:
+    """Encode a response as Triton does: JSON outputs inline, binary outputs appended.
+
+    :param config: the model's config (batching for classification, BF16 outputs).
+    :param labels: the classification labels of an output name (its ``label_filename``);
+        called only for outputs requested with ``classification``.
+    """
+    request = decoded.request
+    out_params = request.output_parameters
+    header: dict[str, Any] = {}
+    if response.id:
+        header["id"] = response.id
+    header["model_name"] = response.model_name or request.model_name
+    header["model_version"] = str(response.model_version)
+    if response.parameters:
+        header["parameters"] = _parameter_json(response.parameters)
+    outputs: list[dict[str, Any]] = []
+    binary_parts: list[bytes | memoryview] = []
+    batched = config is not None and config.max_batch_size > 0
+    for name, array in response.outputs.items():
+        if not isinstance(array, np.ndarray):
+            array = np.asarray(array)
+        opts = out_params.get(name)
+        binary = opts["binary_data"] if opts is not None else decoded.binary_default
+        class_count = opts["classification"] if opts is not None else 0
+        if class_count > 0:
+            array = classify(
+                array, class_count, batched=batched, labels=labels(name) if labels else None
+            )
+            dtype = DataType.BYTES
+        else:
+            dtype = _output_datatype(name, array, config)
+        entry: dict[str, Any] = {
+            "name": name,
+            "datatype": dtype.value,
+            "shape": list(array.shape),
+        }
+        if binary:
+            raw = raw_bytes(array, dtype)
+            entry["parameters"] = {"binary_data_size": len(raw)}
+            if len(raw):
+                binary_parts.append(raw)
+        else:
+            entry["data"] = json_data(array, dtype)
+        outputs.append(entry)
+    header["outputs"] = outputs
+    head = orjson.dumps(header, option=_NUMPY_OPTS)
+    if binary_parts:
+        return EncodedResponse([head, *binary_parts], len(head))
+    return EncodedResponse([head], None)
+
+
+def _output_datatype(name: str, array: np.ndarray, config: ModelConfig | None) -> DataType:
+    """The protocol datatype of an output: from its numpy dtype, except that ``uint16``
+    arrays of outputs configured as BF16 (held as raw bits) are BF16."""
+    if array.dtype == np.uint16 and config is not None:
+        io = config.output_map.get(name)
+        if io is not None and io.datatype is DataType.BF16:
+            return DataType.BF16
+    return DataType.from_numpy(array.dtype)
+
+
+def _parameter_json(params: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in params.items():
+        if isinstance(value, (bytes, bytearray)):
+            raise unsupported(
+                "Response parameter of type 'TRITONSERVER_PARAMETER_BYTES' is not currently "
+                "supported"
+            )
+        if isinstance(value, (bool, int, float, str)):
+            out[key] = value
+        elif isinstance(value, np.generic):
+            out[key] = value.item()
+        else:
+            out[key] = str(value)
+    return out
+
+
+def join_parts(parts: list[bytes | memoryview]) -> bytes:
+    """The response body as one ``bytes`` object."""
+    return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
