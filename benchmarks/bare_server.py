@@ -18,7 +18,7 @@ import numpy as np
 from aiohttp import web
 from google.protobuf import json_format, text_format
 
-from tritonx._proto import model_config_pb2, service_pb2, service_pb2_grpc
+from tritonx.proto import model_config_pb2, service_pb2, service_pb2_grpc
 
 CONFIG_PBTXT = """
 name: "add_sub" platform: "onnxruntime_onnx" max_batch_size: 16

@@ -80,6 +80,9 @@ def test_exit_on_error(model_repository: ModelRepositoryBuilder, env: dict[str, 
     assert result.returncode == 1
     assert "error: creating server: Internal - failed to load all models" in result.stderr
     assert "broken" in result.stderr and "config.pbtxt" in result.stderr
+    # the loaded model is unloaded at once: no drain or exit-timeout warnings
+    assert "still in flight" not in result.stderr
+    assert "exit timeout reached" not in result.stderr
 
     proc = subprocess.Popen(
         [*args, "--exit-on-error=false"], env=env, stderr=subprocess.PIPE, text=True
@@ -120,6 +123,65 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
         tritonx("serve", "--allow-http=maybe"), env=env, capture_output=True, text=True, timeout=60
     )
     assert result.returncode == 2 and "is not a boolean" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--grpc-use-ssl=true",),
+        ("--http-restricted-api", "model-repository:admin-key=secret"),
+        ("--trace-config", "level=TIMESTAMPS"),
+        ("--model-namespacing=true",),
+        ("--allow-sagemaker",),
+    ],
+)
+def test_unimplemented_tritonserver_flags_are_refused(
+    tmp_path: Path, env: dict[str, str], args: tuple[str, ...]
+) -> None:
+    result = subprocess.run(
+        tritonx("serve", "--model-repository", str(tmp_path), *args),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    flag = args[0].split("=")[0]
+    assert result.returncode == 2
+    assert f"tritonserver's {flag} is not implemented by tritonx yet" in result.stderr
+    assert "No such option" not in result.stderr
+
+
+def test_unknown_cache_fails_start_up(tmp_path: Path, env: dict[str, str]) -> None:
+    result = subprocess.run(
+        tritonx(
+            "serve",
+            "--model-repository",
+            str(tmp_path),
+            "--cache-config",
+            "nosuch,size=1",
+            *NO_NET,
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert "error: creating server: Internal - unknown cache 'nosuch' in --cache-config" in (
+        result.stderr
+    )
+
+
+def test_missing_repository_fails_start_up(tmp_path: Path, env: dict[str, str]) -> None:
+    result = subprocess.run(
+        tritonx("serve", "--model-repository", str(tmp_path / "nope"), *NO_NET),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert f"failed to stat file {tmp_path / 'nope'}" in result.stderr
 
 
 def test_check_repository(model_repository: ModelRepositoryBuilder, env: dict[str, str]) -> None:

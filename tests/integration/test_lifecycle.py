@@ -387,13 +387,12 @@ async def test_poll_mode_picks_up_changes(model_repository: ModelRepositoryBuild
         model_repository.root, model_control_mode="poll", repository_poll_secs=3600
     ) as server:
         file_model(model_repository, "b", b"\x02")
-        assert server.models is not None
-        await server.models.poll_once()
+        await server.poll_repository()
         assert await answer(server, "b") == 2
         import shutil
 
         shutil.rmtree(model_repository.root / "a")
-        await server.models.poll_once()
+        await server.poll_repository()
         assert not server.model_ready("a")
 
 
@@ -409,7 +408,7 @@ async def test_instances_run_in_parallel(model_repository: ModelRepositoryBuilde
     )
     FileBackend.max_exec = 0
     async with make_server(model_repository.root) as server:
-        assert len(server.models.get("two", None).scheduler.instances) == 2  # type: ignore[union-attr]
+        assert [g.count for g in server.model_config("two").raw.instance_group] == [2]
         await asyncio.gather(*(answer(server, "two") for _ in range(4)))
         assert FileBackend.max_exec == 2
 

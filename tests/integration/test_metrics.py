@@ -3,6 +3,7 @@ the statistics endpoint."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import aiohttp
@@ -157,22 +158,58 @@ async def test_metric_sinks_add_collectors(
                 "acme_board_temperature_celsius", "Board temperature", value=42.0
             )
 
+    exported: list[tuple[str, dict[str, float]]] = []
+
     class Sink(tritonx.MetricSink):
         name = "acme"
 
         def collectors(self) -> Any:
             return [Temperature()]
 
+        def export(self, registry: Any) -> None:
+            samples = {
+                f"{s.name}{sorted(s.labels.items())}": s.value
+                for family in registry.collect()
+                for s in family.samples
+            }
+            exported.append((self.config["target"], samples))
+
+    class Unused(tritonx.MetricSink):
+        name = "unused"
+
+        def collectors(self) -> Any:
+            raise AssertionError("a sink not named in --metric-sink is never built")
+
     class Plugin:
         @tritonx.hookimpl
         def tritonx_register_metric_sinks(self, registry: tritonx.MetricSinkRegistry) -> None:
             registry.add(Sink)
+            registry.add(Unused)
 
     plugin_manager.register(Plugin())
+    model_repository.add_identity("id", datatype="INT32", dims=[1])
     settings = loopback_settings(
-        model_repository.root, allow_http=False, allow_grpc=False, allow_cpu_metrics=False
+        model_repository.root,
+        allow_http=False,
+        allow_grpc=False,
+        allow_cpu_metrics=False,
+        metric_sinks={"acme": {"target": "board-1"}},
+        metrics_interval_ms=50,
     )
     async with Server(settings, plugin_manager=plugin_manager) as srv:
         text, fam = await scrape(srv)
+        await asyncio.sleep(0.3)
     assert value(fam, "acme_board_temperature_celsius") == 42.0
+    # export() ran periodically (and once at stop) with its own settings, on a registry
+    # holding Triton's nv_* families and the sink's collector
+    assert len(exported) >= 2
+    target, samples = exported[-1]
+    assert target == "board-1"
+    assert samples["acme_board_temperature_celsius[]"] == 42.0
+    assert any(k.startswith("nv_inference_count[") for k in samples)
+
+    bad = loopback_settings(model_repository.root, metric_sinks={"nosuch": {}})
+    with pytest.raises(tritonx.PluginError, match="unknown metric sink 'nosuch'"):
+        async with Server(bad, plugin_manager=plugin_manager):
+            pass
     assert "nv_cpu_utilization" not in text

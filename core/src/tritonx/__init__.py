@@ -9,13 +9,21 @@ from __future__ import annotations
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext, ModelInstance
 from tritonx.batching import concat_inputs, split_outputs
 from tritonx.cache import ResponseCache
-from tritonx.config import ModelConfig, ServerSettings
+from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
 from tritonx.datatypes import DataType
 from tritonx.errors import Code, PluginError, TritonXError
+from tritonx.handle import ServerHandle
 from tritonx.hookspecs import hookimpl
 from tritonx.metrics import MetricSink
-from tritonx.registry import BackendRegistry, CacheRegistry, MetricSinkRegistry, RepoAgentRegistry
+from tritonx.registry import (
+    BackendRegistry,
+    CacheRegistry,
+    MetricSinkRegistry,
+    RepoAgentRegistry,
+    RepositoryRegistry,
+)
 from tritonx.repoagent import AgentContext, RepoAgent
+from tritonx.repository import Repository
 from tritonx.server import Server
 from tritonx.types import (
     SEQUENCE_END,
@@ -41,6 +49,7 @@ __all__ = [
     "CacheRegistry",
     "Code",
     "DataType",
+    "EditableModelConfig",
     "InferenceRequest",
     "InferenceResponse",
     "InstanceSpec",
@@ -55,10 +64,13 @@ __all__ = [
     "PluginError",
     "RepoAgent",
     "RepoAgentRegistry",
+    "Repository",
     "RepositoryEntry",
+    "RepositoryRegistry",
     "ResponseCache",
     "ResponseSender",
     "Server",
+    "ServerHandle",
     "ServerMetadata",
     "ServerSettings",
     "TensorSpec",

@@ -24,19 +24,17 @@ The contract:
 from __future__ import annotations
 
 import abc
-import asyncio
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from tritonx._proto import model_config_pb2
-from tritonx.config import ModelConfig
+from tritonx.config import EditableModelConfig, ModelConfig
 from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from tritonx.dataplane import DataPlane
+    from tritonx.handle import ServerHandle
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +68,9 @@ class LoadContext:
     :param config: the completed, normalized model config.
     :param instance: which instance this is.
     :param backend_config: ``--backend-config=<backend>,<key>=<value>`` settings.
-    :param dataplane: the server's data plane, for backends that call other models (BLS).
-    :param loop: the server's event loop, on which the data plane's coroutines run (from a
-        worker thread use ``asyncio.run_coroutine_threadsafe(coro, ctx.loop)``).
+    :param server: the running server, for backends that call other models (BLS) or add
+        metrics; ``None`` only when a backend is exercised outside a server. Its coroutines
+        run on ``server.loop`` (from a worker thread use ``server.run_threadsafe(coro)``).
     """
 
     model_name: str
@@ -83,8 +81,7 @@ class LoadContext:
     config: ModelConfig
     instance: InstanceSpec
     backend_config: Mapping[str, str] = field(default_factory=dict)
-    dataplane: DataPlane | None = None
-    loop: asyncio.AbstractEventLoop | None = None
+    server: ServerHandle | None = None
 
     @property
     def parameters(self) -> dict[str, str]:
@@ -101,15 +98,16 @@ class LoadContext:
 class AutoCompleteContext:
     """What ``Backend.auto_complete_config`` gets: a *mutable* config to fill in.
 
-    :param config: the ``inference.ModelConfig`` message read from config.pbtxt (possibly
-        empty); the backend adds what is missing (inputs, outputs, max_batch_size...) in place.
+    :param config: the config read from config.pbtxt (possibly empty), as an
+        :class:`~tritonx.config.EditableModelConfig`; the backend adds what is missing
+        (inputs, outputs, max_batch_size...) in place.
     :param model_dir: the model's folder.
     :param version_path: the folder of the version used to complete the config.
     :param model_path: the model file inside it.
     :param backend_config: ``--backend-config`` settings of this backend plus global ones.
     """
 
-    config: model_config_pb2.ModelConfig
+    config: EditableModelConfig
     model_dir: Path
     version_path: Path
     model_path: Path | None

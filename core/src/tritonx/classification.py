@@ -9,6 +9,7 @@ labels come from the output's ``label_filename`` (one label per line, in the mod
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -16,6 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from tritonx.errors import invalid_arg
+
+log = logging.getLogger("tritonx.classification")
 
 #: Triton refuses to classify larger tensors (``kMaxClassificationElements``).
 MAX_CLASSIFICATION_ELEMENTS = 1_000_000
@@ -80,13 +83,25 @@ def classify(
 
 
 class LabelCache:
-    """Label files read once and kept until they change on disk (keyed by path and mtime)."""
+    """Label files of one model folder, read once and kept until they change on disk.
 
-    def __init__(self) -> None:
+    A ``label_filename`` is always read from inside the model's folder: a name that resolves
+    outside it (``../``, an absolute path, a symlink out) has no labels and is logged.
+    """
+
+    def __init__(self, model_dir: Path) -> None:
+        self._root = model_dir.resolve()
         self._cache: dict[str, tuple[int, list[str]]] = {}
 
-    def get(self, path: Path) -> list[str] | None:
-        """The lines of ``path`` (like C++ ``std::getline``), or None if it cannot be read."""
+    def get(self, filename: str) -> list[str] | None:
+        """The lines of ``filename`` (like C++ ``std::getline``), or None if it cannot be
+        read or lies outside the model's folder."""
+        path = (self._root / filename).resolve()
+        if self._root not in path.parents:
+            log.warning(
+                "label file '%s' is outside the model folder %s: ignored", filename, self._root
+            )
+            return None
         key = os.fspath(path)
         try:
             mtime = os.stat(key).st_mtime_ns
@@ -96,7 +111,7 @@ class LabelCache:
         if hit is not None and hit[0] == mtime:
             return hit[1]
         try:
-            text = Path(key).read_text(encoding="utf-8", errors="replace")
+            text = path.read_text(encoding="utf-8", errors="replace")
         except OSError:
             return None
         lines = text.split("\n")

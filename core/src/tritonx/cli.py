@@ -69,6 +69,105 @@ def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, 
     return out
 
 
+#: tritonserver flags tritonx does not implement yet: recognised and refused with a message
+#: (never accepted silently, never click's bare "No such option").
+NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
+    "--model-config-name",
+    "--model-load-retry-count",
+    "--model-namespacing",
+    "--enable-peer-access",
+    "--reuse-http-port",
+    "--http-header-forward-pattern",
+    "--http-restricted-api",
+    "--reuse-grpc-port",
+    "--grpc-header-forward-pattern",
+    "--grpc-infer-thread-count",
+    "--grpc-max-response-pool-size",
+    "--grpc-use-ssl",
+    "--grpc-use-ssl-mutual",
+    "--grpc-server-cert",
+    "--grpc-server-key",
+    "--grpc-root-cert",
+    "--grpc-infer-response-compression-level",
+    "--grpc-max-connection-age",
+    "--grpc-max-connection-age-grace",
+    "--grpc-restricted-protocol",
+    "--trace-config",
+    "--trace-file",
+    "--trace-level",
+    "--trace-rate",
+    "--trace-count",
+    "--trace-log-frequency",
+    "--backend-directory",
+    "--repoagent-directory",
+    "--cache-directory",
+    "--response-cache-byte-size",
+    "--pinned-memory-pool-byte-size",
+    "--cuda-memory-pool-byte-size",
+    "--cuda-virtual-address-size",
+    "--min-supported-compute-capability",
+    "--buffer-manager-thread-count",
+    "--host-policy",
+    "--model-load-gpu-limit",
+    "--allow-client-shm",
+    "--allow-sagemaker",
+    "--sagemaker-port",
+    "--sagemaker-safe-port-range",
+    "--sagemaker-thread-count",
+    "--allow-vertex-ai",
+    "--vertex-ai-port",
+    "--vertex-ai-thread-count",
+    "--vertex-ai-default-model",
+    "--allow-poll-model-repository",
+    "--allow-model-control",
+)
+
+
+def _refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+    if value:
+        flag = param.opts[0]
+        raise click.UsageError(
+            f"tritonserver's {flag} is not implemented by tritonx yet; remove it (see "
+            "'tritonx serve --help' for the flags tritonx implements)",
+            ctx,
+        )
+
+
+def not_implemented_options(func: Any) -> Any:
+    """Add every flag of :data:`NOT_IMPLEMENTED_FLAGS` as a hidden option that refuses."""
+    for flag in reversed(NOT_IMPLEMENTED_FLAGS):
+        func = click.option(
+            flag,
+            multiple=True,
+            is_flag=False,
+            flag_value="true",
+            hidden=True,
+            expose_value=False,
+            callback=_refuse,
+        )(func)
+    return func
+
+
+def parse_sinks(values: Sequence[str]) -> dict[str, dict[str, str]]:
+    """``<sink>[,<key>=<value>]`` items into sink name → settings."""
+    out: dict[str, dict[str, str]] = {}
+    for item in values:
+        name, _, setting = item.partition(",")
+        if not name or "=" in name:
+            raise click.BadParameter(
+                f"'{item}' is not <sink>[,<key>=<value>]", param_hint="--metric-sink"
+            )
+        settings = out.setdefault(name, {})
+        if setting:
+            key, sep, value = setting.partition("=")
+            if not sep or not key:
+                raise click.BadParameter(
+                    f"'{item}' is not <sink>[,<key>=<value>]", param_hint="--metric-sink"
+                )
+            settings[key] = value
+    return out
+
+
 def _tune_malloc() -> None:
     """Keep glibc from returning (and page-faulting back) the memory of large messages.
 
@@ -98,14 +197,18 @@ def cli() -> None:
     """tritonx: a Triton-compatible inference server built from plugins."""
 
 
-@cli.command()
+@cli.command(
+    epilog="tritonserver flags that tritonx does not implement yet are recognised and refused: "
+    + ", ".join(NOT_IMPLEMENTED_FLAGS)
+    + "."
+)
 @click.option(
     "--model-repository",
     "--model-store",
     "model_repository",
     multiple=True,
-    type=click.Path(path_type=Path),
-    help="Model repository path (repeatable). Default: the bundled example repository.",
+    help="Model repository: a path, or a URL whose scheme a repository plugin serves "
+    "(repeatable). Default: the bundled example repository.",
 )
 @click.option(
     "--model-control-mode",
@@ -159,7 +262,12 @@ def cli() -> None:
     "--id", "server_id", default="triton", show_default=True, help="Server identifier (/v2 name)."
 )
 @click.option("--backend-config", multiple=True, help="<backend>,<key>=<value> (repeatable).")
-@click.option("--cache-config", multiple=True, help="<cache>,<key>=<value> (repeatable).")
+@click.option(
+    "--cache-config",
+    multiple=True,
+    help="<cache>,<key>=<value> (repeatable): the response cache plugin to use and its "
+    "settings; models with response_cache { enable: true } use it.",
+)
 @bool_option("--allow-http", True, "Serve HTTP/REST.")
 @click.option("--http-address", default="0.0.0.0", show_default=True)
 @click.option("--http-port", type=int, default=8000, show_default=True)
@@ -203,6 +311,12 @@ def cli() -> None:
 @click.option("--metrics-interval-ms", type=int, default=2000, show_default=True)
 @click.option("--metrics-config", multiple=True, help="<key>=<value> (repeatable).")
 @click.option(
+    "--metric-sink",
+    multiple=True,
+    help="<sink>[,<key>=<value>] (repeatable): run this metric sink plugin with these "
+    "settings (tritonx only).",
+)
+@click.option(
     "--rate-limit", type=click.Choice(["off", "execution_count"]), default="off", show_default=True
 )
 @click.option(
@@ -221,6 +335,7 @@ def cli() -> None:
     show_default=True,
 )
 @click.option("--log-file", default=None, help="Write the log to this file.")
+@not_implemented_options
 def serve(**opts: Any) -> None:
     """Serve models over HTTP (:8000), gRPC (:8001) and metrics (:8002)."""
     from tritonx import logs
@@ -239,7 +354,7 @@ def serve(**opts: Any) -> None:
     repos = tuple(opts["model_repository"])
     exit_on_error = opts["exit_on_error"]
     if not repos:
-        repos = (EXAMPLE_REPOSITORY,)
+        repos = (str(EXAMPLE_REPOSITORY),)
         log.info("no --model-repository given: serving the bundled example repository %s", repos[0])
         if exit_on_error is None:
             exit_on_error = False  # models whose backend plugin is not installed stay UNAVAILABLE
@@ -293,6 +408,7 @@ def serve(**opts: Any) -> None:
         metrics_port=opts["metrics_port"],
         metrics_interval_ms=opts["metrics_interval_ms"],
         metrics_config=parse_keyed_config(opts["metrics_config"], "--metrics-config").get("", {}),
+        metric_sinks=parse_sinks(opts["metric_sink"]),
         rate_limit=opts["rate_limit"],
         rate_limit_resource=tuple(opts["rate_limit_resource"]),
     )
@@ -336,7 +452,12 @@ async def _serve(settings: ServerSettings) -> int:
 
 
 @cli.command()
-@click.option("--all", "show_all", is_flag=True, help="Also list plugins with nothing registered.")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="Also list built-in plugins and plugins with nothing registered.",
+)
 def plugins(show_all: bool) -> None:
     """List installed plugins as JSON (name, distribution, version, hooks, registered)."""
     from tritonx.plugins import collect, describe_plugins, make_plugin_manager
@@ -344,7 +465,11 @@ def plugins(show_all: bool) -> None:
     pm = make_plugin_manager()
     entries = describe_plugins(pm, collect(pm))
     if not show_all:
-        entries = [e for e in entries if e.get("registered") or e.get("distribution")]
+        entries = [
+            e
+            for e in entries
+            if not e.get("builtin") and (e.get("registered") or e.get("distribution"))
+        ]
     click.echo(json.dumps(entries, indent=2))
 
 
@@ -356,22 +481,22 @@ def plugins(show_all: bool) -> None:
 def check_repository(repositories: tuple[Path, ...], disable_auto_complete_config: bool) -> None:
     """Parse every model's config, resolve backends and agents; load nothing."""
     from tritonx._core.lifecycle import ModelManager
-    from tritonx._core.repository import scan
     from tritonx.plugins import collect, make_plugin_manager
     from tritonx.server import format_table
 
     settings = ServerSettings(
-        model_repository=repositories, disable_auto_complete_config=disable_auto_complete_config
+        model_repository=tuple(str(r) for r in repositories),
+        disable_auto_complete_config=disable_auto_complete_config,
     )
     manager = ModelManager(settings, collect(make_plugin_manager()))
-    sources, duplicates = scan(list(repositories))
+    sources, duplicates = manager.scan(strict=True)
     rows: list[tuple[str, str, str]] = []
     for name in sorted(set(sources) | set(duplicates)):
         if name in duplicates:
             rows.append((name, "-", "ERROR: model appears in two or more repositories"))
             continue
         try:
-            prepared = manager.check(sources[name])
+            prepared = manager.check(name, sources[name])
         except TritonXError as exc:
             rows.append((name, "-", f"ERROR: {exc.message}"))
             continue

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from tritonx._proto import model_config_pb2
 from tritonx.datatypes import DataType
+from tritonx.proto import model_config_pb2
 from tritonx.types import TensorSpec
 
 #: Where the example repository served by ``tritonx serve`` without arguments lives.
@@ -24,7 +24,8 @@ class ServerSettings:
     Port 0 picks a free port (tests); ``None`` for a listener disables it.
     """
 
-    model_repository: tuple[Path, ...] = ()
+    #: repository paths or URLs (``s3://...`` needs a repository plugin for that scheme)
+    model_repository: tuple[str, ...] = ()
     model_control_mode: str = "none"  # none | explicit | poll
     load_model: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
@@ -58,6 +59,8 @@ class ServerSettings:
     metrics_port: int = 8002
     metrics_interval_ms: int = 2000
     metrics_config: Mapping[str, str] = field(default_factory=dict)
+    #: ``--metric-sink <name>[,<key>=<value>]``: the metric sink plugins to run, with settings
+    metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
     rate_limit_resource: tuple[str, ...] = ()
 
@@ -72,6 +75,8 @@ class IOConfig:
     optional: bool = False
     allow_ragged_batch: bool = False
     reshape: tuple[int, ...] | None = None
+    #: outputs: the classification labels file, relative to the model's folder
+    label_filename: str = ""
     #: the numpy dtype arrays of this tensor have (object for BYTES, uint16 for BF16)
     numpy_dtype: Any = None
 
@@ -153,8 +158,8 @@ class ModelConfig:
         )
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The config as Triton's ``/config`` endpoint prints it (see ``_core.normalize``)."""
-        from tritonx._core.normalize import config_to_json_dict
+        """The config as Triton's ``/config`` endpoint prints it (see ``_core.model_config``)."""
+        from tritonx._core.model_config import config_to_json_dict
 
         return config_to_json_dict(self.raw)
 
@@ -171,4 +176,117 @@ def _io(t: Any, optional: bool = False) -> IOConfig:
         optional=optional,
         allow_ragged_batch=getattr(t, "allow_ragged_batch", False),
         reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None,
+        label_filename=getattr(t, "label_filename", ""),
     )
+
+
+class EditableModelConfig:
+    """The config a backend completes in ``auto_complete_config`` (``AutoCompleteContext.config``).
+
+    Read it through :meth:`view` (a :class:`ModelConfig` snapshot) or :meth:`to_dict`
+    (Triton's JSON form); change it with the typed setters below or replace it wholesale with
+    :meth:`update_from_dict`. Every change is checked against Triton's schema.
+    """
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, raw: model_config_pb2.ModelConfig) -> None:
+        self._raw = raw
+
+    # reading
+    def view(self) -> ModelConfig:
+        """A read-only snapshot of the config as it stands."""
+        snapshot = model_config_pb2.ModelConfig()
+        snapshot.CopyFrom(self._raw)
+        return ModelConfig(snapshot)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The config in Triton's JSON form (as ``/config`` prints it)."""
+        return self.view().to_json_dict()
+
+    @property
+    def name(self) -> str:
+        return self._raw.name
+
+    @property
+    def max_batch_size(self) -> int:
+        return self._raw.max_batch_size
+
+    @max_batch_size.setter
+    def max_batch_size(self, value: int) -> None:
+        self._raw.max_batch_size = int(value)
+
+    @property
+    def input_count(self) -> int:
+        """Configured inputs, ``batch_input`` entries included (Triton's auto-complete rule)."""
+        return len(self._raw.input) + len(self._raw.batch_input)
+
+    @property
+    def output_count(self) -> int:
+        return len(self._raw.output)
+
+    @property
+    def has_scheduler(self) -> bool:
+        """Whether a scheduling block (dynamic, sequence or ensemble) is set."""
+        return self._raw.WhichOneof("scheduling_choice") is not None
+
+    # changing
+    def add_input(
+        self,
+        name: str,
+        datatype: str | DataType,
+        dims: Sequence[int],
+        *,
+        reshape: Sequence[int] | None = None,
+        optional: bool = False,
+    ) -> None:
+        """Append an input (``datatype`` as ``FP32``, ``TYPE_FP32`` or a :class:`DataType`)."""
+        io = self._raw.input.add(name=name, data_type=_config_type(datatype), dims=list(dims))
+        if reshape is not None:
+            io.reshape.shape.extend(reshape)
+        if optional:
+            io.optional = True
+
+    def add_output(
+        self,
+        name: str,
+        datatype: str | DataType,
+        dims: Sequence[int],
+        *,
+        reshape: Sequence[int] | None = None,
+    ) -> None:
+        """Append an output."""
+        io = self._raw.output.add(name=name, data_type=_config_type(datatype), dims=list(dims))
+        if reshape is not None:
+            io.reshape.shape.extend(reshape)
+
+    def enable_dynamic_batching(self) -> None:
+        """Add an empty ``dynamic_batching {}`` block (Triton's defaults)."""
+        self._raw.dynamic_batching.SetInParent()
+
+    def update_from_dict(self, config: Mapping[str, Any]) -> None:
+        """Replace the whole config with ``config`` (Triton's JSON form, as :meth:`to_dict`).
+
+        :raises TritonXError: INVALID_ARG when ``config`` does not fit Triton's schema.
+        """
+        from google.protobuf import json_format
+
+        from tritonx.errors import invalid_arg
+
+        replaced = model_config_pb2.ModelConfig()
+        try:
+            json_format.ParseDict(dict(config), replaced)
+        except json_format.ParseError as exc:
+            raise invalid_arg(f"invalid model configuration for '{self.name}': {exc}") from exc
+        self._raw.CopyFrom(replaced)
+
+    def __repr__(self) -> str:
+        return f"EditableModelConfig(name={self.name!r})"
+
+
+def _config_type(datatype: str | DataType) -> int:
+    if isinstance(datatype, DataType):
+        name = datatype.config_name
+    else:
+        name = datatype if datatype.startswith("TYPE_") else DataType(datatype).config_name
+    return int(model_config_pb2.DataType.Value(name))

@@ -7,19 +7,25 @@ with Triton's codes and messages.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry
 
-from tritonx._core.lifecycle import ModelManager, VersionEntry
-from tritonx._core.stats import ModelStats
+from tritonx._core.lifecycle import LoadedVersion, ModelManager, VersionEntry
+from tritonx._core.response_cache import CacheFront
 from tritonx._core.validation import validate_request
+from tritonx.cache import ResponseCache
 from tritonx.config import ModelConfig, ServerSettings
-from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
+from tritonx.errors import Code, TritonXError, invalid_arg, unavailable, unsupported
+from tritonx.handle import ServerHandle
+from tritonx.plugins import Registries
+from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
+    ModelEvent,
     ModelMetadata,
     RepositoryEntry,
     ServerMetadata,
@@ -46,21 +52,6 @@ DECOUPLED_MESSAGES = {
 }
 
 
-def parse_version(text: str | None) -> int | None:
-    """A version string from a URL or message: "" → None (latest), else a non-negative int."""
-    if not text:
-        return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise invalid_arg(
-            f"failed to parse model version '{text}', expected a non-negative integer"
-        )
-    return value
-
-
 def tritonx_version() -> str:
     try:
         return version("tritonx")
@@ -68,20 +59,86 @@ def tritonx_version() -> str:
         return "0+unknown"
 
 
+class ServedModel:
+    """A ready model version as the data plane resolved it for one request.
+
+    :ivar name: the model's name.
+    :ivar version: the version requests go to.
+    :ivar config: its completed, normalized config.
+    """
+
+    __slots__ = ("_entry", "config", "name", "version")
+
+    def __init__(self, entry: VersionEntry) -> None:
+        assert entry.config is not None
+        self._entry = entry
+        self.config: ModelConfig = entry.config
+        self.name = self.config.name
+        self.version = entry.version
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether the model is decoupled (its responses must be streamed)."""
+        return self.config.decoupled
+
+    def labels(self, output: str) -> list[str] | None:
+        """The classification labels of ``output`` (its ``label_filename``, read from the
+        model's folder), or None when it has none."""
+        return self._entry.labels(output)
+
+
 class DataPlane:
     """Readiness, metadata, inference and repository calls over the loaded models."""
 
-    def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
+    def __init__(
+        self,
+        settings: ServerSettings,
+        registries: Registries,
+        on_event: Callable[[ModelEvent], None] | None = None,
+        cache: ResponseCache | None = None,
+    ) -> None:
         self.settings = settings
-        self.models = models
-        models.dataplane = self
+        #: The narrow view of this server handed to backends (BLS) and schedulers.
+        self.handle = ServerHandle(self, asyncio.get_running_loop())
+        self._cache = CacheFront(cache) if cache is not None else None
+        self._models = ModelManager(
+            settings, registries, self.handle, on_event, cache_enabled=cache is not None
+        )
         self.live = False
         self.ready = False
         self.exiting = False
         self._metadata = ServerMetadata(settings.id, TRITON_VERSION, EXTENSIONS)
         #: The Prometheus registry served on ``/metrics``; backends may register collectors
-        #: (e.g. python models' custom metrics) through ``LoadContext.dataplane``.
+        #: (e.g. python models' custom metrics) through ``LoadContext.server``.
         self.metrics_registry = CollectorRegistry(auto_describe=True)
+
+    # ------------------------------------------------------------------ models (server side)
+
+    async def start_models(self) -> None:
+        """Load the start-up models for the control mode (raises with ``exit_on_error``)."""
+        await self._models.start()
+
+    async def poll_repository(self) -> None:
+        """Rescan the repositories now: load new and changed models, unload removed ones
+        (Triton's ``TRITONSERVER_ServerPollModelRepository``; poll mode only)."""
+        if self.settings.model_control_mode != "poll":
+            raise unavailable("poll not allowed if polling is not enabled")
+        await self._models.poll_once()
+
+    async def shutdown(self, timeout: float | None = None) -> None:
+        """Drain in-flight requests (up to ``timeout`` s) and unload every model."""
+        self.exiting = True
+        await self._models.shutdown(timeout)
+        if self._cache is not None:
+            await self._cache.close()
+
+    def status_rows(self) -> list[tuple[str, str, str]]:
+        """(model, version, status) rows of the start-up table."""
+        return self._models.status_rows()
+
+    def loaded_versions(self) -> Iterator[LoadedVersion]:
+        """Every version with running instances, by model name then version (metrics)."""
+        return self._models.loaded_versions()
 
     # ------------------------------------------------------------------ health and metadata
 
@@ -92,7 +149,7 @@ class DataPlane:
         """Ready: started, not exiting and (with strict readiness) every model READY."""
         if not self.ready or self.exiting:
             return False
-        return self.models.all_ready() if self.settings.strict_readiness else True
+        return self._models.all_ready() if self.settings.strict_readiness else True
 
     def server_metadata(self) -> ServerMetadata:
         return self._metadata
@@ -100,16 +157,16 @@ class DataPlane:
     def model_ready(self, name: str, version: int | None = None) -> bool:
         """Whether the version (or, without one, any version) is READY; False if unknown."""
         try:
-            self.models.get(name, version)
+            self._models.get(name, version)
         except TritonXError:
             return False
         return True
 
     def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
-        entry = self.models.get(name, version)
+        entry = self._models.get(name, version)
         config = _config(entry)
         if version is None:
-            versions = tuple(str(v) for v in self.models.find(name).ready_versions())
+            versions = tuple(str(v) for v in self._models.find(name).ready_versions())
         else:
             versions = (str(version),)
         return ModelMetadata(
@@ -122,7 +179,7 @@ class DataPlane:
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The completed, normalized config of a ready version."""
-        return _config(self.models.get(name, version))
+        return _config(self._models.get(name, version))
 
     def model_statistics(
         self, name: str = "", version: int | None = None
@@ -130,9 +187,9 @@ class DataPlane:
         """(model, version, stats) for ready versions; all models when ``name`` is empty."""
         if name:
             try:
-                entry = self.models.find(name)
+                entry = self._models.find(name)
                 if version is not None:
-                    self.models.get(name, version)
+                    self._models.get(name, version)
             except TritonXError:
                 raise invalid_arg(f"requested model '{name}' is not available") from None
             versions = [version] if version is not None else entry.ready_versions()
@@ -140,40 +197,76 @@ class DataPlane:
                 raise invalid_arg(f"requested model '{name}' is not available")
             return [(name, v, _stats(entry.versions[v])) for v in versions]
         out: list[tuple[str, int, ModelStats]] = []
-        for model_name in sorted(self.models.models):
-            entry = self.models.models[model_name]
+        for model_name in sorted(self._models.models):
+            entry = self._models.models[model_name]
             out.extend((model_name, v, _stats(entry.versions[v])) for v in entry.ready_versions())
         return out
 
     # ------------------------------------------------------------------ inference
 
+    def resolve(self, name: str, version: int | None = None) -> ServedModel:
+        """The ready version a request for ``name`` (and ``version``) goes to.
+
+        Transports resolve once per request (for the config: raw-binary inputs, BF16 outputs,
+        classification labels) and pass the result back to :meth:`infer`. While the server
+        exits every request is refused with UNAVAILABLE "Server exiting".
+        """
+        if self.exiting:
+            raise TritonXError("Server exiting", Code.UNAVAILABLE)
+        return ServedModel(self._models.get(name, version))
+
     def _accept(
-        self, request: InferenceRequest, decoupled_message: str | None = None
+        self,
+        request: InferenceRequest,
+        model: ServedModel | None,
+        decoupled_message: str | None = None,
     ) -> VersionEntry:
         if self.exiting:
             raise TritonXError("Server exiting", Code.UNAVAILABLE)
-        entry = self.models.get(request.model_name, request.model_version)
-        assert entry.config is not None and entry.scheduler is not None
-        if decoupled_message is not None and entry.scheduler.decoupled:
+        entry = model._entry if model is not None else None
+        if entry is None or not entry.ready:  # not resolved, or unloaded since
+            entry = self._models.get(request.model_name, request.model_version)
+        config, scheduler = entry.config, entry.scheduler
+        assert config is not None and scheduler is not None
+        if decoupled_message is not None and config.decoupled:
             raise unsupported(decoupled_message)  # before validation, as Triton
         try:
-            validate_request(request, entry.config)
+            validate_request(request, config)
         except TritonXError:
-            entry.scheduler.stats.record_failure("OTHER", 0)
+            scheduler.stats.record_failure("OTHER", 0)
             raise
         return entry
 
     async def infer(
-        self, request: InferenceRequest, *, protocol: str = "inprocess"
+        self,
+        request: InferenceRequest,
+        *,
+        protocol: str = "inprocess",
+        model: ServedModel | None = None,
     ) -> InferenceResponse:
         """Run one request and return its response; raises TritonXError on any failure.
 
         :param protocol: which transport asks (``http``, ``grpc``, ``inprocess``); it only
             selects Triton's message for decoupled models, which must be streamed.
+        :param model: the version :meth:`resolve` returned for this request, if the caller
+            resolved it already.
         """
         entry = self._accept(
-            request, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
+            request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
         )
+        cache = self._cache if entry.cached else None
+        if cache is not None:
+            hit, key = await cache.lookup(request, entry)
+            if hit is not None:
+                return hit
+        response = await self._submit(entry, request)
+        if response.error is not None:
+            raise response.error
+        if cache is not None:
+            await cache.insert(key, entry, response)
+        return response
+
+    async def _submit(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
         scheduler = entry.scheduler
         assert scheduler is not None
         try:
@@ -181,44 +274,44 @@ class DataPlane:
         except TritonXError:
             scheduler.stats.record_failure("REJECTED", 0)
             raise
-        response = await future
-        if response.error is not None:
-            raise response.error
-        return response
+        return await future
 
-    async def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    async def infer_stream(
+        self, request: InferenceRequest, *, model: ServedModel | None = None
+    ) -> AsyncIterator[InferenceResponse]:
         """Run one request and yield its responses: one for ordinary models, zero or more
         (the last with ``final=True``) for decoupled ones. Once the request is accepted,
         errors are yielded as responses carrying ``error``; validation errors raise."""
-        entry = self._accept(request)
+        entry = self._accept(request, model)
         scheduler = entry.scheduler
         assert scheduler is not None
         if not scheduler.decoupled:
-            try:
-                future = scheduler.submit(request)
-            except TritonXError:
-                scheduler.stats.record_failure("REJECTED", 0)
-                raise
-            yield await future
+            cache = self._cache if entry.cached else None
+            if cache is not None:
+                hit, key = await cache.lookup(request, entry)
+                if hit is not None:
+                    yield hit
+                    return
+            response = await self._submit(entry, request)
+            if cache is not None:
+                await cache.insert(key, entry, response)
+            yield response
             return
         async for response in scheduler.stream(request):
             yield response
 
-    def is_decoupled(self, name: str, version: int | None = None) -> bool:
-        return _config(self.models.get(name, version)).decoupled
-
     # ------------------------------------------------------------------ repository
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
-        return self.models.index(ready_only)
+        return self._models.index(ready_only)
 
     async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
         """Load or reload ``name`` (explicit mode); ``parameters`` as Triton's load request."""
-        await self.models.load(name, parameters)
+        await self._models.load(name, parameters)
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (explicit mode), waiting for its in-flight requests."""
-        await self.models.unload(name, unload_dependents)
+        await self._models.unload(name, unload_dependents)
 
 
 def _config(entry: VersionEntry) -> ModelConfig:

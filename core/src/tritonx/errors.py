@@ -11,31 +11,22 @@ import enum
 
 
 class Code(enum.Enum):
-    """Triton's error codes, with the HTTP status and gRPC status name each maps to."""
+    """Triton's error codes (the HTTP and gRPC status each maps to live in the transports'
+    ``errors`` modules)."""
 
-    UNKNOWN = ("UNKNOWN", 400, "UNKNOWN")
-    INTERNAL = ("INTERNAL", 500, "INTERNAL")
-    NOT_FOUND = ("NOT_FOUND", 404, "NOT_FOUND")
-    INVALID_ARG = ("INVALID_ARG", 400, "INVALID_ARGUMENT")
-    UNAVAILABLE = ("UNAVAILABLE", 503, "UNAVAILABLE")
-    UNSUPPORTED = ("UNSUPPORTED", 501, "UNIMPLEMENTED")
-    ALREADY_EXISTS = ("ALREADY_EXISTS", 400, "ALREADY_EXISTS")
-    CANCELLED = ("CANCELLED", 400, "CANCELLED")
-
-    @property
-    def http_status(self) -> int:
-        """The HTTP status Triton's HTTP frontend answers with for this code."""
-        return self.value[1]
+    UNKNOWN = "UNKNOWN"
+    INTERNAL = "INTERNAL"
+    NOT_FOUND = "NOT_FOUND"
+    INVALID_ARG = "INVALID_ARG"
+    UNAVAILABLE = "UNAVAILABLE"
+    UNSUPPORTED = "UNSUPPORTED"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    CANCELLED = "CANCELLED"
 
     @property
     def label(self) -> str:
         """Triton's text for the code, as in ``Status::AsString()`` ("Invalid argument")."""
         return _LABELS[self]
-
-    @property
-    def grpc_status_name(self) -> str:
-        """The name of the ``grpc.StatusCode`` member Triton's gRPC frontend uses."""
-        return self.value[2]
 
 
 _LABELS = {

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         CacheRegistry,
         MetricSinkRegistry,
         RepoAgentRegistry,
+        RepositoryRegistry,
     )
     from tritonx.server import Server
     from tritonx.types import ModelEvent
@@ -66,6 +67,16 @@ def tritonx_register_metric_sinks(registry: MetricSinkRegistry) -> None:
     """
 
 
+@hookspec
+def tritonx_register_repositories(registry: RepositoryRegistry) -> None:
+    """Add :class:`tritonx.Repository` subclasses, chosen by ``--model-repository`` URL scheme.
+
+    :param registry: call ``registry.add(MyRepository)``; ``MyRepository.schemes`` lists the
+        URL schemes it serves (``"s3"`` for ``s3://...``). The local file system (plain paths,
+        ``file://``) is the built-in ``local`` repository, registered the same way.
+    """
+
+
 # ------------------------------------------------------------------ command line
 
 
@@ -86,7 +97,7 @@ def tritonx_server_started(server: Server) -> None:
     """The server finished starting: models are loaded and listeners bound.
 
     :param server: the running :class:`tritonx.Server` (its ``http_url``, ``grpc_url``,
-        ``metrics_url`` and ``dataplane``).
+        ``metrics_url`` and in-process API).
     """
 
 

@@ -19,11 +19,12 @@ from tritonx.registry import (
     MetricSinkRegistry,
     Registry,
     RepoAgentRegistry,
+    RepositoryRegistry,
 )
 
 ENTRY_POINT_GROUP = "tritonx"
 #: Core features written as plugins, registered like third-party ones.
-BUILTIN_PLUGINS: tuple[str, ...] = ()
+BUILTIN_PLUGINS: tuple[str, ...] = ("tritonx.builtin.local_repository",)
 
 ENV_ONLY = "TRITONX_PLUGINS"
 ENV_BLOCKED = "TRITONX_DISABLE_PLUGINS"
@@ -102,6 +103,7 @@ class Registries:
     repoagents: RepoAgentRegistry = field(default_factory=RepoAgentRegistry)
     caches: CacheRegistry = field(default_factory=CacheRegistry)
     metric_sinks: MetricSinkRegistry = field(default_factory=MetricSinkRegistry)
+    repositories: RepositoryRegistry = field(default_factory=RepositoryRegistry)
 
 
 _REGISTRATION_HOOKS = {
@@ -109,23 +111,27 @@ _REGISTRATION_HOOKS = {
     "tritonx_register_repoagents": "repoagents",
     "tritonx_register_caches": "caches",
     "tritonx_register_metric_sinks": "metric_sinks",
+    "tritonx_register_repositories": "repositories",
 }
 
 
 def collect(pm: pluggy.PluginManager) -> Registries:
     """Call every registration hook once and return the filled registries.
 
-    Each implementation is called on its own so the registries know which plugin added what
-    (for duplicate errors and ``tritonx plugins``).
+    Each plugin's implementation is called through pluggy on its own (a hook caller limited
+    to that plugin, so ``TRITONX_TRACE_PLUGINS`` shows every call) and the registries record
+    which plugin added what (for duplicate errors and ``tritonx plugins``).
     """
     regs = Registries()
+    plugins = pm.get_plugins()
     for hook_name, attr in _REGISTRATION_HOOKS.items():
         registry: Registry[Any] = getattr(regs, attr)
         caller = getattr(pm.hook, hook_name)
         for impl in reversed(caller.get_hookimpls()):  # registration order
+            others = [p for p in plugins if p is not impl.plugin]
             registry._current_plugin = pm.get_name(impl.plugin)
             try:
-                impl.function(**{a: registry for a in impl.argnames})
+                pm.subset_hook_caller(hook_name, remove_plugins=others)(registry=registry)
             finally:
                 registry._current_plugin = None
     return regs
@@ -141,6 +147,8 @@ def describe_plugins(pm: pluggy.PluginManager, regs: Registries) -> list[dict[st
             continue
         hooks = sorted(h.name for h in (pm.get_hookcallers(plugin) or []))
         entry: dict[str, Any] = {"name": name, "hooks": hooks}
+        if name in BUILTIN_PLUGINS:
+            entry["builtin"] = True
         dist = dists.get(name)
         if dist is not None:
             entry["distribution"] = dist.metadata["Name"]
@@ -156,6 +164,11 @@ def describe_plugins(pm: pluggy.PluginManager, regs: Registries) -> list[dict[st
         )
         if platforms:
             registered["platforms"] = platforms
+        schemes = sorted(
+            s for r in registered.get("repositories", ()) for s in regs.repositories.schemes_of(r)
+        )
+        if schemes:
+            registered["schemes"] = schemes
         entry["registered"] = registered
         out.append(entry)
     return sorted(out, key=lambda e: e["name"])

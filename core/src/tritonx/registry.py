@@ -13,6 +13,7 @@ from tritonx.cache import ResponseCache
 from tritonx.errors import PluginError
 from tritonx.metrics import MetricSink
 from tritonx.repoagent import RepoAgent
+from tritonx.repository import Repository, url_scheme
 
 T = TypeVar("T")
 
@@ -130,3 +131,33 @@ class MetricSinkRegistry(Registry[MetricSink]):
 
     def __init__(self) -> None:
         super().__init__(MetricSink)
+
+
+class RepositoryRegistry(Registry[Repository]):
+    """Repository implementations by name, and by the URL schemes they serve."""
+
+    kind = "repository"
+
+    def __init__(self) -> None:
+        super().__init__(Repository)
+        self._schemes: dict[str, str] = {}
+
+    def add(self, cls: type[Repository]) -> type[Repository]:
+        super().add(cls)
+        for scheme in cls.schemes:
+            owner = self._schemes.get(scheme)
+            if owner is not None and owner != cls.name:
+                raise PluginError(
+                    f"duplicate repository scheme '{scheme}': served by '{owner}' and '{cls.name}'"
+                )
+            self._schemes[scheme] = cls.name
+        return cls
+
+    def for_url(self, url: str) -> type[Repository] | None:
+        """The implementation serving ``url``'s scheme, if one is registered."""
+        name = self._schemes.get(url_scheme(url))
+        return self.get(name) if name is not None else None
+
+    def schemes_of(self, name: str) -> tuple[str, ...]:
+        cls = self.get(name)
+        return tuple(cls.schemes) if cls else ()

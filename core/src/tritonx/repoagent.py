@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
-from tritonx._proto import model_config_pb2
+from tritonx.proto import model_config_pb2
 
 
 @dataclass(frozen=True)

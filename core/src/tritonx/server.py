@@ -15,17 +15,18 @@ import os
 import socket
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
 
 import pluggy
 from aiohttp import web
 
-from tritonx._core.lifecycle import ModelManager
-from tritonx._core.stats import ModelStats
+from tritonx._core.extensions import SinkExporter, build_cache, build_metric_sinks
+from tritonx._core.metrics import TritonMetrics
+from tritonx._core.metrics_app import export_registry, make_metrics_app, triton_metrics
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.plugins import Registries, collect, make_plugin_manager
+from tritonx.plugins import collect, make_plugin_manager
+from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -50,7 +51,7 @@ def _settings(settings: ServerSettings | None, overrides: dict[str, Any]) -> Ser
     if repo is not None:
         if isinstance(repo, (str, os.PathLike)):
             repo = [repo]
-        overrides["model_repository"] = tuple(Path(p) for p in repo)
+        overrides["model_repository"] = tuple(os.fspath(p) for p in repo)
     for key in ("load_model", "rate_limit_resource"):
         if key in overrides and isinstance(overrides[key], str):
             overrides[key] = (overrides[key],)
@@ -76,9 +77,8 @@ class Server:
     ) -> None:
         self.settings = _settings(settings, overrides)
         self.plugin_manager = plugin_manager
-        self.registries: Registries | None = None
-        self.models: ModelManager | None = None
         self._dataplane: DataPlane | None = None
+        self._exporter: SinkExporter | None = None
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self.http_port: int | None = None
@@ -95,27 +95,40 @@ class Server:
         await self.stop()
 
     async def start(self) -> None:
-        """Register plugins, load models, then bind the enabled listeners."""
+        """Register plugins, build the configured cache and metric sinks, load models, then
+        bind the enabled listeners."""
         pm = self.plugin_manager or make_plugin_manager()
         self.plugin_manager = pm
-        self.registries = collect(pm)
+        registries = collect(pm)
+        cache = build_cache(registries, self.settings.cache_config)
+        sinks = build_metric_sinks(registries, self.settings.metric_sinks)
 
         def on_event(event: ModelEvent) -> None:
             pm.hook.tritonx_model_event(event=event)
 
-        self.models = ModelManager(self.settings, self.registries, on_event)
-        self._dataplane = DataPlane(self.settings, self.models)
-        self._dataplane.live = True
+        dataplane = self._dataplane = DataPlane(self.settings, registries, on_event, cache)
+        for sink in sinks:
+            for collector in sink.collectors():
+                dataplane.metrics_registry.register(collector)
+        triton = triton_metrics(self.settings, dataplane)
+        if sinks:
+            self._exporter = SinkExporter(
+                sinks,
+                export_registry(triton, dataplane.metrics_registry),
+                self.settings.metrics_interval_ms / 1000,
+            )
+            self._exporter.start()
+        dataplane.live = True
         try:
-            await self.models.start()
+            await dataplane.start_models()
         except BaseException:
             log.info("%s", self.status_table(), extra={"raw": True})
             await self.stop(timeout=0)
             raise
         log.info("%s", self.status_table(), extra={"raw": True})
-        self._dataplane.ready = True
+        dataplane.ready = True
         try:
-            await self._start_listeners()
+            await self._start_listeners(triton)
         except BaseException:
             await self.stop(timeout=0)
             raise
@@ -126,10 +139,11 @@ class Server:
         every model and close the listeners."""
         if timeout is None:
             timeout = self.settings.exit_timeout_secs
+        if self._exporter is not None:  # a last export while the models are still listed
+            await asyncio.to_thread(self._exporter.stop)
+            self._exporter = None
         if self._dataplane is not None:
-            self._dataplane.exiting = True
-        if self.models is not None:
-            await self.models.shutdown(timeout)
+            await self._dataplane.shutdown(timeout)
         if self._grpc is not None:
             await self._grpc.stop(0)
             self._grpc = None
@@ -143,7 +157,7 @@ class Server:
         """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""
         await asyncio.Event().wait()
 
-    async def _start_listeners(self) -> None:
+    async def _start_listeners(self, triton: TritonMetrics) -> None:
         s = self.settings
         assert self._dataplane is not None
         if s.allow_grpc:
@@ -159,11 +173,9 @@ class Server:
             )
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
-            from tritonx._core.metrics_app import make_metrics_app
-
             address = s.metrics_address or s.http_address
             self.metrics_port = await self._serve_app(
-                make_metrics_app(self), address, s.metrics_port
+                make_metrics_app(triton, self._dataplane.metrics_registry), address, s.metrics_port
             )
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
@@ -254,10 +266,14 @@ class Server:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         await self.dataplane.unload_model(name, unload_dependents)
 
+    async def poll_repository(self) -> None:
+        """Rescan the repositories now (poll mode): load new and changed models, unload
+        removed ones, as Triton's ``TRITONSERVER_ServerPollModelRepository``."""
+        await self.dataplane.poll_repository()
+
     def status_table(self) -> str:
         """The Model | Version | Status table Triton prints at start-up."""
-        assert self.models is not None
-        return format_table(("Model", "Version", "Status"), self.models.status_rows())
+        return format_table(("Model", "Version", "Status"), self.dataplane.status_rows())
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -160,3 +160,23 @@ class LatencyStats:
     compute_infer: LatencyWindow | None = None
     compute_output: LatencyWindow | None = None
     first_response: Histogram | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedVersion:
+    """A model version with running instances, as the metrics endpoint reports it.
+
+    :param name: the model's name.
+    :param version: the version.
+    :param metric_tags: the config's ``metric_tags`` (extra labels), sorted by key.
+    :param stats: its live statistics.
+    :param pending_count: requests accepted but not yet executing.
+    :param load_seconds: how long its last successful load took.
+    """
+
+    name: str
+    version: int
+    metric_tags: tuple[tuple[str, str], ...]
+    stats: ModelStats
+    pending_count: int
+    load_seconds: float

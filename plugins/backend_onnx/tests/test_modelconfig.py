@@ -6,8 +6,9 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
-from tritonx._proto import model_config_pb2
+from tritonx.config import EditableModelConfig, ModelConfig
 from tritonx.errors import TritonXError
+from tritonx.proto import model_config_pb2
 from tritonx_backend_onnx import modelconfig
 from tritonx_backend_onnx.tensors import TensorInfo, fit_shape
 
@@ -20,7 +21,9 @@ def test_auto_complete_scalar_io_with_batching() -> None:
     """Scalars per batch item get dims [1] and an empty reshape."""
     config = model_config_pb2.ModelConfig(name="m")
     modelconfig.auto_complete(
-        config, infos(("x", "tensor(float)", (-1,))), infos(("y", "tensor(int64)", (-1,)))
+        EditableModelConfig(config),
+        infos(("x", "tensor(float)", (-1,))),
+        infos(("y", "tensor(int64)", (-1,))),
     )
     assert config.max_batch_size == 4 and config.HasField("dynamic_batching")
     assert list(config.input[0].dims) == [1] and config.input[0].HasField("reshape")
@@ -31,19 +34,37 @@ def test_auto_complete_scalar_io_with_batching() -> None:
 def test_auto_complete_keeps_complete_config_and_max_batch_1() -> None:
     config = model_config_pb2.ModelConfig(name="m", max_batch_size=1)
     modelconfig.auto_complete(
-        config, infos(("x", "tensor(string)", (-1, 3))), infos(("y", "tensor(bool)", (-1, 3)))
+        EditableModelConfig(config),
+        infos(("x", "tensor(string)", (-1, 3))),
+        infos(("y", "tensor(bool)", (-1, 3))),
     )
     assert not config.HasField("dynamic_batching")  # only for max_batch_size > 1
     assert config.input[0].data_type == model_config_pb2.DataType.TYPE_STRING
     before = config.SerializeToString()
-    modelconfig.auto_complete(config, infos(("other", "tensor(float)", (-1,))), [])
+    modelconfig.auto_complete(
+        EditableModelConfig(config), infos(("other", "tensor(float)", (-1,))), []
+    )
     assert config.SerializeToString() == before
+
+
+def test_auto_complete_adds_no_dynamic_batcher_beside_another_scheduler() -> None:
+    config = model_config_pb2.ModelConfig(name="m", max_batch_size=2)
+    config.sequence_batching.SetInParent()
+    modelconfig.auto_complete(
+        EditableModelConfig(config),
+        infos(("x", "tensor(float)", (-1, 4))),
+        infos(("y", "tensor(float)", (-1, 4))),
+    )
+    assert not config.HasField("dynamic_batching") and config.HasField("sequence_batching")
+    assert [t.name for t in config.input] == ["x"]
 
 
 def test_auto_complete_unsupported_type() -> None:
     config = model_config_pb2.ModelConfig(name="m")
     with pytest.raises(TritonXError, match="unsupported datatype tensor\\(complex64\\)"):
-        modelconfig.auto_complete(config, infos(("x", "tensor(complex64)", (2,))), [])
+        modelconfig.auto_complete(
+            EditableModelConfig(config), infos(("x", "tensor(complex64)", (2,))), []
+        )
 
 
 def test_validate_scalar_and_reshape() -> None:
@@ -52,9 +73,9 @@ def test_validate_scalar_and_reshape() -> None:
     config.output.add(name="y", data_type=model_config_pb2.DataType.TYPE_FP32, dims=[2])
     scalars = infos(("x", "tensor(float)", ())), infos(("y", "tensor(float)", ()))
     with pytest.raises(TritonXError, match="scalar tensor 'y', should only provide 1"):
-        modelconfig.validate(config, *scalars)
+        modelconfig.validate(ModelConfig(config), *scalars)
     config.output[0].reshape.shape.extend([1])  # a reshape is what gets compared
-    modelconfig.validate(config, *scalars)
+    modelconfig.validate(ModelConfig(config), *scalars)
 
 
 def test_validate_input_may_be_an_overridable_initializer() -> None:
@@ -63,14 +84,16 @@ def test_validate_input_may_be_an_overridable_initializer() -> None:
     config.input.add(name="w", data_type=model_config_pb2.DataType.TYPE_FP32, dims=[2])
     config.output.add(name="y", data_type=model_config_pb2.DataType.TYPE_FP32, dims=[2])
     io = infos(("x", "tensor(float)", (2,))), infos(("y", "tensor(float)", (2,)))
-    modelconfig.validate(config, *io, initializers=infos(("w", "tensor(float)", (2,))))
+    modelconfig.validate(ModelConfig(config), *io, initializers=infos(("w", "tensor(float)", (2,))))
     config.input[0].optional = True
-    modelconfig.validate(config, *io, initializers=infos(("w", "tensor(float)", (2,))))
+    modelconfig.validate(ModelConfig(config), *io, initializers=infos(("w", "tensor(float)", (2,))))
     config.max_batch_size = 2
     with pytest.raises(
         TritonXError, match="optional input 'x' is not supported for models that support batching"
     ):
-        modelconfig.validate(config, *io, initializers=infos(("w", "tensor(float)", (2,))))
+        modelconfig.validate(
+            ModelConfig(config), *io, initializers=infos(("w", "tensor(float)", (2,)))
+        )
 
 
 def test_session_settings_merge() -> None:

@@ -3,9 +3,11 @@ from pathlib import Path
 import pytest
 from google.protobuf import text_format
 
-from tritonx._core import normalize as cfg
-from tritonx._proto import model_config_pb2
+from tritonx._core import model_config as cfg
+from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.errors import Code, TritonXError
+from tritonx.proto import model_config_pb2
+from tritonx.registry import BackendRegistry
 
 
 def parse(text: str) -> model_config_pb2.ModelConfig:
@@ -41,11 +43,25 @@ def test_platform_implies_backend(tmp_path: Path) -> None:
 def test_custom_backend_by_file_and_by_name(tmp_path: Path) -> None:
     (tmp_path / "model.npz").write_bytes(b"x")
     config = model_config_pb2.ModelConfig()
-    cfg.auto_complete_backend_fields(config, "m", tmp_path, {"model.npz": "linear"})
+    registry = BackendRegistry()
+    registry.add(_Linear)
+    cfg.auto_complete_backend_fields(config, "m", tmp_path, registry)
+    assert config.backend == "linear"
+    config = parse('platform: "acme_linear"')
+    cfg.auto_complete_backend_fields(config, "m", None, registry)
     assert config.backend == "linear"
     config = model_config_pb2.ModelConfig()
     cfg.auto_complete_backend_fields(config, "m.custom", None)
     assert (config.backend, config.default_model_filename) == ("custom", "model.custom")
+
+
+class _Linear(Backend):
+    name = "linear"
+    platforms = ("acme_linear",)
+    default_model_filename = "model.npz"
+
+    def load(self, ctx: LoadContext) -> ModelInstance:
+        raise NotImplementedError
 
 
 def test_undeterminable_backend(tmp_path: Path) -> None:
@@ -56,7 +72,7 @@ def test_undeterminable_backend(tmp_path: Path) -> None:
 def test_normalize_defaults() -> None:
     config = parse('name: "m" backend: "onnxruntime" max_batch_size: 8 dynamic_batching { }')
     cfg.normalize(config)
-    cfg.normalize_instance_groups(config)
+    cfg.normalize_instance_groups(config, default_cpu_count=2)
     assert config.version_policy.latest.num_versions == 1
     assert list(config.dynamic_batching.preferred_batch_size) == [8]
     assert config.optimization.input_pinned_memory.enable

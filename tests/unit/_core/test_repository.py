@@ -1,7 +1,11 @@
 from pathlib import Path
 
-from tritonx._core.repository import scan, select_versions, version_folders
-from tritonx._proto import model_config_pb2
+from tritonx._core.lifecycle import ModelManager
+from tritonx._core.model_config import select_versions, version_folders
+from tritonx.builtin.local_repository import LocalRepository
+from tritonx.config import ServerSettings
+from tritonx.plugins import collect, make_plugin_manager
+from tritonx.proto import model_config_pb2
 
 
 def test_version_folders_skip_non_numeric_and_leading_zeros(tmp_path: Path) -> None:
@@ -31,6 +35,20 @@ def test_scan_finds_duplicates(tmp_path: Path) -> None:
         (repo / "same").mkdir(parents=True)
     (a / "only_a").mkdir()
     (a / ".hidden").mkdir()
-    models, duplicates = scan([a, b])
+    manager = ModelManager(
+        ServerSettings(model_repository=(str(a), f"file://{b}")),
+        collect(make_plugin_manager(autoload=False)),
+    )
+    models, duplicates = manager.scan()
     assert sorted(models) == ["only_a"]
-    assert duplicates == {"same": [a, b]}
+    assert duplicates == {"same": [str(a), f"file://{b}"]}
+
+
+def test_local_repository_stamp_changes_with_files(tmp_path: Path) -> None:
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    repo = LocalRepository(str(tmp_path), {})
+    assert repo.list_models() == ["m"]
+    before = repo.stamp("m")
+    (tmp_path / "m" / "1" / "model.bin").write_bytes(b"x")
+    assert repo.stamp("m") != before
+    assert repo.localize("m") == tmp_path / "m"

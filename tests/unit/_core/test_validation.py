@@ -3,9 +3,9 @@ import pytest
 from google.protobuf import text_format
 
 from tritonx._core.validation import validate_request
-from tritonx._proto import model_config_pb2
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
+from tritonx.proto import model_config_pb2
 from tritonx.types import InferenceRequest
 
 CONFIG = ModelConfig(

@@ -17,9 +17,9 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
-from tritonx._proto import model_config_pb2
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
+from tritonx.proto import model_config_pb2
 from tritonx.types import InferenceRequest
 
 _STOP = object()
@@ -56,10 +56,15 @@ class Pending:
 
 
 class Batcher(Protocol):
-    """What instance threads pull batches from."""
+    """What instance threads pull batches from.
+
+    ``get(instance)`` receives the index of the instance asking for work, so a batcher can
+    pin requests to an instance (a sequence stays on the slot it started on); it blocks until
+    a batch is due and returns None once the batcher is stopped.
+    """
 
     def put(self, pending: Pending) -> None: ...
-    def get(self) -> list[Pending] | None: ...
+    def get(self, instance: int) -> list[Pending] | None: ...
     def stop(self, workers: int) -> list[Pending]: ...
     @property
     def pending_count(self) -> int: ...
@@ -74,7 +79,7 @@ class DirectQueue:
     def put(self, pending: Pending) -> None:
         self._queue.put(pending)
 
-    def get(self) -> list[Pending] | None:
+    def get(self, instance: int = 0) -> list[Pending] | None:
         item = self._queue.get()
         return None if item is _STOP else [item]
 
@@ -182,7 +187,7 @@ class DynamicBatcher:
 
     # ------------------------------------------------------------------ batch formation
 
-    def get(self) -> list[Pending] | None:
+    def get(self, instance: int = 0) -> list[Pending] | None:
         """Block until a batch is due and return it; None once stopped."""
         with self._cond:
             while True:

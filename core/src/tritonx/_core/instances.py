@@ -13,25 +13,30 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from tritonx._core.batcher import Batcher, DirectQueue, DynamicBatcher, Pending
+from tritonx._core.batcher import Batcher, Pending
 from tritonx._core.rate_limiter import RateLimiter, Ticket
-from tritonx._core.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
+from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import InferenceRequest, InferenceResponse, ResponseSender
 
 log = logging.getLogger("tritonx.scheduler")
+
+#: Seconds instance threads get to unload at stop when no execution is running.
+UNLOAD_GRACE_S = 5.0
 
 #: Failure reasons of ``nv_inference_request_failure`` (Triton's four).
 REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
 
 
-class VersionScheduler:
-    """Owns the instances of one loaded model version and runs requests on them."""
+class InstanceScheduler:
+    """Runs one model version's requests on its instances: a worker thread per instance
+    pulls batches from a :class:`~tritonx._core.batcher.Batcher` (the direct queue or the
+    dynamic batcher, chosen by :func:`tritonx._core.scheduler.make_scheduler`)."""
 
     def __init__(
         self,
@@ -39,6 +44,7 @@ class VersionScheduler:
         version: int,
         backend: Backend,
         contexts: Sequence[LoadContext],
+        batcher: Callable[[Callable[[Pending, TritonXError], None]], Batcher],
         passive: Sequence[bool] | None = None,
         rate_limiter: RateLimiter | None = None,
         latency: LatencyStats | None = None,
@@ -52,16 +58,14 @@ class VersionScheduler:
         self.stats = ModelStats(latency=latency)
         self.instances: list[ModelInstance | None] = [None] * len(self.contexts)
         self.rate_limiter = rate_limiter or RateLimiter()
-        self.batcher: Batcher
-        if config.raw.HasField("dynamic_batching"):
-            self.batcher = DynamicBatcher(config, self._reject)
-        else:
-            self.batcher = DirectQueue()
+        self.batcher = batcher(self._reject)
         self.preserve_ordering = bool(config.raw.dynamic_batching.preserve_ordering)
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight = 0
+        #: whether each instance is executing now (each flag set by its own thread only)
+        self._busy = [False] * len(self.contexts)
         self._idle = asyncio.Event()
         self._idle.set()
         self._outputs = tuple(config.output_map)
@@ -122,10 +126,15 @@ class VersionScheduler:
             for pending in left:
                 self._reject(pending, error)
         threads, self._threads = self._threads, []
+        if timeout is not None and not any(self._busy):
+            # nothing runs: the threads only unload their instances, which gets a grace period
+            timeout = max(timeout, UNLOAD_GRACE_S)
         return await asyncio.to_thread(_join_all, threads, timeout)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
+        if self._inflight == 0:
+            return True
         try:
             await asyncio.wait_for(self._idle.wait(), timeout)
         except TimeoutError:
@@ -144,6 +153,13 @@ class VersionScheduler:
     def is_ready(self) -> bool:
         """All instances loaded and reporting ready."""
         return all(i is not None and i.is_ready() for i in self.instances)
+
+    def not_ready_reason(self) -> str:
+        """The first not-ready instance's ``not_ready_reason()``."""
+        for instance in self.instances:
+            if instance is not None and not instance.is_ready():
+                return instance.not_ready_reason()
+        return "model instance is not ready"
 
     # ------------------------------------------------------------------ requests
 
@@ -245,18 +261,23 @@ class VersionScheduler:
         if not self.passive[index]:
             get = self.batcher.get
             limiter = self.rate_limiter
+            busy = self._busy
             while True:
-                batch = get()
+                batch = get(index)
                 if batch is None:
                     break
-                if ticket is not None:
-                    limiter.acquire(ticket)
-                    try:
+                busy[index] = True
+                try:
+                    if ticket is not None:
+                        limiter.acquire(ticket)
+                        try:
+                            self._execute(instance, batch)
+                        finally:
+                            limiter.release(ticket)
+                    else:
                         self._execute(instance, batch)
-                    finally:
-                        limiter.release(ticket)
-                else:
-                    self._execute(instance, batch)
+                finally:
+                    busy[index] = False
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
         try:

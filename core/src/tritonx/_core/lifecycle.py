@@ -1,50 +1,56 @@
-"""Loading and unloading models: per-version states, repository agents, control modes.
+"""Loading and unloading models: the per-version state machine and the control modes.
 
-``ModelManager`` is the only owner of loaded models. It reads each model's config (with core
-and backend auto-complete, normalization and validation), runs the repository agents in
-Triton's order, starts a :class:`VersionScheduler` per version, and keeps every model's state
-(LOADING, READY, UNLOADING, UNAVAILABLE + reason) for readiness, the repository index and the
-start-up table. A reload that fails leaves the old version serving; an unload waits for the
-requests already accepted.
+``ModelManager`` is the only owner of loaded models. A load runs in Triton's order:
+
+1. the repository localizes the model folder (``tritonx.Repository``);
+2. the raw config is read (``config.pbtxt`` or a load-API override);
+3. the repository agents' LOAD actions run (``_core.agents``) and may replace the folder;
+4. core and backend auto-complete run on that folder, then normalization and validation
+   (``_core.model_config``);
+5. a scheduler per selected version starts its instances (``_core.scheduler``);
+6. the agents' LOAD_COMPLETE or LOAD_FAIL actions run.
+
+A reload that fails leaves the old version serving; an unload waits for the requests already
+accepted. States (LOADING, READY, UNLOADING, UNAVAILABLE + reason) feed readiness, the
+repository index and the start-up table (``_core.status``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
-import os
-import shutil
-import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from tritonx._core import normalize as cfg
+from tritonx._core import model_config as cfg
+from tritonx._core.agents import AgentChain
+from tritonx._core.load_request import (
+    LoadRequest,
+    check_model_name,
+    remove_override_dir,
+    write_override_dir,
+)
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
-from tritonx._core.repository import (
-    CONFIG_FILENAME,
-    ModelSource,
-    scan,
-    select_versions,
-    version_folders,
-)
-from tritonx._core.scheduler import VersionScheduler
-from tritonx._proto import model_config_pb2
+from tritonx._core.scheduler import Scheduler, check_schedulable, make_scheduler
+from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
-from tritonx.config import ModelConfig, ServerSettings
-from tritonx.errors import Code, TritonXError, invalid_arg, not_found, unavailable
+from tritonx.classification import LabelCache
+from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
+from tritonx.errors import Code, PluginError, TritonXError, invalid_arg, not_found, unavailable
 from tritonx.plugins import Registries
-from tritonx.repoagent import AgentContext, RepoAgent
+from tritonx.proto import model_config_pb2
+from tritonx.repository import Repository
+from tritonx.stats import LoadedVersion
 from tritonx.types import ModelEvent, ModelState, RepositoryEntry
 
-log = logging.getLogger("tritonx.lifecycle")
+if TYPE_CHECKING:
+    from tritonx.handle import ServerHandle
 
-DUPLICATE_REASON = "model appears in two or more repositories"
-UNLOADED_REASON = "unloaded"
+log = logging.getLogger("tritonx.lifecycle")
 
 
 @dataclass
@@ -55,9 +61,14 @@ class VersionEntry:
     state: ModelState = ModelState.UNKNOWN
     reason: str = ""
     config: ModelConfig | None = None
-    scheduler: VersionScheduler | None = None
+    scheduler: Scheduler | None = None
     #: seconds the last successful load took (``nv_model_load_duration_secs``)
     load_seconds: float = 0.0
+    #: the folder the version was loaded from (after the repository agents)
+    model_dir: Path | None = None
+    #: whether the response cache sits in front of this version
+    cached: bool = False
+    _labels: LabelCache | None = field(default=None, repr=False)
 
     @property
     def ready(self) -> bool:
@@ -66,6 +77,18 @@ class VersionEntry:
             and self.scheduler is not None
             and self.scheduler.is_ready()
         )
+
+    def labels(self, output: str) -> list[str] | None:
+        """The classification labels of ``output`` from its ``label_filename``."""
+        if self.config is None or self.model_dir is None:
+            return None
+        io = self.config.output_map.get(output)
+        filename = io.label_filename if io is not None else ""
+        if not filename:
+            return None
+        if self._labels is None:
+            self._labels = LabelCache(self.model_dir)
+        return self._labels.get(filename)
 
 
 @dataclass
@@ -76,32 +99,37 @@ class ModelEntry:
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     #: a failure that concerns the whole model (config error, duplicate, no versions)
     error: str = ""
-    fingerprint: tuple[Any, ...] | None = None
-    agents: list[tuple[RepoAgent, dict[str, str]]] = field(default_factory=list)
-    model_dir: Path | None = None
-    config_pb: model_config_pb2.ModelConfig | None = None
-    temp_dir: Path | None = None
+    #: the repository's change stamp when the model was last loaded (None: not loaded)
+    stamp: Hashable | None = None
+    agents: AgentChain | None = None
+    #: where the served files came from: (repository, localized folder)
+    localized: tuple[Repository, Path] | None = None
+    #: a folder holding load-API file overrides (removed when replaced or unloaded)
+    override_dir: Path | None = None
     #: a config override given with the last load (kept until a plain load)
     override: bool = False
     #: versions the last load attempt failed to load (an old version may still serve)
     last_failures: list[VersionEntry] = field(default_factory=list)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.versions) or bool(self.error) or self.stamp is not None
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.ready)
 
 
 @dataclass
-class _Prepared:
-    """The outcome of reading and completing a model's config, before loading versions."""
+class Prepared:
+    """A model's config read, passed through the agents and completed; versions not loaded."""
 
-    config: model_config_pb2.ModelConfig
+    config: Any  # inference.ModelConfig
     model_dir: Path
     versions: dict[int, Path]
     selected: list[int]
     missing: list[int]
-    backend: Backend | None
-    fingerprint: tuple[Any, ...]
-    agents: list[tuple[RepoAgent, dict[str, str]]] = field(default_factory=list)
+    backend: Backend
+    agents: AgentChain | None = None
 
 
 class ModelManager:
@@ -111,12 +139,17 @@ class ModelManager:
         self,
         settings: ServerSettings,
         registries: Registries,
+        server: ServerHandle | None = None,
         on_event: Callable[[ModelEvent], None] | None = None,
+        *,
+        cache_enabled: bool = False,
     ) -> None:
         self.settings = settings
         self.registries = registries
+        self.server = server
         self.models: dict[str, ModelEntry] = {}
-        self.dataplane: Any = None  # set by DataPlane, handed to backends for BLS
+        self.repositories = [open_repository(url, registries) for url in settings.model_repository]
+        self._cache_enabled = cache_enabled
         self._on_event = on_event
         self._backends: dict[str, Backend] = {}
         self._locks: dict[str, asyncio.Lock] = {}
@@ -126,23 +159,19 @@ class ModelManager:
         )
         self.metrics_options = MetricsOptions.from_config(settings.metrics_config)
         self._poll_task: asyncio.Task[None] | None = None
-        self._custom_filenames = {
-            cls.default_model_filename: name
-            for name, cls in registries.backends.items()
-            if cls.default_model_filename
-        }
 
     # ------------------------------------------------------------------ start / stop
 
     async def start(self) -> None:
         """Load the start-up models for the control mode; with ``exit_on_error`` a failure raises."""
-        sources, duplicates = scan(self.settings.model_repository)
+        sources, duplicates = await asyncio.to_thread(self.scan, strict=True)
         mode = self.settings.model_control_mode
+        found = sorted(set(sources) | set(duplicates))
         if mode == "explicit":
             wanted = list(self.settings.load_model)
-            names = sorted(set(sources) | set(duplicates)) if "*" in wanted else wanted
+            names = found if "*" in wanted else wanted
         else:
-            names = sorted(set(sources) | set(duplicates))
+            names = found
         await asyncio.gather(*(self._load_logged(n) for n in names))
         if self.settings.exit_on_error and any(not self._entry_ok(n) for n in names):
             raise TritonXError("failed to load all models", Code.INTERNAL)
@@ -164,6 +193,32 @@ class ModelManager:
                 log.exception("closing backend '%s' failed", backend.name)
         self._backends.clear()
 
+    # ------------------------------------------------------------------ repositories
+
+    def scan(self, strict: bool = False) -> tuple[dict[str, Repository], dict[str, list[str]]]:
+        """The models of every repository: those found once (with their repository), and the
+        names found in two or more (with their URLs), which Triton refuses to serve.
+
+        :param strict: raise when a repository cannot be read (start-up, as Triton); else
+            log it and go on with the others.
+        """
+        found: dict[str, list[Repository]] = {}
+        for repo in self.repositories:
+            try:
+                names = repo.list_models()
+            except TritonXError:
+                if strict:
+                    raise
+                log.exception("failed to read model repository %s", repo.url)
+                continue
+            for name in names:
+                found.setdefault(name, []).append(repo)
+        models = {name: repos[0] for name, repos in found.items() if len(repos) == 1}
+        duplicates = {
+            name: [r.url for r in repos] for name, repos in found.items() if len(repos) > 1
+        }
+        return models, duplicates
+
     # ------------------------------------------------------------------ queries
 
     def get(self, name: str, version: int | None) -> VersionEntry:
@@ -172,7 +227,7 @@ class ModelManager:
         Raises Triton's "Request for unknown model" errors.
         """
         entry = self.models.get(name)
-        if entry is None or (not entry.versions and not entry.error and entry.fingerprint is None):
+        if entry is None or not entry.known:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version is None:
             best: VersionEntry | None = None
@@ -203,7 +258,7 @@ class ModelManager:
         for entry in self.models.values():
             if entry.error:
                 return False
-            if not entry.versions and entry.fingerprint is not None:
+            if not entry.versions and entry.stamp is not None:
                 return False
             for v in entry.versions.values():
                 if not v.ready and v.reason != UNLOADED_REASON:
@@ -212,51 +267,29 @@ class ModelManager:
 
     def index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         """The repository index: every model on disk or known, with version states."""
-        sources, duplicates = scan(self.settings.model_repository)
-        names = sorted(set(sources) | set(duplicates) | set(self.models))
-        rows: list[RepositoryEntry] = []
-        for name in names:
-            entry = self.models.get(name)
-            if name in duplicates and (entry is None or not entry.versions):
-                if not ready_only:
-                    rows.append(
-                        RepositoryEntry(name, None, ModelState.UNAVAILABLE, DUPLICATE_REASON)
-                    )
-                continue
-            if entry is None:
-                if not ready_only:
-                    rows.append(RepositoryEntry(name))
-                continue
-            if entry.error and not entry.versions:
-                if not ready_only:
-                    rows.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE, entry.error))
-                continue
-            for version in sorted(entry.versions):
-                v = entry.versions[version]
-                state, reason = _reported_state(v)
-                if not ready_only or state is ModelState.READY:
-                    rows.append(RepositoryEntry(name, version, state, reason))
-        return rows
+        sources, duplicates = self.scan()
+        return index_rows(set(sources), set(duplicates), self.models, ready_only)
 
     def status_rows(self) -> list[tuple[str, str, str]]:
-        """(model, version, status) rows of the start-up table, as Triton prints them."""
-        rows: list[tuple[str, str, str]] = []
+        """(model, version, status) rows of the start-up table."""
+        return status_rows(self.models)
+
+    def loaded_versions(self) -> Iterator[LoadedVersion]:
+        """Every version with a running scheduler, by name then version."""
         for name in sorted(self.models):
             entry = self.models[name]
-            if not entry.versions:
-                status = (
-                    f"UNAVAILABLE: {entry.error}"
-                    if entry.error
-                    else ("Not loaded: No model version was found")
-                )
-                rows.append((name, "-", status))
-                continue
             for version in sorted(entry.versions):
                 v = entry.versions[version]
-                state, reason = _reported_state(v)
-                status = state.value + (f": {reason}" if reason else "")
-                rows.append((name, str(version), status))
-        return rows
+                if v.scheduler is None or v.config is None:
+                    continue
+                yield LoadedVersion(
+                    name,
+                    version,
+                    tuple(sorted(v.config.raw.metric_tags.items())),
+                    v.scheduler.stats,
+                    v.scheduler.pending_count,
+                    v.load_seconds,
+                )
 
     # ------------------------------------------------------------------ load / unload API
 
@@ -267,31 +300,13 @@ class ModelManager:
             (bytes, or base64 text from HTTP) as Triton's load request carries them.
         """
         self._check_explicit()
-        _check_model_name(name)
-        config_json: str | None = None
-        files: dict[str, bytes] = {}
-        for key, value in (parameters or {}).items():
-            if key == "config":
-                if not isinstance(value, str):
-                    raise invalid_arg(
-                        f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'"
-                    )
-                config_json = value
-            elif key.startswith("file:"):
-                files[key[5:]] = _file_bytes(key, value)
-            else:
-                raise invalid_arg(
-                    f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'"
-                )
-        if files and config_json is None:
-            raise invalid_arg("Load parameter 'config' must be specified for model file override")
-        override = cfg.parse_config_json(config_json) if config_json is not None else None
-        entry = await self._load(name, override, files)
+        request = LoadRequest.parse(name, parameters)
+        entry = await self._load(name, request)
         if entry is None:
             raise TritonXError(
                 f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
             )
-        if entry.error and not entry.versions:
+        if entry.error:  # set only when no version of the model serves
             raise invalid_arg(f"load failed for model '{name}': {entry.error}\n")
         failed = entry.last_failures
         if failed:
@@ -303,7 +318,7 @@ class ModelManager:
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """The repository unload API (explicit mode); unloading an unknown model succeeds."""
         self._check_explicit()
-        _check_model_name(name)
+        check_model_name(name)
         await self._unload(name, None)
 
     def _check_explicit(self) -> None:
@@ -314,7 +329,7 @@ class ModelManager:
 
     async def _load_logged(self, name: str) -> None:
         try:
-            await self._load(name, None, {})
+            await self._load(name, None)
         except TritonXError as exc:
             log.error("failed to load '%s': %s", name, exc.message)
 
@@ -330,104 +345,131 @@ class ModelManager:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    async def _load(
-        self,
-        name: str,
-        override: model_config_pb2.ModelConfig | None,
-        files: Mapping[str, bytes],
-    ) -> ModelEntry | None:
+    async def _load(self, name: str, request: LoadRequest | None) -> ModelEntry | None:
+        overrides = request is not None and request.overrides
         async with self._lock(name):
-            sources, duplicates = scan(self.settings.model_repository)
+            sources, duplicates = await asyncio.to_thread(self.scan)
             entry = self.models.get(name)
             if name in duplicates:
                 new = entry or ModelEntry(name)
                 if not new.versions:
                     new.error = DUPLICATE_REASON
-                    new.fingerprint = None
+                    new.stamp = None
                     self.models[name] = new
                 log.error(
                     "failed to poll model '%s': not unique across all model repositories", name
                 )
-                return new if files or override else None
-            source = sources.get(name)
-            temp_dir: Path | None = None
-            if files:
-                temp_dir = _write_override_dir(name, files)
-                source = ModelSource(name, temp_dir, temp_dir.parent)
-            if source is None:
+                return new if overrides else None
+            repo = sources.get(name)
+            override_dir: Path | None = None
+            if request is not None and request.files:
+                override_dir = await asyncio.to_thread(write_override_dir, name, request.files)
+            elif repo is None:
                 log.error(
                     "failed to poll model '%s': model not found in any model repository.", name
                 )
                 return None
             if entry is None:
                 entry = self.models[name] = ModelEntry(name)
+            stamp: Hashable | None = None
+            if override_dir is None and repo is not None:
+                stamp = await asyncio.to_thread(repo.stamp, name)
+                if (
+                    stamp == entry.stamp
+                    and not overrides
+                    and not entry.override
+                    and entry.versions
+                    and all(v.ready for v in entry.versions.values())
+                ):
+                    entry.last_failures = []
+                    return entry  # nothing changed: a load is a no-op
             try:
-                prepared = await asyncio.to_thread(self._prepare, source, override)
+                prepared, localized = await self._prepare(
+                    name, repo, override_dir, request.config if request is not None else None
+                )
             except TritonXError as exc:
-                if temp_dir is not None:
-                    shutil.rmtree(temp_dir, ignore_errors=True)
+                remove_override_dir(override_dir)
                 if entry.versions and any(v.ready for v in entry.versions.values()):
                     # a failed reload leaves the old versions serving
                     log.error("failed to reload '%s': %s (keeping the loaded versions)", name, exc)
                     raise invalid_arg(f"load failed for model '{name}': {exc.message}\n") from exc
                 entry.error = exc.message
-                entry.fingerprint = None
+                entry.stamp = None
                 self._emit(name, 0, ModelState.UNAVAILABLE, exc.message)
                 log.error("failed to load '%s': %s", name, exc.message)
                 return entry
-            if (
-                prepared.fingerprint == entry.fingerprint
-                and override is None
-                and not files
-                and not entry.override
-                and entry.versions
-                and all(v.ready for v in entry.versions.values())
-            ):
-                entry.last_failures = []
-                return entry  # nothing changed: a load is a no-op
-            await self._apply(entry, prepared, source)
-            old_temp, entry.temp_dir = entry.temp_dir, temp_dir
-            if old_temp is not None and old_temp != temp_dir:
-                shutil.rmtree(old_temp, ignore_errors=True)
-            entry.override = override is not None or bool(files)
+            await self._apply(entry, prepared)
+            entry.stamp = stamp if stamp is not None else ("override", id(prepared))
+            if entry.override_dir is not None and entry.override_dir != override_dir:
+                remove_override_dir(entry.override_dir)
+            entry.override_dir = override_dir
+            if entry.localized is not None and entry.localized != localized:
+                old_repo, old_path = entry.localized
+                await asyncio.to_thread(old_repo.release, name, old_path)
+            entry.localized = localized
+            entry.override = overrides
             return entry
 
-    def _prepare(
-        self, source: ModelSource, override: model_config_pb2.ModelConfig | None
-    ) -> _Prepared:
-        """Read, complete, normalize and validate the config (runs in a worker thread)."""
-        name = source.name
+    async def _prepare(
+        self, name: str, repo: Repository | None, override_dir: Path | None, override: Any
+    ) -> tuple[Prepared, tuple[Repository, Path] | None]:
+        """Steps 1-4 of a load: localize, read the raw config, run the agents' LOAD actions,
+        complete and validate the config on the folder the agents returned."""
+        localized: tuple[Repository, Path] | None = None
+        if override_dir is not None:
+            folder = override_dir
+        else:
+            assert repo is not None
+            folder = await asyncio.to_thread(repo.localize, name)
+            localized = (repo, folder)
+        raw = await asyncio.to_thread(self._read_config, name, folder, override)
+        agents = AgentChain.resolve(name, raw, self.registries.repoagents)
+        if agents:
+            loaded_from = await agents.load(folder)
+            if loaded_from != folder and override is None:
+                raw = await asyncio.to_thread(self._read_config, name, loaded_from, None)
+                agents.config = raw
+            folder = loaded_from
+        try:
+            prepared = await asyncio.to_thread(self._complete, name, raw, folder)
+        except BaseException:
+            if agents:
+                await agents.load_failed()
+            raise
+        prepared.agents = agents if agents else None
+        return prepared, localized
+
+    def _read_config(self, name: str, folder: Path, override: Any) -> Any:
         if override is not None:
             config = model_config_pb2.ModelConfig()
             config.CopyFrom(override)
-        elif source.config_path.exists():
-            config = cfg.read_config_file(source.config_path)
-        else:
-            config = model_config_pb2.ModelConfig()
-            if self.settings.disable_auto_complete_config:
-                raise TritonXError(
-                    f"model configuration is not provided for model '{name}' "
-                    f"(no {source.config_path})",
-                    Code.NOT_FOUND,
-                )
-        versions = version_folders(source.path)
-        first = versions[min(versions)] if versions else None
-        cfg.auto_complete_backend_fields(config, name, first, self._custom_filenames)
-        backend: Backend | None = None
-        if config.platform == cfg.ENSEMBLE:
+            return config
+        path = folder / cfg.CONFIG_FILENAME
+        if path.exists():
+            return cfg.read_config_file(path)
+        if self.settings.disable_auto_complete_config:
             raise TritonXError(
-                f"ensemble models are not supported yet (model '{name}', {source.config_path})",
-                Code.UNSUPPORTED,
+                f"model configuration is not provided for model '{name}' (no {path})",
+                Code.NOT_FOUND,
             )
-        backend = self._backend(config.backend, source)
+        return model_config_pb2.ModelConfig()
+
+    def _complete(self, name: str, raw: Any, folder: Path) -> Prepared:
+        """Core and backend auto-complete, normalization and validation (worker thread)."""
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(raw)
+        versions = cfg.version_folders(folder)
+        first = versions[min(versions)] if versions else None
+        cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
+        check_schedulable(config)
+        backend = self._backend(config.backend, name, folder)
         if not self.settings.disable_auto_complete_config:
+            filename = config.default_model_filename or backend.default_model_filename
             ctx = AutoCompleteContext(
-                config=config,
-                model_dir=source.path,
-                version_path=first if first is not None else source.path,
-                model_path=(first / config.default_model_filename)
-                if first is not None and config.default_model_filename
-                else None,
+                config=EditableModelConfig(config),
+                model_dir=folder,
+                version_path=first if first is not None else folder,
+                model_path=first / filename if first is not None and filename else None,
                 backend_config=backend.config,
             )
             try:
@@ -437,9 +479,16 @@ class ModelManager:
             except Exception as exc:
                 raise invalid_arg(f"auto-complete of model '{name}' failed: {exc}") from exc
         cfg.normalize(config)
-        cfg.normalize_instance_groups(config)
+        cfg.normalize_instance_groups(config, type(backend).default_cpu_instance_count)
         cfg.validate(config, name)
-        selected = select_versions(config.version_policy, versions)
+        cfg.check_model_files(config, folder)
+        if config.response_cache.enable and not self._cache_enabled:
+            log.warning(
+                "model '%s' enables response_cache but the server has no cache "
+                "(--cache-config <cache>,<key>=<value>): responses are not cached",
+                name,
+            )
+        selected = cfg.select_versions(config.version_policy, versions)
         missing: list[int] = []
         if config.version_policy.WhichOneof("policy_choice") == "specific":
             missing = [v for v in config.version_policy.specific.versions if v not in versions]
@@ -447,70 +496,50 @@ class ModelManager:
             raise invalid_arg(
                 f"at least one version must be available under the version policy of model '{name}'"
             )
-        agents = self._agents(config)
-        fingerprint = (config.SerializeToString(deterministic=True), _tree_stamp(source.path))
-        return _Prepared(
-            config, source.path, versions, selected, missing, backend, fingerprint, agents
-        )
+        return Prepared(config, folder, versions, selected, missing, backend)
 
-    def check(self, source: ModelSource) -> _Prepared:
-        """Read and complete ``source``'s config and resolve its backend and agents; load
-        nothing (``tritonx check-repository``)."""
-        return self._prepare(source, None)
+    def check(self, name: str, repo: Repository) -> Prepared:
+        """Read and complete a model's config and resolve its backend and agents; load and
+        run nothing (``tritonx check-repository``)."""
+        folder = repo.localize(name)
+        raw = self._read_config(name, folder, None)
+        AgentChain.resolve(name, raw, self.registries.repoagents)
+        return self._complete(name, raw, folder)
 
-    def _backend(self, name: str, source: ModelSource) -> Backend:
+    def _backend(self, name: str, model: str, folder: Path) -> Backend:
         backend = self._backends.get(name)
         if backend is not None:
             return backend
         cls = self.registries.backends.get(name)
         if cls is None:
             raise invalid_arg(
-                f"unable to find backend library for backend '{name}' (model '{source.name}' at "
-                f"{source.path}); install a tritonx plugin that provides it"
+                f"unable to find backend library for backend '{name}' (model '{model}' at "
+                f"{folder}); install a tritonx plugin that provides it"
             )
         settings = dict(self.settings.backend_config.get("", {}))
         settings.update(self.settings.backend_config.get(name, {}))
         backend = self._backends[name] = cls(settings)
         return backend
 
-    async def _apply(self, entry: ModelEntry, prepared: _Prepared, source: ModelSource) -> None:
-        """Load the prepared versions, swap them in, and unload what they replace."""
+    async def _apply(self, entry: ModelEntry, prepared: Prepared) -> None:
+        """Step 5-6: load the prepared versions, swap them in, unload what they replace."""
         name = entry.name
         config = ModelConfig(prepared.config)
-        agents = prepared.agents
-        model_dir = prepared.model_dir
-        invoked: list[tuple[RepoAgent, dict[str, str]]] = []
-        agent_error: TritonXError | None = None
-        for agent, params in agents:
-            invoked.append((agent, params))
-            try:
-                ctx = AgentContext(name, model_dir, prepared.config, params)
-                replaced = await asyncio.to_thread(agent.on_load, ctx)
-            except Exception as exc:
-                agent_error = TritonXError.wrap(exc)
-                break
-            if replaced is not None:
-                model_dir = Path(replaced)
         new_versions: dict[int, VersionEntry] = {}
-        if agent_error is None:
-            versions = (
-                version_folders(model_dir) if model_dir != prepared.model_dir else prepared.versions
+        cached = bool(prepared.config.response_cache.enable) and self._cache_enabled
+        for v in prepared.selected:
+            new_versions[v] = VersionEntry(
+                v, ModelState.LOADING, config=config, model_dir=prepared.model_dir, cached=cached
             )
-            for v in prepared.selected:
-                new_versions[v] = VersionEntry(v, ModelState.LOADING, config=config)
-                if v not in entry.versions:
-                    entry.versions[v] = new_versions[v]
-                self._emit(name, v, ModelState.LOADING)
-            await asyncio.gather(
-                *(
-                    self._load_version(
-                        new_versions[v], config, prepared.backend, model_dir, versions[v]
-                    )
-                    for v in prepared.selected
-                )
+            if v not in entry.versions:
+                entry.versions[v] = new_versions[v]
+            self._emit(name, v, ModelState.LOADING)
+        await asyncio.gather(
+            *(
+                self._load_version(new_versions[v], config, prepared, prepared.versions[v])
+                for v in prepared.selected
             )
-        else:
-            log.error("repository agent failed for '%s': %s", name, agent_error.message)
+        )
         for v in prepared.missing:
             new_versions[v] = VersionEntry(
                 v,
@@ -519,20 +548,12 @@ class ModelManager:
                 "not present",
                 config=config,
             )
-        if agent_error is not None:
-            for v in prepared.selected:
-                new_versions[v] = VersionEntry(
-                    v, ModelState.UNAVAILABLE, agent_error.as_string(), config=config
-                )
         succeeded = any(v.ready for v in new_versions.values())
-        ctx = AgentContext(name, model_dir, prepared.config, {})
-        for agent, params in reversed(invoked):
-            actx = AgentContext(ctx.model_name, ctx.model_dir, ctx.config, params)
-            hook = agent.on_load_complete if succeeded else agent.on_load_fail
-            try:
-                await asyncio.to_thread(hook, actx)
-            except Exception:
-                log.exception("repository agent '%s' failed after load of '%s'", agent.name, name)
+        if prepared.agents is not None:
+            if succeeded:
+                await prepared.agents.load_completed()
+            else:
+                await prepared.agents.load_failed()
         # swap: a failed version keeps an old ready one serving
         retired: list[VersionEntry] = []
         old = entry.versions
@@ -561,10 +582,8 @@ class ModelManager:
         entry.versions = merged
         entry.last_failures = [v for v in new_versions.values() if not v.ready]
         entry.error = ""
-        entry.fingerprint = prepared.fingerprint
-        entry.agents = agents
-        entry.model_dir = model_dir
-        entry.config_pb = prepared.config
+        if succeeded or entry.agents is None:
+            entry.agents = prepared.agents
         for ventry in merged.values():
             self._emit(name, ventry.version, ventry.state, ventry.reason)
         for prev in retired:
@@ -573,17 +592,12 @@ class ModelManager:
             log.info("successfully loaded '%s'", name)
 
     async def _load_version(
-        self,
-        ventry: VersionEntry,
-        config: ModelConfig,
-        backend: Backend | None,
-        model_dir: Path,
-        version_path: Path,
+        self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
     ) -> None:
         name, v = config.name, ventry.version
+        backend = prepared.backend
         log.info("loading: %s:%d", name, v)
         try:
-            assert backend is not None
             filename = config.raw.default_model_filename or backend.default_model_filename
             model_path = version_path / filename if filename else None
             if model_path is not None and not model_path.exists():
@@ -592,9 +606,9 @@ class ModelManager:
                     Code.NOT_FOUND,
                 )
             contexts, passive = self._instance_contexts(
-                config, v, model_dir, version_path, model_path, backend
+                config, v, prepared.model_dir, version_path, model_path, backend
             )
-            scheduler = VersionScheduler(
+            scheduler = make_scheduler(
                 config,
                 v,
                 backend,
@@ -656,28 +670,13 @@ class ModelManager:
                             config=config,
                             instance=spec,
                             backend_config=backend.config,
-                            dataplane=self.dataplane,
-                            loop=asyncio.get_running_loop(),
+                            server=self.server,
                         )
                     )
                     passive.append(group.passive)
         if passive and all(passive):
             raise invalid_arg(f"model '{config.name}' has only passive instances")
         return contexts, passive
-
-    def _agents(
-        self, config: model_config_pb2.ModelConfig
-    ) -> list[tuple[RepoAgent, dict[str, str]]]:
-        agents: list[tuple[RepoAgent, dict[str, str]]] = []
-        for spec in config.model_repository_agents.agents:
-            cls = self.registries.repoagents.get(spec.name)
-            if cls is None:
-                raise invalid_arg(
-                    f"unable to find repository agent '{spec.name}' for model '{config.name}'; "
-                    "install a tritonx plugin that provides it"
-                )
-            agents.append((cls(), dict(spec.parameters)))
-        return agents
 
     # ------------------------------------------------------------------ internals: unload
 
@@ -687,9 +686,8 @@ class ModelManager:
             return
         ventry.state = ModelState.UNLOADING
         self._emit(name, ventry.version, ModelState.UNLOADING)
-        timeout = None
-        if deadline is not None:
-            timeout = max(0.0, deadline - asyncio.get_running_loop().time())
+        loop = asyncio.get_running_loop()
+        timeout = None if deadline is None else max(0.0, deadline - loop.time())
         if not await scheduler.drain(timeout):
             log.warning(
                 "'%s' version %d: %d requests still in flight at unload",
@@ -697,9 +695,7 @@ class ModelManager:
                 ventry.version,
                 scheduler.inflight,
             )
-        remaining = None
-        if deadline is not None:
-            remaining = max(0.0, deadline - asyncio.get_running_loop().time())
+        remaining = None if deadline is None else max(0.0, deadline - loop.time())
         if not await scheduler.stop(remaining):
             log.warning(
                 "'%s' version %d: exit timeout reached with executions still running",
@@ -717,32 +713,25 @@ class ModelManager:
             if entry is None:
                 return
             loaded = [v for v in entry.versions.values() if v.scheduler is not None]
-            if entry.model_dir is not None and entry.config_pb is not None:
-                for agent, params in entry.agents:
-                    await self._agent_call(agent.on_unload, entry, params)
+            agents = entry.agents
+            if agents is not None:
+                await agents.unload()
             for v in entry.versions.values():
                 if v.scheduler is None and v.reason != UNLOADED_REASON:
                     v.state, v.reason = ModelState.UNAVAILABLE, UNLOADED_REASON
             await asyncio.gather(*(self._retire(name, v, deadline) for v in loaded))
-            if entry.model_dir is not None and entry.config_pb is not None:
-                for agent, params in reversed(entry.agents):
-                    await self._agent_call(agent.on_unload_complete, entry, params)
-            entry.fingerprint = None
+            if agents is not None:
+                await agents.unload_completed()
+            entry.agents = None
+            entry.stamp = None
             entry.error = ""
             entry.override = False
-            if entry.temp_dir is not None:
-                shutil.rmtree(entry.temp_dir, ignore_errors=True)
-                entry.temp_dir = None
-
-    async def _agent_call(
-        self, hook: Callable[[AgentContext], Any], entry: ModelEntry, params: dict[str, str]
-    ) -> None:
-        assert entry.model_dir is not None and entry.config_pb is not None
-        ctx = AgentContext(entry.name, entry.model_dir, entry.config_pb, params)
-        try:
-            await asyncio.to_thread(hook, ctx)
-        except Exception:
-            log.exception("repository agent hook failed for '%s'", entry.name)
+            remove_override_dir(entry.override_dir)
+            entry.override_dir = None
+            if entry.localized is not None:
+                repo, path = entry.localized
+                entry.localized = None
+                await asyncio.to_thread(repo.release, name, path)
 
     # ------------------------------------------------------------------ poll mode
 
@@ -756,12 +745,12 @@ class ModelManager:
 
     async def poll_once(self) -> None:
         """Poll mode: load new and changed models, unload removed ones."""
-        sources, duplicates = scan(self.settings.model_repository)
+        sources, duplicates = await asyncio.to_thread(self.scan)
         on_disk = set(sources) | set(duplicates)
         for name in sorted(on_disk):
             await self._load_logged(name)
         for name in sorted(set(self.models) - on_disk):
-            if self.models[name].temp_dir is None:
+            if self.models[name].override_dir is None:
                 await self._unload(name, None)
 
     # ------------------------------------------------------------------ events
@@ -774,88 +763,13 @@ class ModelManager:
                 log.exception("tritonx_model_event hook failed")
 
 
-def _reported_state(v: VersionEntry) -> tuple[ModelState, str]:
-    """A version's state and reason for the index: a READY version whose instance stopped
-    being ready (e.g. a python model's worker process died) is UNAVAILABLE, with the
-    instance's ``not_ready_reason()``."""
-    if v.state is not ModelState.READY or v.ready:
-        return v.state, v.reason
-    for instance in v.scheduler.instances if v.scheduler is not None else ():
-        if instance is not None and not instance.is_ready():
-            return ModelState.UNAVAILABLE, instance.not_ready_reason()
-    return ModelState.UNAVAILABLE, "model instance is not ready"
-
-
-def _check_model_name(name: str) -> None:
-    trimmed = name.strip()
-    if not trimmed:
-        raise invalid_arg("Model name cannot be empty. Please enter a valid name to deploy.")
-    if trimmed == ".." or "/" in trimmed or "\\" in trimmed:
-        raise invalid_arg(
-            f"invalid model name '{name}', model name must not contain path traversal characters"
+def open_repository(url: str | Path, registries: Registries) -> Repository:
+    """The repository implementation for ``url``, chosen by its scheme."""
+    text = str(url)
+    cls = registries.repositories.for_url(text)
+    if cls is None:
+        raise PluginError(
+            f"no repository plugin serves '{text}': install a tritonx plugin that registers "
+            "its URL scheme"
         )
-
-
-def _type_name(value: object) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, int):
-        return "int"
-    if isinstance(value, (bytes, bytearray)):
-        return "bytes"
-    return "string" if isinstance(value, str) else type(value).__name__
-
-
-def _file_bytes(key: str, value: object) -> bytes:
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    if isinstance(value, str):
-        try:
-            return base64.b64decode(value, validate=True)
-        except ValueError as exc:
-            raise invalid_arg(f"file parameter '{key}' is not valid base64: {exc}") from exc
-    raise invalid_arg(f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'")
-
-
-def _write_override_dir(name: str, files: Mapping[str, bytes]) -> Path:
-    """A temporary model folder holding the override files (paths may not escape it)."""
-    root = Path(tempfile.mkdtemp(prefix="tritonx-override-"))
-    model_dir = root / name
-    model_dir.mkdir()
-    base = model_dir.resolve()
-    try:
-        for rel, data in files.items():
-            target = (model_dir / rel).resolve()
-            if target != base and base not in target.parents:
-                raise invalid_arg(
-                    f"Invalid file parameter 'file:{rel}' with normalized path '{target}' must "
-                    "stay within model directory."
-                )
-            if len(Path(rel).name.encode()) > 255:
-                raise TritonXError(
-                    f"failed to load '{name}', failed to poll from model repository",
-                    Code.INTERNAL,
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-    except BaseException:
-        shutil.rmtree(root, ignore_errors=True)
-        raise
-    return model_dir
-
-
-def _tree_stamp(path: Path) -> tuple[tuple[str, int, int], ...]:
-    """(relative path, mtime, size) of every file under ``path``: changes mean a reload."""
-    stamp: list[tuple[str, int, int]] = []
-    for dirpath, _dirs, filenames in os.walk(path):
-        for filename in filenames:
-            full = os.path.join(dirpath, filename)
-            try:
-                st = os.stat(full)
-            except OSError:
-                continue
-            stamp.append((os.path.relpath(full, path), st.st_mtime_ns, st.st_size))
-    return tuple(sorted(stamp))
-
-
-__all__ = ["CONFIG_FILENAME", "ModelManager"]
+    return cls(text, {})

@@ -16,12 +16,12 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
 
-from tritonx._core.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
 from tritonx.errors import invalid_arg
+from tritonx.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
 
 if TYPE_CHECKING:
-    from tritonx._core.lifecycle import ModelManager
     from tritonx.config import ModelConfig, ServerSettings
+    from tritonx.dataplane import DataPlane
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
@@ -231,30 +231,19 @@ def memory() -> tuple[int, int] | None:
 class TritonMetrics:
     """Renders the ``nv_*`` families for every loaded model version."""
 
-    def __init__(self, settings: ServerSettings, models: ModelManager) -> None:
+    def __init__(self, settings: ServerSettings, dataplane: DataPlane) -> None:
         self.settings = settings
-        self.models = models
+        self.dataplane = dataplane
         self.options = MetricsOptions.from_config(settings.metrics_config)
         self.cpu = CpuSampler(settings.metrics_interval_ms) if settings.allow_cpu_metrics else None
 
     def _versions(
         self,
     ) -> Iterator[tuple[str, tuple[tuple[str, str], ...], ModelStats, int, float]]:
-        for name in sorted(self.models.models):
-            entry = self.models.models[name]
-            for version in sorted(entry.versions):
-                v = entry.versions[version]
-                if v.scheduler is None or v.config is None:
-                    continue
-                labels = [("model", name), ("version", str(version))]
-                labels += [(f"_{k}", val) for k, val in sorted(v.config.raw.metric_tags.items())]
-                yield (
-                    name,
-                    tuple(labels),
-                    v.scheduler.stats,
-                    v.scheduler.pending_count,
-                    v.load_seconds,
-                )
+        for v in self.dataplane.loaded_versions():
+            labels = [("model", v.name), ("version", str(v.version))]
+            labels += [(f"_{k}", val) for k, val in v.metric_tags]
+            yield (v.name, tuple(labels), v.stats, v.pending_count, v.load_seconds)
 
     def render(self) -> str:
         """The Prometheus text exposition of Triton's metrics."""

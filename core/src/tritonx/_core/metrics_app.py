@@ -1,37 +1,60 @@
-"""The metrics listener (``--metrics-port``, ``GET /metrics``) in Prometheus text format."""
+"""The metrics listener (``--metrics-port``, ``GET /metrics``) in Prometheus text format, and
+the registry metric sinks export (Triton's ``nv_*`` families plus every registered collector)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 
 from tritonx._core.metrics import TritonMetrics, render_registry
 
 if TYPE_CHECKING:
-    from tritonx.server import Server
+    from tritonx.config import ServerSettings
+    from tritonx.dataplane import DataPlane
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 CONTENT_TYPE = "text/plain; charset=utf-8"
 
 
-def make_metrics_app(server: Server) -> web.Application:
-    """An app serving the server's collector registry at ``/metrics`` (and ``/metrics/``).
+class _Families:
+    """A collector yielding what a function returns (adapts renderers to a registry)."""
+
+    def __init__(self, collect: Callable[[], Iterable[Metric]]) -> None:
+        self.collect = collect
+
+
+def _triton_families(triton: TritonMetrics) -> Iterator[Metric]:
+    """Triton's families as prometheus_client metrics, keeping Triton's sample names (the
+    text parser would add ``_total`` to counters, which Triton's names do not carry)."""
+    for family in text_string_to_metric_families(triton.render()):
+        if family.type == "counter":
+            family.samples = [
+                s._replace(name=family.name) if s.name == f"{family.name}_total" else s
+                for s in family.samples
+            ]
+        yield family
+
+
+def export_registry(triton: TritonMetrics, registry: CollectorRegistry) -> CollectorRegistry:
+    """A registry holding everything ``/metrics`` serves, for metric sinks to export."""
+    out = CollectorRegistry(auto_describe=False)
+    out.register(_Families(lambda: _triton_families(triton)))
+    out.register(_Families(registry.collect))
+    return out
+
+
+def make_metrics_app(triton: TritonMetrics, registry: CollectorRegistry) -> web.Application:
+    """An app serving Triton's metrics and ``registry`` at ``/metrics`` (and ``/metrics/``).
 
     As in Triton, other paths answer 200 with an empty body and non-GET methods 405.
     """
-    registry = server.dataplane.metrics_registry
-    assert server.registries is not None
-    for name, cls in server.registries.metric_sinks.items():
-        sink = cls(server.settings.metrics_config)
-        for collector in sink.collectors():
-            registry.register(collector)
-        del name
     app = web.Application()
     app[REGISTRY_KEY] = registry
-    assert server.models is not None
-    triton = TritonMetrics(server.settings, server.models)
 
     async def metrics(request: web.Request) -> web.Response:
         if request.method != "GET":
@@ -43,3 +66,8 @@ def make_metrics_app(server: Server) -> web.Application:
 
     app.router.add_route("*", "/{tail:.*}", metrics)
     return app
+
+
+def triton_metrics(settings: ServerSettings, dataplane: DataPlane) -> TritonMetrics:
+    """The renderer of Triton's ``nv_*`` families over ``dataplane``'s loaded versions."""
+    return TritonMetrics(settings, dataplane)

@@ -1,5 +1,5 @@
-"""Model configuration: reading config.pbtxt, Triton's core auto-complete, normalization,
-validation, and the JSON form the ``/config`` endpoint returns.
+"""Model configuration: reading config.pbtxt, version folders and policies, Triton's core
+auto-complete, normalization, validation, and the JSON form the ``/config`` endpoint returns.
 
 Rules follow Triton core's ``model_config_utils.cc`` (``AutoCompleteBackendFields``,
 ``NormalizeModelConfig``, ``NormalizeInstanceGroup``, ``ValidateModelConfig``,
@@ -8,14 +8,20 @@ Rules follow Triton core's ``model_config_utils.cc`` (``AutoCompleteBackendField
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypeAlias
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from google.protobuf import json_format, text_format
 
 from tritonx._core.devices import gpu_count
-from tritonx._proto import model_config_pb2
 from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.proto import model_config_pb2
+
+if TYPE_CHECKING:
+    from tritonx.registry import BackendRegistry
+
+CONFIG_FILENAME = "config.pbtxt"
 
 #: ``inference.ModelConfig`` (generated without type stubs, so typed as Any).
 ModelConfigPb: TypeAlias = Any
@@ -75,14 +81,15 @@ def auto_complete_backend_fields(
     config: ModelConfigPb,
     model_name: str,
     version_dir: Path | None,
-    custom_filenames: dict[str, str] | None = None,
+    backends: BackendRegistry | None = None,
 ) -> None:
     """Triton's ``AutoCompleteBackendFields``: fill ``name``, ``backend``, ``platform`` and
     ``default_model_filename`` from the config and the files of a version folder.
 
     :param version_dir: the version folder to look into (None when the model has none).
-    :param custom_filenames: default model filename → backend name for installed backends
-        that Triton does not know (tried after Triton's own rules, before the name suffix).
+    :param backends: the installed backends. After Triton's own rules, a ``platform:`` one of
+        them declares selects it, and so does its default model filename in the version
+        folder (before Triton's last rule, the ``model.<backend>`` name suffix).
     """
     if not config.name:
         config.name = model_name
@@ -166,13 +173,20 @@ def auto_complete_backend_fields(
     if config.backend == "python":
         config.default_model_filename = filename or "model.py"
         return
-    # Installed backends Triton does not know, by their default model filename.
-    if not config.backend and untyped:
-        for custom_file, backend in (custom_filenames or {}).items():
-            if exists(custom_file):
+    # Installed backends Triton does not know: by a platform they declare, then by their
+    # default model filename.
+    if not config.backend and platform and backends is not None:
+        owner = backends.backend_for_platform(platform)
+        if owner is not None:
+            config.backend = owner
+    if not config.backend and untyped and backends is not None:
+        for backend, cls in backends.items():
+            custom_file = cls.default_model_filename
+            if custom_file and exists(custom_file):
                 config.backend = backend
                 config.default_model_filename = custom_file
                 return
+
     if not config.backend and not config.platform and not config.default_model_filename:
         if "." not in model_name:
             raise invalid_arg(
@@ -211,13 +225,13 @@ def normalize(config: ModelConfigPb) -> None:
             opt.output_pinned_memory.enable = True
 
 
-#: Backends whose CPU instance groups default to 2 instances (``SetDefaultInstanceCount``).
-_TWO_CPU_INSTANCES = ("onnxruntime", "tensorflow")
-
-
-def normalize_instance_groups(config: ModelConfigPb) -> None:
+def normalize_instance_groups(config: ModelConfigPb, default_cpu_count: int = 1) -> None:
     """``NormalizeInstanceGroup``: the default group (named after the model), group names
-    ``<model>_<index>``, KIND_AUTO resolved (KIND_CPU without GPUs) and default counts."""
+    ``<model>_<index>``, KIND_AUTO resolved (KIND_CPU without GPUs) and default counts.
+
+    :param default_cpu_count: the count of KIND_CPU groups that give none (the backend's
+        ``default_cpu_instance_count``: 2 for ONNX Runtime, as Triton).
+    """
     if config.HasField("ensemble_scheduling"):
         return
     kinds = model_config_pb2.ModelInstanceGroup.Kind
@@ -233,8 +247,7 @@ def normalize_instance_groups(config: ModelConfigPb) -> None:
         if group.kind == kinds.KIND_GPU and not group.gpus:
             group.gpus.extend(range(gpus))
         if group.count < 1:
-            cpu2 = group.kind == kinds.KIND_CPU and config.backend in _TWO_CPU_INSTANCES
-            group.count = 2 if cpu2 else 1
+            group.count = max(1, default_cpu_count) if group.kind == kinds.KIND_CPU else 1
 
 
 def validate(config: ModelConfigPb, dir_name: str) -> None:
@@ -445,3 +458,49 @@ def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
         node[key] = [int(v) for v in node[key]]
     else:
         node[key] = int(node[key])
+
+
+def check_model_files(config: ModelConfigPb, model_dir: Path) -> None:
+    """Refuse file names in the config that lead outside the model's folder
+    (``default_model_filename``, outputs' ``label_filename``)."""
+    root = model_dir.resolve()
+    named = [("default_model_filename", config.default_model_filename)]
+    named += [(f"label_filename of output '{o.name}'", o.label_filename) for o in config.output]
+    for what, filename in named:
+        if not filename:
+            continue
+        target = (root / filename).resolve()
+        if root not in target.parents:
+            raise invalid_arg(
+                f"{what} '{filename}' of model '{config.name}' must name a file inside the "
+                "model directory"
+            )
+
+
+def version_folders(model_dir: Path) -> dict[int, Path]:
+    """Numeric version folders; non-numeric names and numbers with leading zeros ("01") are
+    ignored, as in Triton ("0" itself is version 0)."""
+    versions: dict[int, Path] = {}
+    try:
+        entries = list(model_dir.iterdir())
+    except OSError:
+        return versions
+    for entry in entries:
+        name = entry.name
+        if not name.isdigit() or (len(name) > 1 and name.startswith("0")) or not entry.is_dir():
+            continue
+        versions[int(name)] = entry
+    return versions
+
+
+def select_versions(policy: ModelConfigPb, available: Iterable[int]) -> list[int]:
+    """The versions ``policy`` serves among ``available`` (Triton's latest / all / specific)."""
+    versions = sorted(available)
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        return versions
+    if kind == "specific":
+        wanted = set(policy.specific.versions)
+        return [v for v in versions if v in wanted]
+    n = policy.latest.num_versions if kind == "latest" else 1
+    return versions[-max(n, 1) :] if versions else []

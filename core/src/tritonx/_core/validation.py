@@ -11,6 +11,7 @@ from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType
 from tritonx.errors import invalid_arg
 from tritonx.types import InferenceRequest
+from tritonx.wire import dims_str, request_prefix
 
 _BATCH_NOTE = (
     "NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension "
@@ -18,16 +19,6 @@ _BATCH_NOTE = (
     "batch dim in your input dims config, try setting max_batch_size to zero. See the model "
     "configuration docs for more info on max_batch_size."
 )
-
-
-def request_prefix(request_id: str) -> str:
-    """Triton's ``[request id: <id>] `` prefix (``<id_unknown>`` when the id is empty)."""
-    return f"[request id: {request_id or '<id_unknown>'}] "
-
-
-def dims_str(shape: Iterable[int]) -> str:
-    """Triton's ``DimsListToString``: ``[-1,16]``."""
-    return "[" + ",".join(str(d) for d in shape) + "]"
 
 
 def _names(names: Iterable[str]) -> str:

@@ -36,11 +36,13 @@ from tritonx.testing.server_thread import ServerThread
 __all__ = ["BackendContract", "ModelRepositoryBuilder", "ServerThread", "loopback_settings"]
 
 
-def loopback_settings(repository: Path | list[Path], **overrides: Any) -> ServerSettings:
+def loopback_settings(
+    repository: Path | str | list[Path] | list[str], **overrides: Any
+) -> ServerSettings:
     """Settings for a test server: loopback only, every port chosen by the OS."""
     repos = repository if isinstance(repository, list) else [repository]
     base: dict[str, Any] = {
-        "model_repository": tuple(Path(r) for r in repos),
+        "model_repository": tuple(str(r) for r in repos),
         "http_address": "127.0.0.1",
         "grpc_address": "127.0.0.1",
         "metrics_address": "127.0.0.1",

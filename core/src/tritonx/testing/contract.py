@@ -27,10 +27,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
+import pluggy
 import pytest
 
+from tritonx.backend import InstanceSpec, LoadContext
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.datatypes import DataType
+from tritonx.plugins import collect
 from tritonx.server import Server
 from tritonx.types import InferenceRequest
 
@@ -141,10 +144,10 @@ class BackendContract:
         for name, array in response.outputs.items():
             _check_output(config, name, np.asarray(array), batch)
 
-    async def test_contract_batch_of_requests(self, server: Server, model: Path) -> None:
+    async def test_contract_batch_of_requests(
+        self, server: Server, model: Path, plugin_manager: pluggy.PluginManager
+    ) -> None:
         config = server.model_config(model.name)
-        entry = server.models.get(model.name, None) if server.models else None
-        assert entry is not None and entry.scheduler is not None
         requests = []
         for seed in range(3):
             req = InferenceRequest(model.name, self.make_inputs(config, 1, seed=seed + 1))
@@ -153,10 +156,29 @@ class BackendContract:
         singles = [
             await server.infer(InferenceRequest(model.name, dict(r.inputs))) for r in requests
         ]
-        instance = entry.scheduler.instances[0]
-        assert instance is not None
-        # no request is in flight now, so calling execute here cannot overlap the worker's
-        responses = await asyncio.to_thread(instance.execute, requests)
+        # a second instance of the backend, loaded the way the server loads one, is handed
+        # the whole list at once
+        backend_cls = collect(plugin_manager).backends.get(config.backend)
+        assert backend_cls is not None, f"backend '{config.backend}' is not registered"
+        version = max(int(v) for v in server.model_metadata(model.name).versions)
+        version_path = model / str(version)
+        filename = config.raw.default_model_filename or backend_cls.default_model_filename
+        ctx = LoadContext(
+            model_name=model.name,
+            version=version,
+            model_dir=model,
+            version_path=version_path,
+            model_path=version_path / filename if filename else None,
+            config=config,
+            instance=InstanceSpec(name=f"{model.name}_contract", group_name=model.name),
+        )
+        backend = backend_cls({})
+        instance = await asyncio.to_thread(backend.load, ctx)
+        try:
+            responses = await asyncio.to_thread(instance.execute, requests)
+        finally:
+            await asyncio.to_thread(instance.unload)
+            backend.close()
         assert responses is not None and len(responses) == len(requests)
         for single, batched in zip(singles, responses, strict=True):
             assert batched.error is None, batched.error

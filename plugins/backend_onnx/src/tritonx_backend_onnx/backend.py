@@ -128,14 +128,14 @@ class OnnxRuntimeBackend(Backend):
     def auto_complete_config(self, ctx: AutoCompleteContext) -> None:
         """Fill inputs, outputs, ``max_batch_size`` and ``dynamic_batching`` from the graph."""
         config = ctx.config
-        if (len(config.input) + len(config.batch_input)) > 0 and len(config.output) > 0:
+        if config.input_count > 0 and config.output_count > 0:
             return
         ort = _import_ort()
         path = resolve_model_file(ctx.model_path, config.name)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         options.intra_op_num_threads = 1
-        for library in config.model_operations.op_library_filename:
+        for library in config.view().raw.model_operations.op_library_filename:
             options.register_custom_ops_library(library)
         session = open_session(ort, path, config.name, options)
         inputs, outputs, _ = session_io(session)
@@ -172,7 +172,7 @@ class OnnxRuntimeBackend(Backend):
                 Code.UNAVAILABLE,
             )
         inputs, outputs, initializers = session_io(session)
-        modelconfig.validate(config.raw, inputs, outputs, initializers)
+        modelconfig.validate(config, inputs, outputs, initializers)
         ctx.logger.info("loaded %s for instance %s on %s", path, ctx.instance.name, ", ".join(used))
         scalars = {t.name for t in (*inputs, *initializers) if not t.dims}
         return OnnxModelInstance(ort, session, run_options, config, scalars)

@@ -10,11 +10,11 @@ protobuf, so they are testable without a session; none imports onnxruntime at mo
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonx._proto import model_config_pb2
+from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx_backend_onnx.tensors import TensorInfo, shape_str
 
@@ -27,7 +27,7 @@ DEFAULT_MAX_BATCH_SIZE = 4
 
 
 def auto_complete(
-    config: model_config_pb2.ModelConfig,
+    config: EditableModelConfig,
     inputs: Sequence[TensorInfo],
     outputs: Sequence[TensorInfo],
     default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
@@ -42,8 +42,8 @@ def auto_complete(
     * missing inputs/outputs are added in graph order, without the batch dimension; scalars
       get ``dims: [1]`` (plus an empty ``reshape`` when batching).
     """
-    input_count = len(config.input) + len(config.batch_input)
-    output_count = len(config.output)
+    input_count = config.input_count
+    output_count = config.output_count
     if input_count > 0 and output_count > 0:
         return
     for info in (*inputs, *outputs):
@@ -63,41 +63,37 @@ def auto_complete(
                 config.max_batch_size,
                 config.name,
             )
-        if config.max_batch_size > 1 and config.WhichOneof("scheduling_choice") is None:
-            config.dynamic_batching.SetInParent()
+        if config.max_batch_size > 1 and not config.has_scheduler:
+            config.enable_dynamic_batching()
     elif config.max_batch_size != 0:
         raise invalid_arg(
             f"autofill failed for model '{config.name}': model does not support batching "
             "while non-zero max_batch_size is specified"
         )
     if input_count == 0:
-        _fill_io(config, config.input, inputs)
+        _fill_io(config, config.add_input, inputs)
     if output_count == 0:
-        _fill_io(config, config.output, outputs)
+        _fill_io(config, config.add_output, outputs)
 
 
 def _fill_io(
-    config: model_config_pb2.ModelConfig, target: Any, infos: Iterable[TensorInfo]
+    config: EditableModelConfig, add: Callable[..., None], infos: Iterable[TensorInfo]
 ) -> None:
     batching = config.max_batch_size > 0
     for info in infos:
-        io = target.add()
-        io.name = info.name
-        io.data_type = model_config_pb2.DataType.Value(info.config_type or "TYPE_INVALID")
+        assert info.config_type is not None
         dims = info.dims[1:] if batching else info.dims
         if dims:
-            io.dims.extend(dims)
-        else:
-            io.dims.append(1)
-            if batching:
-                io.reshape.SetInParent()  # empty reshape: a scalar per batch item
+            add(info.name, info.config_type, dims)
+        else:  # a scalar: [1], with an empty reshape when batching (a scalar per batch item)
+            add(info.name, info.config_type, [1], reshape=[] if batching else None)
 
 
 # --------------------------------------------------------------------------- validation
 
 
 def validate(
-    config: model_config_pb2.ModelConfig,
+    model_config: ModelConfig,
     inputs: Sequence[TensorInfo],
     outputs: Sequence[TensorInfo],
     initializers: Sequence[TensorInfo] = (),
@@ -106,11 +102,12 @@ def validate(
 
     :param initializers: overridable initializers, which a config may list as inputs.
     """
+    config = model_config.raw
     name = config.name
     max_batch = config.max_batch_size
     graph_inputs = {t.name: t for t in inputs}
     allowed_inputs = {**{t.name: t for t in initializers}, **graph_inputs}
-    for io in config.input:
+    for io in model_config.inputs:
         if io.optional and max_batch != 0:
             raise invalid_arg(
                 f"unable to load model '{name}', optional input '{io.name}' is not supported "
@@ -123,7 +120,7 @@ def validate(
                 + ", ".join(allowed_inputs)
             )
         _check_type(name, "input", io, info)
-        dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+        dims = io.reshape if io.reshape is not None else io.dims
         if io.allow_ragged_batch:
             if info.dims != (-1,):
                 raise invalid_arg(
@@ -145,7 +142,7 @@ def validate(
             "model configuration)"
         )
     graph_outputs = {t.name: t for t in outputs}
-    for io in config.output:
+    for io in model_config.outputs:
         info = graph_outputs.get(io.name)
         if info is None:
             raise invalid_arg(
@@ -153,12 +150,12 @@ def validate(
                 + ", ".join(graph_outputs)
             )
         _check_type(name, "output", io, info)
-        dims = tuple(io.reshape.shape) if io.HasField("reshape") else tuple(io.dims)
+        dims = io.reshape if io.reshape is not None else io.dims
         _check_dims(name, io.name, info.dims, dims, max_batch, exact=True)
 
 
-def _check_type(model: str, what: str, io: Any, info: TensorInfo) -> None:
-    expected = model_config_pb2.DataType.Name(io.data_type)
+def _check_type(model: str, what: str, io: IOConfig, info: TensorInfo) -> None:
+    expected = io.datatype.config_name
     if info.config_type != expected:
         raise invalid_arg(
             f"unable to load model '{model}', configuration expects datatype {expected} for "
@@ -269,7 +266,7 @@ SESSION_KEYS = (
 
 
 def session_settings(
-    config: model_config_pb2.ModelConfig,
+    config: Any,
     parameters: Mapping[str, str],
     backend_config: Mapping[str, str],
 ) -> SessionSettings:
@@ -359,7 +356,7 @@ Providers = list[tuple[str, dict[str, str]]]
 
 
 def providers_for(
-    config: model_config_pb2.ModelConfig,
+    config: Any,
     parameters: Mapping[str, str],
     kind: str,
     device_id: int,

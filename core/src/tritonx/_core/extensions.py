@@ -1,0 +1,99 @@
+"""Plugins the server instantiates from its settings: the response cache
+(``--cache-config``) and metric sinks (``--metric-sink``), with the sinks' export thread."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import CollectorRegistry
+
+from tritonx.cache import ResponseCache
+from tritonx.errors import PluginError
+from tritonx.metrics import MetricSink
+from tritonx.plugins import Registries
+
+log = logging.getLogger("tritonx.extensions")
+
+
+def build_cache(
+    registries: Registries, cache_config: Mapping[str, Mapping[str, str]]
+) -> ResponseCache | None:
+    """The cache ``--cache-config <name>,<key>=<value>`` names (None when none is given)."""
+    names = [n for n in cache_config if n]
+    if "" in cache_config:
+        raise PluginError("--cache-config needs a cache name: --cache-config <cache>,<key>=<value>")
+    if not names:
+        return None
+    if len(names) > 1:
+        raise PluginError(
+            f"--cache-config names {len(names)} caches ({', '.join(sorted(names))}); "
+            "only one response cache can be used"
+        )
+    name = names[0]
+    cls = registries.caches.get(name)
+    if cls is None:
+        known = ", ".join(registries.caches) or "none installed"
+        raise PluginError(
+            f"unknown cache '{name}' in --cache-config (available: {known}); install a "
+            "tritonx plugin that provides it"
+        )
+    return cls(cache_config[name])
+
+
+def build_metric_sinks(
+    registries: Registries, sink_config: Mapping[str, Mapping[str, str]]
+) -> list[MetricSink]:
+    """The sinks ``--metric-sink <name>[,<key>=<value>]`` names, in name order."""
+    sinks: list[MetricSink] = []
+    for name in sorted(sink_config):
+        cls = registries.metric_sinks.get(name)
+        if cls is None:
+            known = ", ".join(registries.metric_sinks) or "none installed"
+            raise PluginError(
+                f"unknown metric sink '{name}' in --metric-sink (available: {known}); "
+                "install a tritonx plugin that provides it"
+            )
+        sinks.append(cls(sink_config[name]))
+    return sinks
+
+
+class SinkExporter:
+    """Calls every sink's ``export(registry)`` every ``interval_s`` from one daemon thread,
+    and once more at :meth:`stop`."""
+
+    def __init__(
+        self, sinks: Sequence[MetricSink], registry: CollectorRegistry, interval_s: float
+    ) -> None:
+        self.sinks = list(sinks)
+        self.registry = registry
+        self.interval_s = max(interval_s, 0.01)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        if not self.sinks:
+            return
+        self._thread = threading.Thread(target=self._run, name="tritonx-metric-sinks", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.export_once()
+
+    def export_once(self) -> None:
+        for sink in self.sinks:
+            try:
+                sink.export(self.registry)
+            except Exception:
+                log.exception("metric sink '%s' failed to export", sink.name)
+
+    def stop(self) -> None:
+        """Stop the thread after a last export."""
+        if self._thread is None:
+            return
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._thread = None
+        self.export_once()

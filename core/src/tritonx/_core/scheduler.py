@@ -1,0 +1,118 @@
+"""The scheduler seam: one protocol for every way a model version runs requests, and the
+factory that picks the implementation from the model's config.
+
+* no scheduling block: Triton's default scheduler (each free instance takes one request);
+* ``dynamic_batching``: the dynamic batcher;
+* ``sequence_batching`` and ``platform: "ensemble"``: not available yet, refused at load.
+
+The data plane and the model lifecycle use only :class:`Scheduler`; new schedulers (sequence
+batcher, ensembles) plug in here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, Protocol
+
+from tritonx._core.batcher import DirectQueue, DynamicBatcher
+from tritonx._core.instances import InstanceScheduler
+from tritonx._core.rate_limiter import RateLimiter
+from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.config import ModelConfig
+from tritonx.errors import unsupported
+from tritonx.stats import LatencyStats, ModelStats
+from tritonx.types import InferenceRequest, InferenceResponse
+
+
+class Scheduler(Protocol):
+    """Runs the requests of one loaded model version."""
+
+    #: whether responses are streamed (decoupled models)
+    decoupled: bool
+    #: the version's statistics (``/stats``, ``/metrics``)
+    stats: ModelStats
+
+    async def start(self) -> None:
+        """Load whatever the scheduler runs on (instances); raise if that fails."""
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        """Queue a validated request of a non-decoupled model; the future gets its response.
+        Raises UNAVAILABLE when the queue is full."""
+
+    def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Queue a request of a decoupled model; yield its responses until the final one."""
+
+    async def drain(self, timeout: float | None = None) -> bool:
+        """Wait until no request is in flight; False if ``timeout`` passed first."""
+
+    async def stop(self, timeout: float | None = None) -> bool:
+        """Fail queued requests, stop and unload; False if executions outlived ``timeout``."""
+
+    def is_ready(self) -> bool:
+        """Whether the version can serve."""
+
+    def not_ready_reason(self) -> str:
+        """Why :meth:`is_ready` is False."""
+
+    @property
+    def inflight(self) -> int:
+        """Requests accepted and not yet answered."""
+
+    @property
+    def pending_count(self) -> int:
+        """Requests accepted but not yet executing."""
+
+    @property
+    def instances(self) -> Sequence[ModelInstance | None]:
+        """The loaded instances (None while one loads or after it unloaded)."""
+
+
+def check_schedulable(config: ModelConfig | Any) -> None:
+    """Refuse, at load, a config whose scheduler tritonx does not have yet."""
+    raw = config.raw if isinstance(config, ModelConfig) else config
+    name = raw.name
+    if raw.platform == "ensemble" or raw.HasField("ensemble_scheduling"):
+        raise unsupported(
+            f"model '{name}': ensemble models (platform \"ensemble\", ensemble_scheduling) "
+            "are not supported by tritonx yet"
+        )
+    if raw.HasField("sequence_batching"):
+        raise unsupported(
+            f"model '{name}': the sequence batcher (sequence_batching) is not supported by "
+            "tritonx yet"
+        )
+
+
+def make_scheduler(
+    config: ModelConfig,
+    version: int,
+    backend: Backend,
+    contexts: Sequence[LoadContext],
+    passive: Sequence[bool],
+    rate_limiter: RateLimiter,
+    latency: LatencyStats | None,
+) -> Scheduler:
+    """The scheduler ``config`` asks for (see the module docstring)."""
+    check_schedulable(config)
+    if config.raw.HasField("dynamic_batching"):
+        return InstanceScheduler(
+            config,
+            version,
+            backend,
+            contexts,
+            lambda reject: DynamicBatcher(config, reject),
+            passive,
+            rate_limiter,
+            latency,
+        )
+    return InstanceScheduler(
+        config,
+        version,
+        backend,
+        contexts,
+        lambda reject: DirectQueue(),
+        passive,
+        rate_limiter,
+        latency,
+    )

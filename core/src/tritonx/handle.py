@@ -1,0 +1,85 @@
+"""``ServerHandle``: the narrow view of the server that backends and schedulers get.
+
+A backend that calls other models (Python BLS), a scheduler that chains models (ensembles) or
+a plugin that adds metrics receives a :class:`ServerHandle` (``LoadContext.server``), never the
+data plane or the model manager. Everything on it is public and stable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator, Coroutine
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from prometheus_client import CollectorRegistry
+
+from tritonx.config import ModelConfig
+from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata
+
+if TYPE_CHECKING:
+    from tritonx.dataplane import DataPlane
+
+T = TypeVar("T")
+
+
+class ServerHandle:
+    """Inference, readiness, metadata and repository calls on the running server.
+
+    The coroutine methods run on the server's event loop (:attr:`loop`); from a backend's
+    worker thread submit them with :meth:`run_threadsafe`.
+    """
+
+    __slots__ = ("_dataplane", "_loop")
+
+    def __init__(self, dataplane: DataPlane, loop: asyncio.AbstractEventLoop) -> None:
+        self._dataplane = dataplane
+        self._loop = loop
+
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The server's event loop."""
+        return self._loop
+
+    @property
+    def metrics_registry(self) -> CollectorRegistry:
+        """The Prometheus registry served on ``/metrics``; add collectors to it."""
+        return self._dataplane.metrics_registry
+
+    def run_threadsafe(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run ``coro`` on the server's loop from another thread; returns its future."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+        """Run one request on another model; raises :class:`tritonx.TritonXError` on failure.
+
+        Decoupled models must be called with :meth:`infer_stream`.
+        """
+        return await self._dataplane.infer(request)
+
+    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        """Yield the responses of one request (any number, the last ``final``, for decoupled
+        models; exactly one otherwise). Errors after acceptance come as responses with
+        ``error`` set."""
+        return self._dataplane.infer_stream(request)
+
+    def model_ready(self, name: str, version: int | None = None) -> bool:
+        """Whether ``name`` (that version, or any version) is READY."""
+        return self._dataplane.model_ready(name, version)
+
+    def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
+        """The metadata of a ready model version (raises NOT_FOUND / UNAVAILABLE)."""
+        return self._dataplane.model_metadata(name, version)
+
+    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
+        """The completed, normalized config of a ready model version."""
+        return self._dataplane.model_config(name, version)
+
+    async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
+        """Load or reload ``name``; allowed only in explicit model control mode, as Triton's
+        repository API."""
+        await self._dataplane.load_model(name, parameters)
+
+    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
+        """Unload ``name``; allowed only in explicit model control mode."""
+        await self._dataplane.unload_model(name, unload_dependents)

@@ -1,0 +1,62 @@
+"""Model repositories: where model folders come from (``--model-repository``).
+
+A repository is named by a URL: a plain path or ``file://`` URL is the built-in local file
+system (``tritonx.builtin.local_repository``); other schemes (``s3://``, ``gs://``, ``as://``)
+come from plugins registered through ``tritonx_register_repositories``. The core uses only
+this protocol: poll mode and the load API list models, ask for a change stamp, and localize a
+model into a local folder that backends read.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import ClassVar
+
+
+class Repository(abc.ABC):
+    """One ``--model-repository`` location.
+
+    :cvar name: the implementation's name (for ``tritonx plugins`` and errors).
+    :cvar schemes: the URL schemes it serves (``""`` is a plain local path).
+    """
+
+    name: ClassVar[str]
+    schemes: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, url: str, config: Mapping[str, str]) -> None:
+        """``url`` is the ``--model-repository`` value; ``config`` its settings."""
+        self.url = url
+        self.config = dict(config)
+
+    @abc.abstractmethod
+    def list_models(self) -> list[str]:
+        """The model folder names at the top of the repository (hidden entries skipped).
+
+        Raise ``TritonXError`` when the repository cannot be read.
+        """
+
+    @abc.abstractmethod
+    def stamp(self, name: str) -> Hashable:
+        """A value that changes whenever any file of model ``name`` changes (poll mode and
+        repeated loads compare it to skip models that did not change)."""
+
+    @abc.abstractmethod
+    def localize(self, name: str) -> Path:
+        """A local folder holding model ``name`` (the folder itself for local repositories,
+        a downloaded copy for remote ones). Called from a worker thread."""
+
+    def release(self, name: str, path: Path) -> None:  # noqa: B027 - optional hook
+        """``path`` (returned by :meth:`localize`) is no longer used: remove a copy."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
+
+
+def url_scheme(url: str) -> str:
+    """The scheme of a repository URL: ``s3`` for ``s3://bucket``, ``""`` for a plain path."""
+    head, sep, _ = url.partition("://")
+    if not sep or "/" in head or not head.replace("+", "").replace("-", "").isalnum():
+        return ""
+    return head.lower()
