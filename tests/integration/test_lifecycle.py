@@ -4,6 +4,7 @@ policies, control modes, load/unload, instance groups, repository agents."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Sequence
@@ -335,6 +336,36 @@ async def test_explicit_mode_load_unload_and_overrides(
         assert not server.model_ready("b")
         assert [r.reason for r in server.repository_index() if r.name == "b"] == ["unloaded"]
         await server.unload_model("never-loaded")  # succeeds, as in Triton
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("label_filename", "../../../../../../etc/passwd"),
+        ("label_filename", "/etc/passwd"),
+        ("default_model_filename", "../../a/1/model.bin"),
+    ],
+)
+async def test_config_file_names_cannot_leave_the_model_folder(
+    model_repository: ModelRepositoryBuilder, tmp_path: Path, field: str, value: str
+) -> None:
+    """A config override naming a file outside the model's folder is refused at load."""
+    file_model(model_repository, "b")
+    output = {"name": "OUT", "data_type": "TYPE_INT32", "dims": [1]}
+    config: dict[str, Any] = {
+        "backend": "filebackend",
+        "max_batch_size": 4,
+        "input": [{"name": "IN", "data_type": "TYPE_INT32", "dims": [1]}],
+        "output": [output],
+    }
+    if field == "label_filename":
+        output[field] = value
+    else:
+        config[field] = value
+    async with make_server(model_repository.root, model_control_mode="explicit") as server:
+        with pytest.raises(TritonXError, match="must name a file inside the model directory"):
+            await server.load_model("b", {"config": json.dumps(config)})
+        assert not server.model_ready("b")
 
 
 async def test_explicit_star_loads_everything(model_repository: ModelRepositoryBuilder) -> None:

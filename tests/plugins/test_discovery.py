@@ -88,6 +88,23 @@ def test_env_switches(site: Path) -> None:
     assert names(run_cli(site, "plugins", TRITONX_DISABLE_PLUGIN_AUTOLOAD="1")) == []
 
 
+def test_registration_hooks_go_through_pluggy(site: Path) -> None:
+    """Each plugin's registration call is a pluggy hook call, so tracing shows it."""
+    result = run_cli(site, "plugins", TRITONX_TRACE_PLUGINS="1")
+    assert result.returncode == 0, result.stderr
+    calls = [line for line in result.stderr.splitlines() if "tritonx_register_backends" in line]
+    assert len(calls) >= 2, result.stderr  # one call per plugin that implements the hook
+    assert "tritonx_register_repositories" in result.stderr  # the built-in local repository
+
+
+def test_plugins_all_lists_the_builtin_local_repository(site: Path) -> None:
+    data = {p["name"]: p for p in json.loads(run_cli(site, "plugins", "--all").stdout)}
+    local = data["tritonx.builtin.local_repository"]
+    assert local["builtin"] is True
+    assert local["registered"] == {"repositories": ["local"], "schemes": ["", "file"]}
+    assert "tritonx.builtin.local_repository" not in names(run_cli(site, "plugins"))
+
+
 def test_duplicate_backend_name_names_both_distributions(site: Path) -> None:
     write_dist(site, "tritonx-backend-gamma", "backend_gamma", PLUGIN.format(backend="alpha"))
     result = run_cli(site, "plugins", TRITONX_PLUGINS="backend_alpha,backend_gamma")

@@ -461,15 +461,17 @@ def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
 
 
 def check_model_files(config: ModelConfigPb, model_dir: Path) -> None:
-    """Refuse file names in the config that lead outside the model's folder
-    (``default_model_filename``, outputs' ``label_filename``)."""
+    """Refuse file names in the config that lead outside the model's folder:
+    ``default_model_filename`` (inside a version folder) and outputs' ``label_filename``."""
     root = model_dir.resolve()
-    named = [("default_model_filename", config.default_model_filename)]
-    named += [(f"label_filename of output '{o.name}'", o.label_filename) for o in config.output]
-    for what, filename in named:
+    named = [("default_model_filename", root / "1", config.default_model_filename)]
+    named += [
+        (f"label_filename of output '{o.name}'", root, o.label_filename) for o in config.output
+    ]
+    for what, base, filename in named:
         if not filename:
             continue
-        target = (root / filename).resolve()
+        target = (base / filename).resolve()
         if root not in target.parents:
             raise invalid_arg(
                 f"{what} '{filename}' of model '{config.name}' must name a file inside the "
