@@ -297,6 +297,7 @@ def test_sigterm_drains_in_flight_requests_up_to_the_exit_timeout(
     model_repository.add_identity(
         "slow", dims=[1], max_batch_size=4, parameters={"execute_delay_ms": delay_ms}
     )
+    model_repository.add_identity("idle", dims=[1], max_batch_size=4)
     proc, url, _ = _start_http(env, model_repository.root, "--exit-timeout-secs", exit_timeout)
     result: dict[str, object] = {}
     client = threading.Thread(target=_slow_infer, args=(url, result))
@@ -304,6 +305,18 @@ def test_sigterm_drains_in_flight_requests_up_to_the_exit_timeout(
     time.sleep(0.8)  # the request is executing
     started = time.monotonic()
     proc.send_signal(signal.SIGTERM)
+    if exit_timeout == "30":
+        # while the server drains, new requests get 503 "Server exiting", also for a model
+        # that had nothing in flight and is unloaded already (not 404 "unknown model")
+        import urllib.error
+        import urllib.request
+
+        time.sleep(0.3)
+        body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"FP32","data":[1]}]}'
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://{url}/v2/models/idle/infer", body, timeout=10)
+        assert refused.value.code == 503
+        assert b"Server exiting" in refused.value.read()
     assert proc.wait(30) == 0
     stopped_after = time.monotonic() - started
     client.join(30)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -318,6 +319,19 @@ async def test_explicit_mode_load_unload_and_overrides(
         )
         response = await server.infer(InferenceRequest("b", {"IN": np.zeros((1,), np.int32)}))
         assert int(response.outputs["OUT"].reshape(-1)[0]) == 9
+        # each override folder is removed (with its temporary parent) once replaced
+        before = set(Path(tempfile.gettempdir()).glob("tritonx-override-*"))
+        for content in (b"\x0a", b"\x0b"):
+            await server.load_model(
+                "b",
+                {
+                    "config": '{"backend":"filebackend","input":[{"name":"IN","data_type":"TYPE_INT32","dims":[1]}],'
+                    '"output":[{"name":"OUT","data_type":"TYPE_INT32","dims":[1]}]}',
+                    "file:1/model.bin": content,
+                },
+            )
+        after = set(Path(tempfile.gettempdir()).glob("tritonx-override-*"))
+        assert len(after - before) <= 1 and len(after) <= len(before)
         with pytest.raises(TritonXError, match="must stay within model directory"):
             await server.load_model("b", {"config": "{}", "file:../../escape": b"x"})
         with pytest.raises(TritonXError, match="Load parameter 'config' must be specified"):

@@ -16,10 +16,8 @@ def parse_version(text: str | None) -> int | None:
     """A version string from a URL or message: "" → None (latest), else a non-negative int."""
     if not text:
         return None
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
+    # only plain decimal digits: int() would also take "1_0", " 1", "+1" or "١"
+    value = int(text) if text.isascii() and text.isdigit() else -1
     if value < 0:
         raise invalid_arg(
             f"failed to parse model version '{text}', expected a non-negative integer"
