@@ -128,8 +128,8 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ("--grpc-use-ssl=true",),
-        ("--http-restricted-api", "model-repository:admin-key=secret"),
+        ("--grpc-infer-response-compression-level", "high"),
+        ("--http-header-forward-pattern", "x-.*"),
         ("--trace-config", "level=TIMESTAMPS"),
         ("--model-namespacing=true",),
         ("--allow-sagemaker",),

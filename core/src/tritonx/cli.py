@@ -18,6 +18,7 @@ import click
 
 from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
 from tritonx.errors import PluginError, TritonXError
+from tritonx.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
 
 log = logging.getLogger("tritonx.cli")
 
@@ -78,20 +79,13 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--enable-peer-access",
     "--reuse-http-port",
     "--http-header-forward-pattern",
-    "--http-restricted-api",
     "--reuse-grpc-port",
     "--grpc-header-forward-pattern",
     "--grpc-infer-thread-count",
     "--grpc-max-response-pool-size",
-    "--grpc-use-ssl",
-    "--grpc-use-ssl-mutual",
-    "--grpc-server-cert",
-    "--grpc-server-key",
-    "--grpc-root-cert",
     "--grpc-infer-response-compression-level",
     "--grpc-max-connection-age",
     "--grpc-max-connection-age-grace",
-    "--grpc-restricted-protocol",
     "--trace-config",
     "--trace-file",
     "--trace-level",
@@ -285,6 +279,39 @@ def cli() -> None:
     show_default=True,
     help="Largest HTTP request body, in bytes.",
 )
+@click.option(
+    "--http-restricted-api",
+    multiple=True,
+    metavar="<api>[,<api>...]:<key>=<value>",
+    help="Requests to these APIs must carry the HTTP header <key>: <value>, else 403 "
+    "(repeatable; an API may be in one group only). APIs: "
+    + ", ".join(RESTRICTED_CATEGORIES)
+    + ".",
+)
+@bool_option(
+    "--http-use-ssl",
+    False,
+    "Serve HTTPS (--http-server-cert, --http-server-key); tritonx only, named after "
+    "--grpc-use-ssl.",
+)
+@bool_option(
+    "--http-use-ssl-mutual",
+    False,
+    "Serve HTTPS and require client certificates signed by --http-root-cert (tritonx only); "
+    "implies --http-use-ssl.",
+)
+@click.option(
+    "--http-server-cert", default="", metavar="FILE", help="PEM server certificate for HTTPS."
+)
+@click.option(
+    "--http-server-key", default="", metavar="FILE", help="PEM server private key for HTTPS."
+)
+@click.option(
+    "--http-root-cert",
+    default="",
+    metavar="FILE",
+    help="PEM root certificate(s) that verify HTTPS clients.",
+)
 @bool_option("--allow-grpc", True, "Serve gRPC.")
 @click.option("--grpc-address", default="0.0.0.0", show_default=True)
 @click.option("--grpc-port", type=int, default=8001, show_default=True)
@@ -303,6 +330,35 @@ def cli() -> None:
     "--grpc-http2-min-recv-ping-interval-without-data", type=int, default=300_000, show_default=True
 )
 @click.option("--grpc-http2-max-ping-strikes", type=int, default=2, show_default=True)
+@click.option(
+    "--grpc-restricted-protocol",
+    multiple=True,
+    metavar="<protocol>[,<protocol>...]:<key>=<value>",
+    help="RPCs of these protocols must carry the metadata triton-grpc-protocol-<key>: <value>, "
+    "else UNAVAILABLE (repeatable; a protocol may be in one group only). Protocols: as "
+    "--http-restricted-api.",
+)
+@bool_option(
+    "--grpc-use-ssl", False, "Serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)."
+)
+@bool_option(
+    "--grpc-use-ssl-mutual",
+    False,
+    "Serve gRPC over TLS and require client certificates signed by --grpc-root-cert; "
+    "implies --grpc-use-ssl.",
+)
+@click.option(
+    "--grpc-server-cert", default="", metavar="FILE", help="PEM server certificate for gRPC TLS."
+)
+@click.option(
+    "--grpc-server-key", default="", metavar="FILE", help="PEM server private key for gRPC TLS."
+)
+@click.option(
+    "--grpc-root-cert",
+    default="",
+    metavar="FILE",
+    help="PEM root certificate(s) that verify gRPC clients.",
+)
 @bool_option("--allow-metrics", True, "Serve Prometheus metrics.")
 @bool_option("--allow-gpu-metrics", True, "Report GPU metrics.")
 @bool_option("--allow-cpu-metrics", True, "Report CPU metrics.")
@@ -370,6 +426,16 @@ def serve(**opts: Any) -> None:
         raise click.UsageError(
             "The server cannot listen to HTTP, GRPC and metrics on the same port"
         )
+    restrictions = {
+        "http_restricted_api": ("http-restricted-api", "api"),
+        "grpc_restricted_protocol": ("grpc-restricted-protocol", "protocol"),
+    }
+    restricted: dict[str, Any] = {}
+    for field_name, (flag, feature_type) in restrictions.items():
+        try:
+            restricted[field_name] = parse_restricted_option(opts[field_name], flag, feature_type)
+        except ValueError as exc:  # tritonserver's "Bad option" message
+            raise click.UsageError(f'Bad option: "--{flag}".\n{exc}') from None
     settings = ServerSettings(
         model_repository=repos,
         model_control_mode=mode,
@@ -389,6 +455,12 @@ def serve(**opts: Any) -> None:
         http_port=opts["http_port"],
         http_thread_count=opts["http_thread_count"],
         http_max_input_size=opts["http_max_input_size"],
+        http_restricted_api=restricted["http_restricted_api"],
+        http_use_ssl=opts["http_use_ssl"],
+        http_use_ssl_mutual=opts["http_use_ssl_mutual"],
+        http_server_cert=opts["http_server_cert"],
+        http_server_key=opts["http_server_key"],
+        http_root_cert=opts["http_root_cert"],
         allow_grpc=opts["allow_grpc"],
         grpc_address=opts["grpc_address"],
         grpc_port=opts["grpc_port"],
@@ -401,6 +473,12 @@ def serve(**opts: Any) -> None:
             "grpc_http2_min_recv_ping_interval_without_data"
         ],
         grpc_http2_max_ping_strikes=opts["grpc_http2_max_ping_strikes"],
+        grpc_restricted_protocol=restricted["grpc_restricted_protocol"],
+        grpc_use_ssl=opts["grpc_use_ssl"],
+        grpc_use_ssl_mutual=opts["grpc_use_ssl_mutual"],
+        grpc_server_cert=opts["grpc_server_cert"],
+        grpc_server_key=opts["grpc_server_key"],
+        grpc_root_cert=opts["grpc_root_cert"],
         allow_metrics=opts["allow_metrics"],
         allow_gpu_metrics=opts["allow_gpu_metrics"],
         allow_cpu_metrics=opts["allow_cpu_metrics"],
@@ -412,8 +490,30 @@ def serve(**opts: Any) -> None:
         rate_limit=opts["rate_limit"],
         rate_limit_resource=tuple(opts["rate_limit_resource"]),
     )
+    check_tls(settings)
     _tune_malloc()
     sys.exit(run_server(settings))
+
+
+def check_tls(settings: ServerSettings) -> None:
+    """Read and check the TLS files of the enabled listeners before any model loads.
+
+    :raises click.UsageError: naming the flag whose file is missing or not valid PEM.
+    """
+    for enabled, prefix in ((settings.allow_http, "http"), (settings.allow_grpc, "grpc")):
+        if not enabled:
+            continue
+        try:
+            load_tls_files(
+                prefix,
+                use_ssl=getattr(settings, f"{prefix}_use_ssl"),
+                mutual=getattr(settings, f"{prefix}_use_ssl_mutual"),
+                server_cert=getattr(settings, f"{prefix}_server_cert"),
+                server_key=getattr(settings, f"{prefix}_server_key"),
+                root_cert=getattr(settings, f"{prefix}_root_cert"),
+            )
+        except TritonXError as exc:
+            raise click.UsageError(exc.message) from None
 
 
 def run_server(settings: ServerSettings) -> int:

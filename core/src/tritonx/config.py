@@ -42,6 +42,16 @@ class ServerSettings:
     http_port: int = 8000
     http_thread_count: int = 8
     http_max_input_size: int = 64 * 1024 * 1024
+    #: ``--http-restricted-api``: category (``tritonx.security.RESTRICTED_CATEGORIES``) →
+    #: (header, value) a request to that category's endpoints must carry, else 403
+    http_restricted_api: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: HTTPS (tritonx only, named after the ``--grpc-*`` TLS flags): PEM files; mutual
+    #: requires and verifies client certificates against ``http_root_cert``
+    http_use_ssl: bool = False
+    http_use_ssl_mutual: bool = False
+    http_server_cert: str = ""
+    http_server_key: str = ""
+    http_root_cert: str = ""
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
@@ -52,6 +62,15 @@ class ServerSettings:
     grpc_http2_max_pings_without_data: int = 2
     grpc_http2_min_recv_ping_interval_without_data: int = 300_000
     grpc_http2_max_ping_strikes: int = 2
+    #: ``--grpc-restricted-protocol``: category → (key, value); the client sends metadata
+    #: ``triton-grpc-protocol-<key>: <value>``, else UNAVAILABLE
+    grpc_restricted_protocol: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: ``--grpc-use-ssl`` / ``--grpc-use-ssl-mutual`` and their PEM files
+    grpc_use_ssl: bool = False
+    grpc_use_ssl_mutual: bool = False
+    grpc_server_cert: str = ""
+    grpc_server_key: str = ""
+    grpc_root_cert: str = ""
     allow_metrics: bool = True
     allow_gpu_metrics: bool = True
     allow_cpu_metrics: bool = True

@@ -13,6 +13,7 @@ import asyncio
 import logging
 import os
 import socket
+import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import fields, replace
 from typing import Any
@@ -166,10 +167,10 @@ class Server:
             self._grpc, self.grpc_port = await start_grpc_server(self._dataplane, s)
             log.info("Started GRPCInferenceService at %s:%d", s.grpc_address, self.grpc_port)
         if s.allow_http:
-            from tritonx.http.app import make_app
+            from tritonx.http.app import http_ssl_context, make_app
 
             self.http_port = await self._serve_app(
-                make_app(self._dataplane, s), s.http_address, s.http_port
+                make_app(self._dataplane, s), s.http_address, s.http_port, http_ssl_context(s)
             )
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
@@ -179,7 +180,9 @@ class Server:
             )
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
-    async def _serve_app(self, app: web.Application, host: str, port: int) -> int:
+    async def _serve_app(
+        self, app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+    ) -> int:
         # models are drained (up to --exit-timeout-secs) before listeners close, so handlers
         # still running then only wait for work the exit timeout gave up on
         runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
@@ -188,7 +191,7 @@ class Server:
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        site = web.SockSite(runner, sock)
+        site = web.SockSite(runner, sock, ssl_context=ssl_context)
         await site.start()
         return int(sock.getsockname()[1])
 

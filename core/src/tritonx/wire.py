@@ -16,7 +16,7 @@ def parse_version(text: str | None) -> int | None:
     """A version string from a URL or message: "" → None (latest), else a non-negative int."""
     if not text:
         return None
-    # only plain decimal digits: int() would also take "1_0", " 1", "+1" or "١"
+    # only plain decimal digits: int() would also take "1_0", " 1", "+1" or non-ASCII digits
     value = int(text) if text.isascii() and text.isdigit() else -1
     if value < 0:
         raise invalid_arg(

@@ -7,8 +7,10 @@ import grpc
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.grpc.health import health_handler
+from tritonx.grpc.restricted import RestrictedProtocolInterceptor
 from tritonx.grpc.servicer import GRPCInferenceServicer
 from tritonx.proto import service_pb2_grpc
+from tritonx.security import check_restrictions, load_tls_files
 
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (INT32_MAX) for both directions.
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
@@ -49,6 +51,33 @@ def listen_address(address: str, port: int) -> str:
     return f"{address}:{port}"
 
 
+def grpc_server_credentials(settings: ServerSettings) -> grpc.ServerCredentials | None:
+    """``--grpc-use-ssl[-mutual]`` as tritonserver builds them (None: plain text).
+
+    The server certificate and key, and the root certificate when given; mutual TLS
+    requires a client certificate and verifies it against the root
+    (``GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY``), otherwise none is
+    requested.
+
+    :raises TritonXError: INVALID_ARG when a file is missing or not valid PEM.
+    """
+    files = load_tls_files(
+        "grpc",
+        use_ssl=settings.grpc_use_ssl,
+        mutual=settings.grpc_use_ssl_mutual,
+        server_cert=settings.grpc_server_cert,
+        server_key=settings.grpc_server_key,
+        root_cert=settings.grpc_root_cert,
+    )
+    if files is None:
+        return None
+    return grpc.ssl_server_credentials(
+        [(files.key, files.cert)],
+        root_certificates=files.root or None,
+        require_client_auth=files.mutual,
+    )
+
+
 async def start_grpc_server(
     dataplane: DataPlane, settings: ServerSettings
 ) -> tuple[grpc.aio.Server, int]:
@@ -56,15 +85,25 @@ async def start_grpc_server(
 
     ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
     are decompressed by grpc; responses are not compressed (Triton's default level "none").
+    TLS follows ``--grpc-use-ssl*``; ``--grpc-restricted-protocol`` adds an interceptor (none
+    when nothing is restricted).
     """
-    server = grpc.aio.server(options=grpc_options(settings))
+    check_restrictions(settings.grpc_restricted_protocol, "grpc_restricted_protocol")
+    credentials = grpc_server_credentials(settings)
+    interceptors = []
+    if settings.grpc_restricted_protocol:
+        interceptors.append(RestrictedProtocolInterceptor(settings.grpc_restricted_protocol))
+    server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         GRPCInferenceServicer(dataplane), server
     )
     server.add_generic_rpc_handlers((health_handler(dataplane),))
     address = listen_address(settings.grpc_address, settings.grpc_port)
     try:
-        port = server.add_insecure_port(address)
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise OSError(f"failed to listen on gRPC address {address}: {exc}") from exc
     await server.start()

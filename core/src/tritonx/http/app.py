@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import ssl
+
 from aiohttp import web
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.http.routes import DATAPLANE_KEY, SETTINGS_KEY, setup_routes
+from tritonx.security import check_restrictions, load_tls_files
 
 
 def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> web.Application:
     """An aiohttp application for ``dataplane`` (``--http-*`` flags come from ``settings``).
 
     Bodies are read by the handlers themselves (limited by ``http_max_input_size``), so
-    aiohttp's own ``client_max_size`` is not what limits them.
+    aiohttp's own ``client_max_size`` is not what limits them. ``http_restricted_api`` puts
+    the header check in front of the routes (nothing is checked when it is empty).
+
+    :raises TritonXError: INVALID_ARG for an unknown category in ``http_restricted_api``.
     """
     settings = settings or dataplane.settings
+    check_restrictions(settings.http_restricted_api, "http_restricted_api")
     app = web.Application(client_max_size=settings.http_max_input_size)
     app[DATAPLANE_KEY] = dataplane
     app[SETTINGS_KEY] = settings
-    setup_routes(app)
+    setup_routes(app, settings.http_restricted_api)
     return app
+
+
+def http_ssl_context(settings: ServerSettings) -> ssl.SSLContext | None:
+    """The server TLS context of ``--http-use-ssl[-mutual]`` (None: plain HTTP).
+
+    :raises TritonXError: INVALID_ARG when a certificate/key file is missing or not valid.
+    """
+    files = load_tls_files(
+        "http",
+        use_ssl=settings.http_use_ssl,
+        mutual=settings.http_use_ssl_mutual,
+        server_cert=settings.http_server_cert,
+        server_key=settings.http_server_key,
+        root_cert=settings.http_root_cert,
+    )
+    return files.context if files is not None else None

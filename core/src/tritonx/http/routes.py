@@ -32,6 +32,7 @@ from tritonx.http.errors import (
     not_found,
     response_for,
 )
+from tritonx.security import Restrictions
 from tritonx.stats import Duration, ModelStats
 from tritonx.types import TensorSpec
 from tritonx.wire import parse_version
@@ -49,13 +50,90 @@ _MODEL_RE = re.compile(
     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
 )
 _REPO_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
+_SHM_RE = re.compile(
+    r"/v2/(?:system|cuda)sharedmemory(?:/region/([^/]+))?/(?:status|register|unregister)"
+)
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def setup_routes(app: web.Application) -> None:
-    """Install the catch-all route that serves every Triton HTTP endpoint on ``app``."""
-    app.router.add_route("*", "/{tail:.*}", dispatch)
+def setup_routes(app: web.Application, restrictions: Restrictions | None = None) -> None:
+    """Install the catch-all route that serves every Triton HTTP endpoint on ``app``.
+
+    With ``restrictions`` (``--http-restricted-api``) the route first checks the header of
+    the request's category; without, requests go straight to :func:`dispatch`.
+    """
+    handler = restricted_dispatch(restrictions) if restrictions else dispatch
+    app.router.add_route("*", "/{tail:.*}", handler)
+
+
+#: Category of each model-route action (tritonserver ``HTTPAPIServer::Handle*``).
+_MODEL_ACTION_CATEGORY = {
+    None: "metadata",
+    "ready": "health",
+    "infer": "inference",
+    "generate": "inference",
+    "generate_stream": "inference",
+    "config": "model-config",
+    "stats": "statistics",
+    "trace/setting": "trace",
+}
+
+_EXACT_CATEGORY = {
+    "/v2": "metadata",
+    "/v2/health/live": "health",
+    "/v2/health/ready": "health",
+    "/v2/models/stats": "statistics",
+    "/v2/logging": "logging",
+    "/v2/trace/setting": "trace",
+}
+
+
+def restricted_category(path: str) -> str | None:
+    """The restricted-API category of a request path, routed as tritonserver's
+    ``HTTPAPIServer::Handle`` routes it (None for a path it answers 404).
+
+    ``/v2/repository/index`` and load/unload are ``model-repository``, ``/config`` is
+    ``model-config``, model ``/ready`` is ``health``, ``/generate*`` is ``inference``, a
+    versioned ``/trace/setting`` matches no handler.
+    """
+    category = _EXACT_CATEGORY.get(path)
+    if category is not None:
+        return category
+    match = _MODEL_RE.fullmatch(path)
+    if match is not None:
+        action = match.group(3)
+        if action != "trace/setting" or match.group(2) is None:
+            return _MODEL_ACTION_CATEGORY[action]
+        return None
+    if _SHM_RE.fullmatch(path):
+        return "shared-memory"
+    if _REPO_RE.fullmatch(path):
+        return "model-repository"
+    return None
+
+
+def restricted_dispatch(restrictions: Restrictions) -> Handler:
+    """:func:`dispatch` behind tritonserver's ``RespondIfRestricted``: a request to a
+    restricted category whose header is missing or differs answers 403
+    ``{"error":"This API is restricted, expecting header '<key>'"}`` (before the method
+    check, as in tritonserver)."""
+    rules = {category: (key, value) for category, (key, value) in restrictions.items()}
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        category = restricted_category(request.raw_path.split("?", 1)[0])
+        if category is not None:
+            rule = rules.get(category)
+            if rule is not None and request.headers.get(rule[0]) != rule[1]:
+                refused = error_response(
+                    f"This API is restricted, expecting header '{rule[0]}'", 403
+                )
+                if request.body_exists:
+                    refused.force_close()  # don't read a refused client's body
+                return refused
+        return await dispatch(request)
+
+    return handler
 
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
