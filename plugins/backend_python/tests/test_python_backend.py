@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,8 @@ import pytest
 from tritonx import InferenceRequest, Server, TritonXError
 from tritonx.errors import Code
 from tritonx.testing import BackendContract
-from tritonx_backend_python import _ipc
+from tritonx_backend_python import _ipc, messages
+from tritonx_backend_python.process import WorkerProcess
 
 MODELS = Path(__file__).parent / "models"
 BOTH_MODES = pytest.mark.parametrize("mode", ["process", "in_process"])
@@ -200,10 +202,23 @@ async def test_instances_run_in_separate_processes(server: Server, add_model) ->
         extra="instance_group [ { count: 2, kind: KIND_CPU } ]\n",
     )
     await server.load_model("two")
-    entry = server.models.get("two", None)
-    pids = {inst.proc.pid for inst in entry.scheduler.instances}
+    groups = server.model_config("two").to_json_dict()["instance_group"]
+    assert [(g["count"], g["kind"]) for g in groups] == [(2, "KIND_CPU")]
+    # two requests at once, each keeping its instance busy: one runs on each instance
+    responses = await asyncio.gather(
+        *(
+            server.infer(
+                InferenceRequest(
+                    "two", {"DATA": np.ones(1, np.float32)}, parameters={"sleep_s": 0.5}
+                )
+            )
+            for _ in range(2)
+        )
+    )
+    infos = [json.loads(r.outputs["INFO"][0]) for r in responses]
+    pids = {info["pid"] for info in infos}
     assert len(pids) == 2 and os.getpid() not in pids
-    names = {inst.name for inst in entry.scheduler.instances}
+    names = {info["args"]["model_instance_name"] for info in infos}
     assert len(names) == 2
 
 
@@ -363,6 +378,54 @@ async def test_initialize_failure_fails_the_load(server: Server, model_repositor
     assert not server.model_ready("broken")
 
 
+@BOTH_MODES
+async def test_initialize_failure_fails_the_load_promptly(server: Server, add_model) -> None:
+    """A worker whose ``initialize`` raised exits at once: the load fails without waiting."""
+    add_model(
+        "init_fails",
+        "faulty",
+        inputs=[("INPUT0", "BYTES", [1])],
+        outputs=[("OUTPUT0", "BYTES", [1])],
+        parameters={"FAIL_INITIALIZE": "yes"},
+    )
+    start = time.monotonic()
+    with pytest.raises(TritonXError) as err:
+        await server.load_model("init_fails")
+    elapsed = time.monotonic() - start
+    assert "Failed to initialize Python stub: RuntimeError: asked to fail initialize" in (
+        err.value.message
+    )
+    assert elapsed < 3.0, f"the failed load took {elapsed:.1f} s"
+    assert not server.model_ready("init_fails")
+    rows = [r for r in server.repository_index() if r.name == "init_fails"]
+    assert rows[0].state.value == "UNAVAILABLE", rows
+
+
+def test_worker_exits_when_initialize_fails(tmp_path: Path) -> None:
+    """The worker itself ends right after reporting the failure (the server does not have to
+    kill it)."""
+    model = tmp_path / "m" / "1" / "model.py"
+    model.parent.mkdir(parents=True)
+    model.write_text(
+        "class TritonPythonModel:\n"
+        "    def initialize(self, args):\n"
+        "        raise RuntimeError('no weights here')\n"
+    )
+    proc = WorkerProcess("init-fails")
+    try:
+        args = {"model_instance_name": "m_0", "model_config": "{}"}
+        proc.conn.send_bytes(messages.dumps(messages.Init(str(model), args, False, "x_")))
+        assert proc.conn.poll(30)
+        reply = messages.loads(proc.conn.recv_bytes())
+        assert isinstance(reply, messages.InitFailed)
+        assert reply.error == "RuntimeError: no weights here"
+        assert "no weights here" in reply.traceback
+        assert proc.exitcode(wait=2.0) == 0
+    finally:
+        proc.kill()
+        proc.close()
+
+
 async def test_execute_return_checked(server: Server, model_repository) -> None:
     model_repository.add(
         "wrong_return",
@@ -433,6 +496,25 @@ async def test_auto_complete_conflict(server: Server, model_repository) -> None:
     )
 
 
+INVALID_AUTO_COMPLETE = """
+class TritonPythonModel:
+    @staticmethod
+    def auto_complete_config(config):
+        config.as_dict()["no_such_field"] = 1
+        return config
+"""
+
+
+@BOTH_MODES
+async def test_auto_complete_invalid_config(server: Server, add_model, mode: str) -> None:
+    folder = add_model("auto_invalid", "add_sub", inputs=[("INPUT0", "FP32", [4])])
+    (folder / "1" / "model.py").write_text(INVALID_AUTO_COMPLETE)
+    with pytest.raises(TritonXError) as err:
+        await server.load_model("auto_invalid")
+    assert "auto-complete of model 'auto_invalid' produced an invalid config" in err.value.message
+    assert "no_such_field" in err.value.message, err.value.message
+
+
 # ---------------------------------------------------------------------- environments
 
 
@@ -451,8 +533,10 @@ async def test_execution_env_path(server: Server, add_model, tmp_path: Path) -> 
     data = np.arange(100_000, dtype=np.float32)
     response = await server.infer(InferenceRequest("in_env", {"DATA": data}))
     np.testing.assert_array_equal(response.outputs["DATA_OUT"], data[::-1])
-    entry = server.models.get("in_env", None)
-    assert entry.scheduler.instances[0].proc._popen is not None  # a subprocess of that python
+    info = json.loads(response.outputs["INFO"][0])
+    # the worker runs that interpreter, as a subprocess of the server (not a forkserver child)
+    assert info["executable"] == str(env / "bin" / "python3")
+    assert info["pid"] != os.getpid() and info["ppid"] == os.getpid()
 
 
 async def test_no_shared_memory_left_after_shutdown(server_settings, plugin_manager) -> None:

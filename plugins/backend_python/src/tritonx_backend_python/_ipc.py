@@ -1,13 +1,13 @@
 """What crosses between the server and a model's worker process, and how.
 
-Messages are small pickled tuples sent over a ``multiprocessing.connection.Connection``
-(a socket pair). Tensors never travel inside them when they are large: :func:`pack_tensors`
-writes the tensor bytes of one message into a single shared-memory segment (a file in
-``/dev/shm`` mapped with ``mmap``) and the message carries only names, datatypes, shapes and
-offsets. The receiver maps the segment copy-on-write, unlinks it at once and builds numpy
-arrays directly on the mapping (no copy on receive; the mapping goes away with the last
-array). Tensors of a message totalling less than :data:`INLINE_LIMIT` bytes go inline, which
-is faster than any segment.
+Messages (:mod:`tritonx_backend_python.messages`) are small pickles sent over a
+``multiprocessing.connection.Connection`` (a socket pair). Tensors never travel inside them
+when they are large: :func:`pack_tensors` writes the tensor bytes of one message into a
+single shared-memory segment (a file in ``/dev/shm`` mapped with ``mmap``) and the message
+carries only names, datatypes, shapes and offsets. The receiver maps the segment
+copy-on-write, unlinks it at once and builds numpy arrays directly on the mapping (no copy on
+receive; the mapping goes away with the last array). Tensors of a message totalling less than
+:data:`INLINE_LIMIT` bytes go inline, which is faster than any segment.
 
 This module needs only the standard library and numpy: it is imported by worker processes,
 including ones running in another interpreter (``EXECUTION_ENV_PATH``).
@@ -22,7 +22,7 @@ import os
 import struct
 import tempfile
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -55,8 +55,11 @@ _DATATYPE_OF: dict[np.dtype, str] = {
     v: k for k, v in NUMPY_OF.items() if k not in ("BF16", "BYTES")
 }
 
+#: A tensor's name on the wire (``str``, or ``(request index, name)`` in a batch).
+K = TypeVar("K")
+
 #: A tensor on the wire: (name, datatype, shape, inline bytes | (offset, nbytes)).
-TensorDesc = tuple[str, str, tuple[int, ...], Any]
+TensorDesc = tuple[K, str, tuple[int, ...], Any]
 
 
 def datatype_of(array: np.ndarray) -> str:
@@ -171,12 +174,12 @@ def _raw(array: np.ndarray, datatype: str) -> memoryview:
         return memoryview(serialize_bytes(array))
     if datatype == "BF16" and array.dtype != np.uint16:
         array = array.view(np.uint16)
-    return memoryview(np.ascontiguousarray(array)).cast("B")
+    return np.ascontiguousarray(array).data.cast("B")
 
 
 def pack_tensors(
-    tensors: Iterable[tuple[str, np.ndarray, str]], writer: ShmWriter
-) -> tuple[str | None, list[TensorDesc]]:
+    tensors: Iterable[tuple[K, np.ndarray, str]], writer: ShmWriter
+) -> tuple[str | None, list[TensorDesc[K]]]:
     """Describe ``(name, array, datatype)`` tensors for a message.
 
     Returns the shared-memory segment name (``None`` when everything is inline) and one
@@ -187,7 +190,7 @@ def pack_tensors(
     if total < INLINE_LIMIT:
         return None, [(n, dt, tuple(a.shape), raw.tobytes()) for n, a, dt, raw in items]
     segment = writer.write([raw for *_, raw in items], total)
-    descs: list[TensorDesc] = []
+    descs: list[TensorDesc[K]] = []
     offset = 0
     for name, array, datatype, raw in items:
         descs.append((name, datatype, tuple(array.shape), (offset, raw.nbytes)))
@@ -206,8 +209,8 @@ def _decode(datatype: str, shape: tuple[int, ...], data: Any) -> np.ndarray:
 
 
 def unpack_tensors(
-    segment: str | None, descs: Sequence[TensorDesc]
-) -> list[tuple[str, np.ndarray, str]]:
+    segment: str | None, descs: Sequence[TensorDesc[K]]
+) -> list[tuple[K, np.ndarray, str]]:
     """The ``(name, array, datatype)`` tensors a message describes; consumes its segment.
 
     Arrays read from a segment are views of a private (copy-on-write) mapping of it: writable,
@@ -223,7 +226,7 @@ def unpack_tensors(
     finally:
         os.close(fd)
         os.unlink(path)
-    out: list[tuple[str, np.ndarray, str]] = []
+    out: list[tuple[K, np.ndarray, str]] = []
     for name, datatype, shape, (offset, nbytes) in descs:
         view = memoryview(mm)[offset : offset + nbytes]
         out.append((name, _decode(datatype, shape, view), datatype))

@@ -13,6 +13,7 @@ import threading
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import CollectorRegistry
@@ -58,7 +59,7 @@ class CustomMetrics:
             elif existing.kind != kind:
                 raise invalid_arg(f"metric family '{name}' already exists with a different kind")
 
-    def op(self, name: str, labels: Labels, op: str, value: object) -> float | None:
+    def op(self, name: str, labels: Labels, op: str, value: Any) -> float | None:
         """Apply ``create``/``increment``/``set``/``observe``/``value`` to one metric."""
         with self._lock:
             family = self._families.get(name)
@@ -69,15 +70,15 @@ class CustomMetrics:
                 metric = family.metrics[labels] = _Value()
             if op == "create":
                 if family.kind == HISTOGRAM and value is not None and not metric.buckets:
-                    metric.buckets = tuple(sorted(float(b) for b in value))  # type: ignore[union-attr]
+                    metric.buckets = tuple(sorted(float(b) for b in value))
                     metric.counts = [0] * (len(metric.buckets) + 1)
                 return None
             if op == "increment":
-                metric.value += float(value)  # type: ignore[arg-type]
+                metric.value += float(value)
             elif op == "set":
-                metric.value = float(value)  # type: ignore[arg-type]
+                metric.value = float(value)
             elif op == "observe":
-                v = float(value)  # type: ignore[arg-type]
+                v = float(value)
                 metric.total += v
                 metric.count += 1
                 for i, bound in enumerate(metric.buckets):
@@ -137,7 +138,7 @@ def collector_for(registry: CollectorRegistry | None) -> CustomMetrics:
         collector = _collectors.get(registry)
         if collector is None:
             collector = _collectors[registry] = CustomMetrics()
-            registry.register(collector)  # type: ignore[arg-type]
+            registry.register(collector)
         return collector
 
 

@@ -2,10 +2,11 @@
 
 "raise" raises from execute, "error" answers with an error response, "abort" calls
 os.abort(), "segv" dereferences a null pointer, "exit" calls sys.exit(3); anything else
-is echoed.
+is echoed. With the config parameter ``FAIL_INITIALIZE`` set, ``initialize`` raises.
 """
 
 import ctypes
+import json
 import os
 import sys
 
@@ -13,6 +14,11 @@ import triton_python_backend_utils as pb_utils
 
 
 class TritonPythonModel:
+    def initialize(self, args):
+        config = json.loads(args["model_config"])
+        if "FAIL_INITIALIZE" in config.get("parameters", {}):
+            raise RuntimeError("asked to fail initialize")
+
     def execute(self, requests):
         responses = []
         for request in requests:

@@ -1,7 +1,11 @@
-"""Returns what it was given: initialize args, model dir, request metadata and inputs."""
+"""Returns what it was given: initialize args, model dir, request metadata and inputs, and
+where it runs (pid, parent pid, interpreter). A request parameter ``sleep_s`` keeps the
+instance busy that long first."""
 
 import json
 import os
+import sys
+import time
 
 import numpy as np
 import triton_python_backend_utils as pb_utils
@@ -15,10 +19,13 @@ class TritonPythonModel:
     def execute(self, requests):
         responses = []
         for request in requests:
+            time.sleep(float(json.loads(request.parameters()).get("sleep_s", 0)))
             info = {
                 "args": self.args,
                 "model_dir": pb_utils.get_model_dir(),
                 "pid": self.pid,
+                "ppid": os.getppid(),
+                "executable": sys.executable,
                 "id": request.request_id(),
                 "correlation_id": request.correlation_id(),
                 "parameters": request.parameters(),

@@ -1,0 +1,180 @@
+"""A model instance whose model runs in the server process, on the core's instance thread
+(``TRITONX_EXECUTION_MODE: in_process``)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tritonx.backend import LoadContext, ModelInstance
+from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx_backend_python import pb_utils
+from tritonx_backend_python.bridge import ServerBridge
+from tritonx_backend_python.convert import (
+    bls_core_request,
+    from_core_response,
+    initialize_args,
+    input_datatypes,
+    parameters_json,
+    pb_error,
+    to_core_output,
+    to_core_response,
+)
+from tritonx_backend_python.runner import (
+    MODULE_NAME,
+    Deliver,
+    ExecuteFailed,
+    ModelRunner,
+    auto_complete,
+    exception_text,
+)
+
+log = logging.getLogger("tritonx.backend.python")
+
+_seq = itertools.count()
+
+
+class InProcessRuntime(pb_utils.Runtime):
+    """pb_utils' services for a model running inside the server process."""
+
+    def __init__(self, bridge: ServerBridge, model_dir: str) -> None:
+        self.bridge = bridge
+        self.model_dir = model_dir
+
+    def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
+        inputs = {t.name(): to_core_output(t._array, t._datatype) for t in request.inputs()}
+        core = bls_core_request(
+            request.model_name(),
+            request.model_version(),
+            inputs,
+            request.requested_output_names(),
+            request.request_id(),
+            request.correlation_id(),
+            request.flags(),
+            request.timeout(),
+            request.parameters(),
+        )
+        iterator = pb_utils.ResponseIterator()
+
+        def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
+            if isinstance(response, TritonXError):
+                iterator._put(pb_utils.InferenceResponse(error=pb_error(response)), final)
+            else:
+                iterator._put(from_core_response(response), final)
+
+        try:
+            future = self.bridge.submit(self.bridge.infer(core, decoupled, emit))
+        except TritonXError as exc:
+            emit(exc, True)
+            future = None
+        if decoupled:
+            return iterator
+        if future is not None:
+            future.result()
+        return next(iterator)
+
+    def log(self, level: int, message: str) -> None:
+        self.bridge.log(level, message)
+
+    def metric_family(self, name: str, description: str, kind: int) -> None:
+        self.bridge.metrics.family(name, description, kind)
+
+    def metric_op(
+        self, family: str, labels: tuple[tuple[str, str], ...], op: str, value: Any
+    ) -> float | None:
+        return self.bridge.metrics.op(family, labels, op, value)
+
+    def control(self, op: str, **kwargs: Any) -> Any:
+        return self.bridge.submit(self.bridge.control(op, kwargs)).result()
+
+
+class InProcessInstance(ModelInstance):
+    """A model instance running in the server process, on the core's instance thread."""
+
+    def __init__(self, ctx: LoadContext) -> None:
+        self.ctx = ctx
+        self.name = ctx.instance.name
+        self.decoupled = ctx.config.decoupled
+        self.bridge = ServerBridge(ctx.server, ctx.logger)
+        assert ctx.model_path is not None
+        self.runtime = InProcessRuntime(self.bridge, str(ctx.model_path.parent))
+        self.runner = ModelRunner(self.name, self.decoupled, self.runtime)
+        self._outputs = [io.name for io in ctx.config.outputs]
+        self._datatypes = input_datatypes(ctx.config)
+        sys.modules.setdefault(MODULE_NAME, pb_utils)
+        self._module_name = f"tritonx_python_model_{ctx.model_name}_{ctx.version}_{next(_seq)}"
+        try:
+            self.runner.initialize(ctx.model_path, self._module_name, initialize_args(ctx))
+        except Exception as exc:
+            self.runner.close()
+            sys.modules.pop(self._module_name, None)
+            raise TritonXError(
+                f"Failed to initialize Python stub: {exception_text(exc)}", Code.INTERNAL
+            ) from exc
+
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
+        """Run the model's ``execute`` on this thread."""
+        datatypes, outputs = self._datatypes, self._outputs
+        pb_requests = [
+            pb_utils.InferenceRequest(
+                request_id=request.id,
+                correlation_id=request.correlation_id,
+                inputs=[
+                    pb_utils.Tensor(name, array, datatype=datatypes.get(name))
+                    for name, array in request.inputs.items()
+                ],
+                requested_output_names=list(request.requested_outputs or outputs),
+                flags=request.flags,
+                timeout=request.timeout_us,
+                parameters=parameters_json(request.parameters),
+            )
+            for request in requests
+        ]
+        try:
+            responses = self.runner.execute(
+                pb_requests, _deliverer(requests) if self.decoupled else None
+            )
+        except ExecuteFailed as exc:
+            raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
+        if responses is None:
+            return None
+        return [to_core_response(r) for r in responses]
+
+    def unload(self) -> None:
+        """Call the model's ``finalize``."""
+        try:
+            self.runner.finalize()
+        except Exception:
+            log.exception("finalize of python model '%s' failed", self.name)
+        finally:
+            sys.modules.pop(self._module_name, None)
+
+
+def _deliverer(requests: Sequence[InferenceRequest]) -> Deliver:
+    """Where a decoupled model's responses go: each request's core response sender."""
+
+    def deliver(index: int, response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        sender = requests[index].response_sender
+        assert sender is not None
+        sender.send(to_core_response(response) if response is not None else None, final=final)
+
+    return deliver
+
+
+def auto_complete_here(model_path: Path, config: dict[str, Any]) -> dict[str, Any]:
+    """Run the model's ``auto_complete_config`` in this process."""
+    name = f"tritonx_python_autocomplete_{next(_seq)}"
+    try:
+        return auto_complete(model_path, name, json.loads(json.dumps(config)))
+    except Exception as exc:
+        raise invalid_arg(
+            f"Failed to initialize Python stub for auto-complete: {exception_text(exc)}"
+        ) from exc
+    finally:
+        sys.modules.pop(name, None)

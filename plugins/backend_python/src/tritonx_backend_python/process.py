@@ -1,0 +1,190 @@
+"""Worker processes: starting them (forkserver, or a model's own interpreter), reaping and
+killing them, and saying how they ended."""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import weakref
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+from tritonx.errors import invalid_arg
+from tritonx_backend_python import _stub
+
+#: config.pbtxt parameter naming a per-model Python environment (folder or conda-pack tarball).
+ENV_PARAMETER = "EXECUTION_ENV_PATH"
+
+_forkserver_lock = threading.Lock()
+_live_workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+
+
+def _context() -> Any:
+    """The multiprocessing context workers start from: a forkserver that has imported numpy
+    and the stub already, so a worker starts in milliseconds (plain ``fork`` would copy the
+    server's threads and locks; ``spawn`` takes ~150 ms per worker)."""
+    with _forkserver_lock:
+        ctx = multiprocessing.get_context("forkserver")
+        ctx.set_forkserver_preload(["numpy", "tritonx_backend_python._stub"])
+        return ctx
+
+
+@contextlib.contextmanager
+def _main_module_hidden() -> Iterator[None]:
+    """Keep multiprocessing from re-running the embedding program's ``__main__`` in workers.
+
+    A forkserver child normally imports the parent's main module (by path or name) before
+    running its target; workers only need the stub, and a script that embeds
+    ``tritonx.Server`` without an ``if __name__ == "__main__":`` guard would start again
+    inside every worker.
+    """
+    main = sys.modules.get("__main__")
+    if main is None:
+        yield
+        return
+    missing = object()
+    saved = {key: getattr(main, key, missing) for key in ("__file__", "__spec__")}
+    try:
+        main.__spec__ = None
+        if saved["__file__"] is not missing:
+            del main.__file__
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is not missing:
+                setattr(main, key, value)
+
+
+@atexit.register
+def _kill_workers() -> None:
+    for worker in list(_live_workers):
+        worker.kill()
+
+
+class WorkerProcess:
+    """A worker process and the socket to it (forkserver child or env subprocess).
+
+    :param name: names the process (``tritonx-python-<name>``).
+    :param env_python: the interpreter of the model's ``EXECUTION_ENV_PATH``; ``None`` forks
+        the worker from the forkserver.
+    """
+
+    def __init__(self, name: str, env_python: str | None = None) -> None:
+        self.name = name
+        self._popen: subprocess.Popen[bytes] | None = None
+        self._process: Any = None
+        if env_python is None:
+            ctx = _context()
+            parent, child = ctx.Pipe(duplex=True)
+            self._process = ctx.Process(
+                target=_stub.run, args=(child,), name=f"tritonx-python-{name}", daemon=False
+            )
+            with _forkserver_lock, _main_module_hidden():
+                self._process.start()
+            child.close()
+            self.conn: Connection = parent
+            self.pid: int = self._process.pid
+        else:
+            ours, theirs = socket.socketpair()
+            package_root = str(Path(_stub.__file__).resolve().parents[1])
+            env = dict(os.environ)
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (package_root, env.get("PYTHONPATH", "")) if p
+            )
+            env_bin = str(Path(env_python).parent)
+            env["PATH"] = os.pathsep.join((env_bin, env.get("PATH", "")))
+            self._popen = subprocess.Popen(
+                [env_python, "-m", "tritonx_backend_python._stub", str(theirs.fileno())],
+                pass_fds=[theirs.fileno()],
+                env=env,
+                close_fds=True,
+            )
+            theirs.close()
+            self.conn = Connection(ours.detach())
+            self.pid = self._popen.pid
+        _live_workers.add(self)
+
+    def exitcode(self, wait: float = 0.0) -> int | None:
+        """The exit status (negative: killed by that signal), None while running."""
+        if self._popen is not None:
+            try:
+                return self._popen.wait(wait) if wait else self._popen.poll()
+            except subprocess.TimeoutExpired:
+                return None
+        if wait:
+            self._process.join(wait)
+        code: int | None = self._process.exitcode
+        return code
+
+    def stop(self, grace: float) -> None:
+        """Wait up to ``grace`` seconds for the process to exit by itself, then kill it."""
+        if grace > 0 and self.exitcode(wait=grace) is not None:
+            _live_workers.discard(self)
+        else:
+            self.kill()
+
+    def kill(self) -> None:
+        """Kill the process (SIGKILL) and reap it."""
+        try:
+            if self._popen is not None:
+                if self._popen.poll() is None:
+                    self._popen.kill()
+                self._popen.wait(5)
+            elif self._process.exitcode is None:
+                self._process.kill()
+                self._process.join(5)
+        except Exception:  # already gone
+            pass
+        _live_workers.discard(self)
+
+    def close(self) -> None:
+        """Close the connection to the process."""
+        try:
+            self.conn.close()
+        except OSError:
+            pass
+
+
+def describe_exit(code: int | None) -> str:
+    """``exited with code 3`` / ``was killed by signal 11 (SIGSEGV)``."""
+    if code is None:
+        return "stopped responding"
+    if code < 0:
+        try:
+            signame = signal.Signals(-code).name
+        except ValueError:
+            signame = "unknown"
+        return f"was killed by signal {-code} ({signame})"
+    return f"exited with code {code}"
+
+
+def env_python(path_text: str, model_dir: Path) -> str:
+    """The interpreter of an ``EXECUTION_ENV_PATH`` (a folder, or a conda-pack tarball that is
+    unpacked once into the temp folder)."""
+    path = Path(path_text.replace("$$TRITON_MODEL_DIRECTORY", str(model_dir)))
+    if path.is_file():
+        stat = path.stat()
+        digest = hashlib.sha1(f"{path.resolve()}:{stat.st_mtime_ns}:{stat.st_size}".encode())
+        target = Path(tempfile.gettempdir()) / "tritonx-python-envs" / digest.hexdigest()[:16]
+        if not (target / ".complete").exists():
+            target.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(path) as tar:
+                tar.extractall(target, filter="data")
+            (target / ".complete").touch()
+        path = target
+    for candidate in ("bin/python3", "bin/python", "python.exe"):
+        if (path / candidate).exists():
+            return str(path / candidate)
+    raise invalid_arg(f"{ENV_PARAMETER} '{path_text}' holds no Python interpreter (bin/python)")

@@ -1,0 +1,261 @@
+"""Running one ``TritonPythonModel``: import, ``initialize``, ``execute`` (plain, ``async def``
+and decoupled), ``finalize``, with Triton's checks and error messages.
+
+:class:`ModelRunner` is shared by the worker process (``_stub``) and in-process instances
+(``inprocess``); they differ only in how requests arrive and where responses go. Like
+``_ipc`` this module needs only the standard library, numpy and ``pb_utils``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import functools
+import importlib.util
+import inspect
+import sys
+import threading
+from collections.abc import Callable, Coroutine
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Any
+
+from tritonx_backend_python import pb_utils
+
+#: The module name ``model.py`` files import pb_utils by.
+MODULE_NAME = "triton_python_backend_utils"
+
+#: ``deliver(request index, response or None, final)``: where a decoupled model's responses go.
+Deliver = Callable[[int, pb_utils.InferenceResponse | None, bool], None]
+Sender = Callable[[pb_utils.InferenceResponse | None, bool], None]
+
+_NO_BINDING: AbstractContextManager[None] = contextlib.nullcontext()
+
+
+def exception_text(exc: BaseException) -> str:
+    """``TypeName: message``, the way Triton's stub reports Python exceptions."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def failure_message(subject: str, message: str) -> str:
+    """Triton's error for requests that failed in the backend, e.g. ``Failed to process the
+    request(s) for model 'add_sub_0', message: ValueError: ...``; ``subject`` is ``model
+    '<instance>'`` or ``model instance '<instance>'``."""
+    return f"Failed to process the request(s) for {subject}, message: {message}"
+
+
+class ExecuteFailed(Exception):
+    """``execute`` raised or returned something Triton rejects; ``str()`` is Triton's message
+    and ``__cause__`` the original exception."""
+
+
+def import_model(model_path: Path, module_name: str) -> Any:
+    """Import ``model.py`` (its folder and the model folder go on ``sys.path``, as in Triton)
+    and return its ``TritonPythonModel`` class."""
+    for folder in (str(model_path.parent), str(model_path.parent.parent)):
+        if folder not in sys.path:
+            sys.path.append(folder)
+    if not model_path.exists():
+        raise pb_utils.TritonModelException(f"Python model file not found in '{model_path}'")
+    spec = importlib.util.spec_from_file_location(module_name, model_path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    cls = getattr(module, "TritonPythonModel", None)
+    if cls is None:
+        raise pb_utils.TritonModelException(
+            f"Python model '{model_path}' does not define class 'TritonPythonModel'"
+        )
+    return cls
+
+
+def auto_complete(model_path: Path, module_name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """Import ``model.py`` as ``module_name`` and run its ``auto_complete_config`` (if any)
+    on a config dict (Triton's JSON form)."""
+    sys.modules.setdefault(MODULE_NAME, pb_utils)
+    fn = getattr(import_model(model_path, module_name), "auto_complete_config", None)
+    if fn is None:
+        return config
+    result = fn(pb_utils.ModelConfig(config))
+    if not isinstance(result, pb_utils.ModelConfig):
+        raise pb_utils.TritonModelException(
+            "auto_complete_config function must return a pb_utils.ModelConfig object, "
+            f"found type '{type(result)}'"
+        )
+    return result.as_dict()
+
+
+def check_execute_result(
+    name: str,
+    decoupled: bool,
+    requests: list[pb_utils.InferenceRequest],
+    result: Any,
+    via_sender: dict[int, pb_utils.InferenceResponse],
+) -> list[pb_utils.InferenceResponse] | None:
+    """Triton's checks on what ``execute`` returned; the responses to send back."""
+    if decoupled:
+        if result is not None:
+            raise pb_utils.TritonModelException(
+                f"Python model '{name}' is using the decoupled mode and the execute "
+                "function must return None."
+            )
+        return None
+    if result is None and via_sender:
+        result = [None] * len(requests)
+    if not isinstance(result, list):
+        raise pb_utils.TritonModelException(
+            f"Expected a list in the execute return, found type '{type(result)}'."
+        )
+    if len(result) != len(requests):
+        raise pb_utils.TritonModelException(
+            "Number of InferenceResponse objects do not match the number of "
+            f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
+            f"InferenceResponse(s) size is:{len(result)}\n"
+        )
+    out: list[pb_utils.InferenceResponse] = []
+    for index, response in enumerate(result):
+        if response is None:
+            response = via_sender.get(index)
+            if response is None:
+                response = pb_utils.InferenceResponse(
+                    error=pb_utils.TritonError("the model returned no response for the request")
+                )
+        elif not isinstance(response, pb_utils.InferenceResponse):
+            raise pb_utils.TritonModelException(
+                "Expected an 'InferenceResponse' object in the execute function return "
+                f"list, found type '{type(response)}'."
+            )
+        out.append(response)
+    return out
+
+
+class ModelRunner:
+    """One ``TritonPythonModel`` instance and the calls into it.
+
+    :param name: the instance name (Triton's error messages use it).
+    :param decoupled: whether the model is decoupled.
+    :param runtime: the pb_utils runtime to make current around each call (in-process
+        models); ``None`` where one runtime serves the whole process (a worker).
+    """
+
+    def __init__(self, name: str, decoupled: bool, runtime: pb_utils.Runtime | None = None) -> None:
+        self.name = name
+        self.decoupled = decoupled
+        self.runtime = runtime
+        self.model: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _bound(self) -> AbstractContextManager[None]:
+        return _NO_BINDING if self.runtime is None else pb_utils._bound_runtime(self.runtime)
+
+    def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
+        """Run a coroutine of the model on its background event loop (started on first use);
+        it inherits the current context, so the bound runtime too."""
+        if self._loop is None:
+            self._loop = asyncio.new_event_loop()
+            threading.Thread(target=self._loop.run_forever, daemon=True, name="model-loop").start()
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _wait(self, result: Any) -> Any:
+        return self._submit(result).result() if inspect.iscoroutine(result) else result
+
+    def initialize(self, model_path: Path, module_name: str, args: dict[str, str]) -> None:
+        """Import ``model.py`` as ``module_name``, create the model and call ``initialize``
+        (awaited when it is a coroutine); its exceptions propagate."""
+        with self._bound():
+            cls = import_model(model_path, module_name)
+            self.model = cls()
+            init = getattr(self.model, "initialize", None)
+            if init is not None:
+                self._wait(init(args))
+
+    def execute(
+        self, requests: list[pb_utils.InferenceRequest], deliver: Deliver | None = None
+    ) -> list[pb_utils.InferenceResponse] | None:
+        """Call ``execute`` on ``requests``: one response per request, or ``None`` for decoupled
+        models, whose responses go to ``deliver``.
+
+        :raises ExecuteFailed: ``execute`` raised or returned something wrong (every request's
+            sender is closed then).
+        """
+        decoupled = self.decoupled
+        via_sender: dict[int, pb_utils.InferenceResponse] = {}
+        for index, request in enumerate(requests):
+            if decoupled:
+                assert deliver is not None
+                send: Sender = functools.partial(deliver, index)
+            else:
+
+                def send(
+                    response: pb_utils.InferenceResponse | None, final: bool, index: int = index
+                ) -> None:
+                    if response is not None:
+                        via_sender[index] = response
+
+            request._sender = pb_utils.InferenceResponseSender(send, decoupled)
+        # the runtime is bound without a context manager: this is the per-request path
+        runtime = self.runtime
+        token = pb_utils._current.set(runtime) if runtime is not None else None
+        try:
+            result = self.model.execute(requests)
+            if inspect.iscoroutine(result):
+                future = self._submit(result)
+                if decoupled:
+                    future.add_done_callback(functools.partial(self._async_done, requests))
+                    result = None
+                else:
+                    result = future.result()
+            return check_execute_result(self.name, decoupled, requests, result, via_sender)
+        except Exception as exc:
+            for request in requests:
+                if request._sender is not None:
+                    request._sender._close()
+            raise ExecuteFailed(self._failure(exc)) from exc
+        finally:
+            if token is not None:
+                pb_utils._current.reset(token)
+
+    def _failure(self, exc: BaseException) -> str:
+        return failure_message(f"model '{self.name}'", exception_text(exc))
+
+    def _async_done(
+        self, requests: list[pb_utils.InferenceRequest], future: concurrent.futures.Future[Any]
+    ) -> None:
+        """A decoupled ``async def execute`` ended: if it raised, fail every request it left
+        open."""
+        if future.cancelled():
+            exc: BaseException | None = concurrent.futures.CancelledError()
+        else:
+            exc = future.exception()
+        if exc is None:
+            return
+        error = pb_utils.TritonError(self._failure(exc))
+        for request in requests:
+            sender = request._sender
+            if sender is not None and not sender.closed:
+                try:
+                    sender.send(
+                        pb_utils.InferenceResponse(error=error),
+                        flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                    )
+                except pb_utils.TritonModelException:
+                    pass  # closed meanwhile
+
+    def finalize(self) -> None:
+        """Call ``finalize`` (if the model has one) and stop the background loop; its
+        exceptions propagate."""
+        try:
+            fin = getattr(self.model, "finalize", None)
+            if fin is not None:
+                with self._bound():
+                    self._wait(fin())
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Stop the background event loop, if one was started."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._loop = None
