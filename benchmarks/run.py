@@ -3,8 +3,9 @@
     python benchmarks/run.py            # the full table (~5 min on 2 cores)
     python benchmarks/run.py --smoke    # 1-second points: proves the harness works (CI)
 
-It generates the models (add_sub ONNX INT32 [16]; a ResNet-18-shaped CNN ONNX with random
-weights and a dynamic batch axis; Python-backend identity and add_sub), starts
+It generates the models (add_sub ONNX INT32 [16], also under the sequence batcher's direct
+and oldest strategies; a ResNet-18-shaped CNN ONNX with random weights and a dynamic batch
+axis; Python-backend identity and add_sub), starts
 ``tritonx serve`` on loopback, drives it with NVIDIA's C++ perf_analyzer (HTTP and gRPC,
 binary tensors) and prints, beside it, the reference limits measured in the same run: a bare
 aiohttp / grpc.aio endpoint returning canned responses (``bare_server.py``, the protocol limit
@@ -25,10 +26,12 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import minilm
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF_ANALYZER = ROOT / "tools" / "perf_analyzer" / "run.sh"
@@ -46,6 +49,16 @@ ORT_THREADS = (
     'parameters { key: "intra_op_thread_count", value: { string_value: "2" } }\n'
     'parameters { key: "inter_op_thread_count", value: { string_value: "1" } }\n'
 )
+SEQUENCE_CONTROLS = (
+    'control_input [ { name: "START" control [ { kind: CONTROL_SEQUENCE_START '
+    'int32_false_true: [ 0, 1 ] } ] }, { name: "READY" control [ { kind: '
+    "CONTROL_SEQUENCE_READY int32_false_true: [ 0, 1 ] } ] } ]"
+)
+#: sequence-batcher strategies benchmarked (16 slots / candidate sequences on one instance)
+SEQUENCE_STRATEGIES = {
+    "direct": "direct { }",
+    "oldest": "oldest { max_candidate_sequences: 16 }",
+}
 PY_IDENTITY = """import triton_python_backend_utils as pb_utils
 
 
@@ -124,6 +137,16 @@ def build_repository(repo: Path, with_python: bool) -> None:
         f'platform: "onnxruntime_onnx"\n{batching}{IO_INT32}{ONE}',
         {"model.onnx": add_sub_onnx},
     )
+    # the same graph under the sequence batcher, with START/READY control inputs it ignores
+    add_sub_controls = add_sub(TensorProto.INT32, ("batch", 16), controls=("START", "READY"))
+    for strategy, block in SEQUENCE_STRATEGIES.items():
+        write_model(
+            repo,
+            f"add_sub_seq_{strategy}",
+            f'platform: "onnxruntime_onnx"\n{batching}{IO_INT32}'
+            f"sequence_batching {{ {block} {SEQUENCE_CONTROLS} }}\n{ONE}",
+            {"model.onnx": add_sub_controls},
+        )
     cnn_io = (
         'input [ { name: "input", data_type: TYPE_FP32, dims: [ 3, 224, 224 ] } ]\n'
         'output [ { name: "logits", data_type: TYPE_FP32, dims: [ 1000 ] } ]\n'
@@ -241,7 +264,9 @@ def rss_bytes(pid: int) -> int:
 # ----------------------------------------------------------------------------- measurements
 
 
-def perf_analyzer(point: Point, url: str, window_ms: int, out_dir: Path) -> Point:
+def perf_analyzer(
+    point: Point, url: str, window_ms: int, out_dir: Path, extra: Sequence[str] = ()
+) -> Point:
     csv_path = out_dir / f"{point.target}-{point.model}-{point.protocol}-{point.concurrency}.csv"
     cmd = [
         str(PERF_ANALYZER),
@@ -261,6 +286,7 @@ def perf_analyzer(point: Point, url: str, window_ms: int, out_dir: Path) -> Poin
         "3",
         "-f",
         str(csv_path),
+        *extra,
     ]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     if done.returncode != 0 or not csv_path.exists():
@@ -354,8 +380,16 @@ def table(points: list[Point]) -> str:
         if p.target == "tritonx" and p.model == "add_sub":
             ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
             r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
+        elif p.scenario == "minilm":
+            r, vs = minilm.ratio_row(p, by)
         elif p.target == "tritonx" and p.model == "cnn":
             r, vs = ratio(p.infer_per_s, best_ort), "raw onnxruntime, best batch"
+        elif p.target == "tritonx" and p.model.startswith("add_sub_seq_"):
+            base = by.get(("tritonx", p.protocol, "add_sub", p.concurrency))
+            if base and base.infer_per_s and p.infer_per_s:
+                extra_us = 1e6 / p.infer_per_s - 1e6 / base.infer_per_s
+                r = ratio(p.infer_per_s, base.infer_per_s)
+                vs = f"add_sub without sequence batching ({extra_us:+.0f} us/request)"
         elif p.target == "tritonx" and p.model.endswith("_nobatch"):
             base = by.get(("tritonx", p.protocol, p.model.removesuffix("_nobatch"), p.concurrency))
             r, vs = (
@@ -458,6 +492,29 @@ def main(argv: list[str] | None = None) -> int:
                             )
                         )
             top = max(concurrencies)
+            # 16 concurrent sequences (each perf_analyzer context drives its own sequence)
+            sequences = 1 if args.smoke else 16
+            for proto in protocols if not args.smoke else ("grpc",):
+                url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                if sequences not in concurrencies:
+                    points.append(
+                        perf_analyzer(
+                            Point("add_sub", "tritonx", proto, "add_sub", sequences),
+                            url,
+                            window,
+                            log_dir,
+                        )
+                    )
+                for strategy in SEQUENCE_STRATEGIES:
+                    model = f"add_sub_seq_{strategy}"
+                    points.append(
+                        perf_analyzer(
+                            Point("sequence", "tritonx", proto, model, sequences),
+                            url,
+                            window,
+                            log_dir,
+                        )
+                    )
             for model in ("add_sub_nobatch", "cnn_nobatch"):
                 for proto in protocols if not args.smoke else ("grpc",):
                     url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
@@ -466,6 +523,21 @@ def main(argv: list[str] | None = None) -> int:
                             Point("batching", "tritonx", proto, model, top), url, window, log_dir
                         )
                     )
+        # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
+        points.extend(
+            minilm.points(
+                work,
+                log_dir,
+                max(window, 1000),  # ~10 ms requests: short windows are not stable
+                [1] if args.smoke else [1, 16],
+                ("grpc",) if args.smoke else protocols,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                seconds=0.5 if args.smoke else 3.0,
+            )
+        )
         from tritonx_backend_onnx.models import resnet18
 
         points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))

@@ -1,7 +1,7 @@
 """The extension points third parties build on, each exercised through the in-process server:
 backends found by platform, repository agents that replace the model folder, response caches,
-repository plugins chosen by URL scheme, the ServerHandle for calls between models, and the
-schedulers refused until they exist."""
+repository plugins chosen by URL scheme, and the ServerHandle for calls between models (the
+ensemble scheduler is built on it: ``test_ensemble.py``)."""
 
 from __future__ import annotations
 
@@ -396,41 +396,3 @@ async def test_backend_calls_another_model_through_the_server_handle(
     )
     async with make_server(model_repository.root) as server:
         assert await answer(server, "outer", 1) == 30
-
-
-@pytest.mark.parametrize(
-    ("extra", "reason"),
-    [
-        ("sequence_batching { }", "the sequence batcher (sequence_batching) is not supported"),
-        (
-            "ensemble_scheduling { step [ ] }",
-            'ensemble models (platform "ensemble", ensemble_scheduling) are not supported',
-        ),
-    ],
-)
-async def test_schedulers_not_built_yet_are_refused_at_load(
-    model_repository: ModelRepositoryBuilder, extra: str, reason: str
-) -> None:
-    acme_model(model_repository, "later", extra=extra)
-    acme_model(model_repository, "now")
-    async with make_server(model_repository.root) as server:
-        state, why = index(server)["later"]
-        assert state is ModelState.UNAVAILABLE and reason in why
-        assert not server.model_ready("later")
-        assert await answer(server, "now") == 6
-
-
-async def test_ensemble_platform_is_refused_at_load(
-    model_repository: ModelRepositoryBuilder,
-) -> None:
-    model_repository.add(
-        "ens",
-        platform="ensemble",
-        inputs=[("IN", "INT32", [1])],
-        outputs=[("OUT", "INT32", [1])],
-        extra='ensemble_scheduling { step [ { model_name: "x" model_version: -1 } ] }',
-        versions=(),
-    )
-    async with make_server(model_repository.root) as server:
-        state, why = index(server)["ens"]
-        assert state is ModelState.UNAVAILABLE and "ensemble models" in why

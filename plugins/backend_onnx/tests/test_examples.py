@@ -134,3 +134,81 @@ def test_triton_clients(server_thread: Any, protocol: str) -> None:
         np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 0 * x)
     finally:
         client.close()
+
+
+#: what tritonclient's sequence examples send (``simple_*_sequence_*_infer_client.py``)
+SEQUENCE_VALUES = [11, 7, 5, 3, 2, 0, 1]
+
+
+def _sequence_expected(dyna: bool, cids: tuple[int, int, str]) -> list[list[int]]:
+    """The outputs the examples check, per sequence (two numeric IDs, one string ID): START
+    adds 1; with ``-d`` END adds the ID and the string-ID model accumulates."""
+    negated = [-v for v in SEQUENCE_VALUES]
+    seq0 = [1, *SEQUENCE_VALUES]
+    seq1 = [101, *negated]
+    if not dyna:
+        return [seq0, seq1, [21, *negated]]
+    running = [int(v) for v in np.cumsum([20, *negated])]
+    return [
+        [*seq0[:-1], seq0[-1] + cids[0]],
+        [*seq1[:-1], seq1[-1] + cids[1]],
+        [*running[:-1], running[-1] + int(cids[2])],
+    ]
+
+
+@pytest.mark.parametrize("dyna", [False, True], ids=["direct", "dyna"])
+@pytest.mark.parametrize("kind", ["http", "grpc", "grpc_stream"])
+def test_sequence_examples(server_thread: Any, kind: str, dyna: bool) -> None:
+    """What tritonclient's sequence examples do (with and without ``-d``), with the values
+    they check: two numeric sequences and one string sequence, sync calls or one stream."""
+    protocol = "http" if kind == "http" else "grpc"
+    client_mod: Any = pytest.importorskip(f"tritonclient.{protocol}")
+    server = server_thread.server
+    url = server.http_url if protocol == "http" else server.grpc_url
+    int_model = "simple_dyna_sequence" if dyna else "simple_sequence"
+    string_model = "simple_string_dyna_sequence" if dyna else "simple_sequence"
+    cids: tuple[int, int, str] = (1000, 1001, "1002" if dyna else "d1f0a2b4-uuid")
+    sequences: list[tuple[str, int | str, list[int]]] = [
+        (int_model, cids[0], [0, *SEQUENCE_VALUES]),
+        (int_model, cids[1], [100, *(-v for v in SEQUENCE_VALUES)]),
+        (string_model, cids[2], [20, *(-v for v in SEQUENCE_VALUES)]),
+    ]
+    client = client_mod.InferenceServerClient(url)
+
+    def request(model: str, cid: int | str, values: list[int], i: int) -> dict[str, Any]:
+        tensor = client_mod.InferInput("INPUT", [1, 1], "INT32")
+        tensor.set_data_from_numpy(np.full((1, 1), values[i], np.int32))
+        return {
+            "model_name": model,
+            "inputs": [tensor],
+            "outputs": [client_mod.InferRequestedOutput("OUTPUT")],
+            "request_id": f"{cid}_{i + 1}",
+            "sequence_id": cid,
+            "sequence_start": i == 0,
+            "sequence_end": i == len(values) - 1,
+        }
+
+    results: dict[str, list[int]] = {str(cid): [] for _, cid, _ in sequences}
+    try:
+        if kind == "grpc_stream":
+            import queue
+
+            done: queue.Queue[Any] = queue.Queue()
+            client.start_stream(callback=lambda result, error: done.put(error or result))
+            for model, cid, values in sequences:
+                for i in range(len(values)):
+                    client.async_stream_infer(**request(model, cid, values, i))
+            for _ in range(sum(len(v) for _, _, v in sequences)):
+                item = done.get(timeout=30)
+                assert not isinstance(item, Exception), item
+                cid = item.get_response().id.split("_")[0]
+                results[cid].append(int(item.as_numpy("OUTPUT")[0][0]))
+            client.stop_stream()
+        else:
+            for model, cid, values in sequences:
+                for i in range(len(values)):
+                    result = client.infer(**request(model, cid, values, i))
+                    results[str(cid)].append(int(result.as_numpy("OUTPUT")[0][0]))
+    finally:
+        client.close()
+    assert [results[str(c)] for c in cids] == _sequence_expected(dyna, cids)

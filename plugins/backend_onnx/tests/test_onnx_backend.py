@@ -199,11 +199,10 @@ async def test_auto_complete_partial_config_and_backend_config(
         assert noio["max_batch_size"] == 16 and noio["dynamic_batching"][
             "preferred_batch_size"
         ] == [16]
-        # auto-complete adds no dynamic batcher to a model that has a scheduler (unit test:
-        # test_modelconfig.py); the sequence batcher itself is refused until it exists
-        state, reason = status(server, "mbs2")
-        assert state is ModelState.UNAVAILABLE
-        assert "sequence batcher (sequence_batching) is not supported by tritonx yet" in reason
+        # auto-complete adds no dynamic batcher to a model that has a scheduler
+        mbs2 = server.model_config("mbs2").to_json_dict()
+        assert mbs2["max_batch_size"] == 2 and "sequence_batching" in mbs2
+        assert "dynamic_batching" not in mbs2
         inputs_only = server.model_config("inputs_only").to_json_dict()
         assert [t["name"] for t in inputs_only["output"]] == ["OUTPUT0", "OUTPUT1"]
         assert inputs_only["max_batch_size"] == 8

@@ -40,8 +40,12 @@ class Pending:
         "rejected",
         "request",
         "seq",
+        "sequence",
         "shapes",
     )
+
+    #: the request's sequence (set by the sequence batcher only, never read elsewhere)
+    sequence: Any
 
     def __init__(self, request: InferenceRequest, deliver: Any, seq: int = 0) -> None:
         self.request = request
@@ -51,8 +55,9 @@ class Pending:
         self.deadline_ns = 0
         self.level = 0
         self.shapes: tuple[Any, ...] | None = None
-        #: set when the request failed without running (queue timeout, shutdown)
-        self.rejected = False
+        #: the failure reason (REJECTED, CANCELED) when the request failed without running
+        #: (queue timeout, shutdown, cancelled sequence); "" otherwise
+        self.rejected = ""
 
 
 class Batcher(Protocol):
@@ -115,12 +120,17 @@ class DynamicBatcher:
 
     :param reject: called (under the batcher's lock, from any thread) with requests whose queue
         timeout expired under the REJECT action; it must not block.
+    :param settings: the ``ModelDynamicBatching`` message to follow instead of the config's
+        ``dynamic_batching`` (the sequence batcher's oldest strategy builds one).
     """
 
     def __init__(
-        self, config: ModelConfig, reject: Callable[[Pending, TritonXError], None]
+        self,
+        config: ModelConfig,
+        reject: Callable[[Pending, TritonXError], None],
+        settings: Any = None,
     ) -> None:
-        db = config.raw.dynamic_batching
+        db = config.raw.dynamic_batching if settings is None else settings
         self.max_batch = max(1, config.max_batch_size)
         self.preferred = frozenset(int(s) for s in db.preferred_batch_size)
         self.max_preferred = max(self.preferred) if self.preferred else self.max_batch

@@ -206,7 +206,7 @@ class InstanceScheduler:
                 if response is None:
                     return
                 if response.error is not None and failed is None:
-                    failed = REJECTED if pending.rejected else BACKEND
+                    failed = pending.rejected or BACKEND
                 yield response
                 if response.final:
                     return
@@ -229,12 +229,13 @@ class InstanceScheduler:
         if self._inflight == 0:
             self._idle.set()
 
-    def _reject(self, pending: Pending, error: TritonXError) -> None:
-        """Fail a request that never ran (queue timeout, shutdown); callable from any thread."""
+    def _reject(self, pending: Pending, error: TritonXError, reason: str = REJECTED) -> None:
+        """Fail a request that never ran (queue timeout, shutdown, cancelled sequence);
+        callable from any thread. ``reason`` is its ``nv_inference_request_failure`` reason."""
         assert self._loop is not None
         response = InferenceResponse.failed(error)
         self._finish(response, self.config.name, self.version, pending.request.id, None)
-        pending.rejected = True
+        pending.rejected = reason
         if isinstance(pending.deliver, asyncio.Queue):
             self._loop.call_soon_threadsafe(pending.deliver.put_nowait, response)
         else:
@@ -362,7 +363,7 @@ class InstanceScheduler:
         if response.error is None:
             self.stats.record_success(elapsed)
         else:
-            self.stats.record_failure(REJECTED if pending.rejected else BACKEND, elapsed)
+            self.stats.record_failure(pending.rejected or BACKEND, elapsed)
         if not self.preserve_ordering:
             _deliver(pending, response)
             return

@@ -10,6 +10,14 @@
 5. a scheduler per selected version starts its instances (``_core.scheduler``);
 6. the agents' LOAD_COMPLETE or LOAD_FAIL actions run.
 
+An ensemble (``platform: "ensemble"``) has no backend: after step 4 its composing models are
+loaded first (in the same load operation, a :class:`LoadSession`), then it is validated
+against their completed configs (``_core.ensemble``) and gets an ensemble scheduler. Like
+Triton's dependency graph: a cycle between ensembles, a composing model that is missing or
+failed, fails the ensemble with Triton's message; a composing model that is reloaded reloads
+the ensembles that use it; ``unload_dependents`` also unloads the composing models nobody
+else needs; an ensemble is READY only while its composing models are.
+
 A reload that fails leaves the old version serving; an unload waits for the requests already
 accepted. States (LOADING, READY, UNLOADING, UNAVAILABLE + reason) feed readiness, the
 repository index and the start-up table (``_core.status``).
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonx._core import model_config as cfg
 from tritonx._core.agents import AgentChain
+from tritonx._core.ensemble import composing_models, is_ensemble, validate_with_composing
 from tritonx._core.load_request import (
     LoadRequest,
     check_model_name,
@@ -110,6 +119,10 @@ class ModelEntry:
     override: bool = False
     #: versions the last load attempt failed to load (an old version may still serve)
     last_failures: list[VersionEntry] = field(default_factory=list)
+    #: loaded by name (start-up or the load API), not only as an ensemble's composing model
+    explicit: bool = False
+    #: ``error`` comes from the dependency graph (Triton's "not valid" ensembles)
+    invalid: bool = False
 
     @property
     def known(self) -> bool:
@@ -128,8 +141,43 @@ class Prepared:
     versions: dict[int, Path]
     selected: list[int]
     missing: list[int]
-    backend: Backend
+    #: None for ensembles
+    backend: Backend | None
     agents: AgentChain | None = None
+    #: ensembles: the composing models' configs it was validated against
+    composing: dict[str, ModelConfig] = field(default_factory=dict)
+
+
+class DependencyError(TritonXError):
+    """An ensemble that cannot load because of its composing models (Triton's dependency
+    graph status: INVALID_ARG)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Code.INVALID_ARG)
+
+
+@dataclass(eq=False)
+class LoadSession:
+    """One load operation (start-up, a repository poll, a load API call): each model it
+    touches is loaded once, ensembles after their composing models."""
+
+    tasks: dict[str, asyncio.Task[ModelEntry | None]] = field(default_factory=dict)
+    every: list[asyncio.Task[ModelEntry | None]] = field(default_factory=list)
+    #: models this operation loaded or reloaded (not the no-op loads)
+    changed: set[str] = field(default_factory=set)
+
+    async def wait(self) -> None:
+        """Wait for every load started in this operation (including reloads it caused)."""
+        while True:
+            pending = [t for t in self.every if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        for task in self.every:
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                if not isinstance(exc, TritonXError):
+                    log.error("model load failed", exc_info=exc)
 
 
 class ModelManager:
@@ -159,6 +207,8 @@ class ModelManager:
         )
         self.metrics_options = MetricsOptions.from_config(settings.metrics_config)
         self._poll_task: asyncio.Task[None] | None = None
+        #: ensemble → its composing models, from its last prepared config (until unloaded)
+        self._ensemble_deps: dict[str, tuple[str, ...]] = {}
 
     # ------------------------------------------------------------------ start / stop
 
@@ -172,7 +222,10 @@ class ModelManager:
             names = found if "*" in wanted else wanted
         else:
             names = found
-        await asyncio.gather(*(self._load_logged(n) for n in names))
+        session = LoadSession()
+        for name in names:
+            self._session_load(session, name, explicit=True)
+        await session.wait()
         if self.settings.exit_on_error and any(not self._entry_ok(n) for n in names):
             raise TritonXError("failed to load all models", Code.INTERNAL)
         if mode == "poll" and self.settings.repository_poll_secs > 0:
@@ -185,6 +238,15 @@ class ModelManager:
             await asyncio.gather(self._poll_task, return_exceptions=True)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        # ensembles first, outer before inner, so their requests drain while the composing
+        # models still serve
+        deps = dict(self._ensemble_deps)
+        ensembles = [n for n in self.models if n in deps]
+        while ensembles:
+            inner = {d for e in ensembles for d in deps[e]}
+            outer = [e for e in ensembles if e not in inner] or ensembles
+            await asyncio.gather(*(self._unload(n, deadline) for n in outer))
+            ensembles = [e for e in ensembles if e not in outer]
         await asyncio.gather(*(self._unload(n, deadline) for n in list(self.models)))
         for backend in self._backends.values():
             try:
@@ -254,15 +316,22 @@ class ModelManager:
         return entry
 
     def all_ready(self) -> bool:
-        """Triton's strict readiness: every model has versions, each READY or unloaded."""
-        for entry in self.models.values():
+        """Triton's strict readiness: every model has versions, each READY or unloaded.
+
+        An ensemble waiting for a composing model that was unloaded counts as unloaded (Triton
+        unloads it, and loads it again with the composing model)."""
+        for name, entry in self.models.items():
             if entry.error:
                 return False
             if not entry.versions and entry.stamp is not None:
                 return False
+            waiting = name in self._ensemble_deps
             for v in entry.versions.values():
-                if not v.ready and v.reason != UNLOADED_REASON:
-                    return False
+                if v.ready or v.reason == UNLOADED_REASON:
+                    continue
+                if waiting and v.state is ModelState.READY:
+                    continue
+                return False
         return True
 
     def index(self, ready_only: bool = False) -> list[RepositoryEntry]:
@@ -301,7 +370,10 @@ class ModelManager:
         """
         self._check_explicit()
         request = LoadRequest.parse(name, parameters)
-        entry = await self._load(name, request)
+        session = LoadSession()
+        task = self._session_load(session, name, request, explicit=True)
+        await session.wait()
+        entry = task.result()  # raises what the load raised
         if entry is None:
             raise TritonXError(
                 f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
@@ -319,7 +391,28 @@ class ModelManager:
         """The repository unload API (explicit mode); unloading an unknown model succeeds."""
         self._check_explicit()
         check_model_name(name)
+        composing = self._ensemble_deps.get(name, ())
         await self._unload(name, None)
+        if unload_dependents:
+            await self._unload_composing(composing)
+
+    async def _unload_composing(self, names: tuple[str, ...]) -> None:
+        """Triton's cascading removal: composing models that were not loaded by name and
+        that no loaded ensemble uses any more are unloaded, and theirs in turn."""
+        queue = list(names)
+        while queue:
+            name = queue.pop(0)
+            entry = self.models.get(name)
+            if entry is None or entry.explicit or not self._has_loaded(name):
+                continue
+            if any(
+                name in deps and self._has_loaded(ensemble)
+                for ensemble, deps in self._ensemble_deps.items()
+                if ensemble != name
+            ):
+                continue
+            queue.extend(self._ensemble_deps.get(name, ()))
+            await self._unload(name, None)
 
     def _check_explicit(self) -> None:
         if self.settings.model_control_mode != "explicit":
@@ -327,11 +420,31 @@ class ModelManager:
 
     # ------------------------------------------------------------------ internals: load
 
-    async def _load_logged(self, name: str) -> None:
-        try:
-            await self._load(name, None)
-        except TritonXError as exc:
-            log.error("failed to load '%s': %s", name, exc.message)
+    def _session_load(
+        self,
+        session: LoadSession,
+        name: str,
+        request: LoadRequest | None = None,
+        *,
+        explicit: bool = False,
+        force: bool = False,
+    ) -> asyncio.Task[ModelEntry | None]:
+        """The load of ``name`` in ``session``: started once (``force`` starts it again,
+        bypassing the no-op check, once the earlier one is done)."""
+        task = session.tasks.get(name)
+        if task is not None and not (force and task.done()):
+            return task
+        task = asyncio.get_running_loop().create_task(
+            self._load(name, request, session, explicit=explicit, force=force),
+            name=f"tritonx-load-{name}",
+        )
+        session.tasks[name] = task
+        session.every.append(task)
+        return task
+
+    def _has_loaded(self, name: str) -> bool:
+        entry = self.models.get(name)
+        return entry is not None and any(v.scheduler is not None for v in entry.versions.values())
 
     def _entry_ok(self, name: str) -> bool:
         entry = self.models.get(name)
@@ -345,8 +458,31 @@ class ModelManager:
             lock = self._locks[name] = asyncio.Lock()
         return lock
 
-    async def _load(self, name: str, request: LoadRequest | None) -> ModelEntry | None:
+    async def _load(
+        self,
+        name: str,
+        request: LoadRequest | None,
+        session: LoadSession | None = None,
+        *,
+        explicit: bool = False,
+        force: bool = False,
+    ) -> ModelEntry | None:
+        if session is None:
+            session = LoadSession()
         overrides = request is not None and request.overrides
+        entry = await self._load_locked(name, request, session, overrides, force)
+        if entry is not None and explicit:
+            entry.explicit = True
+        return entry
+
+    async def _load_locked(
+        self,
+        name: str,
+        request: LoadRequest | None,
+        session: LoadSession,
+        overrides: bool,
+        force: bool,
+    ) -> ModelEntry | None:
         async with self._lock(name):
             sources, duplicates = await asyncio.to_thread(self.scan)
             entry = self.models.get(name)
@@ -376,29 +512,45 @@ class ModelManager:
                 stamp = await asyncio.to_thread(repo.stamp, name)
                 if (
                     stamp == entry.stamp
+                    and not force
                     and not overrides
                     and not entry.override
                     and entry.versions
                     and all(v.ready for v in entry.versions.values())
+                    and not await self._composing_changed(name, session)
                 ):
                     entry.last_failures = []
                     return entry  # nothing changed: a load is a no-op
             try:
                 prepared, localized = await self._prepare(
-                    name, repo, override_dir, request.config if request is not None else None
+                    name,
+                    repo,
+                    override_dir,
+                    request.config if request is not None else None,
+                    session,
                 )
             except TritonXError as exc:
                 remove_override_dir(override_dir)
-                if entry.versions and any(v.ready for v in entry.versions.values()):
+                if isinstance(exc, DependencyError):
+                    # the ensemble no longer fits its composing models (or they are gone):
+                    # Triton's dependency graph unloads it, whatever was serving
+                    for ventry in list(entry.versions.values()):
+                        await self._retire(name, ventry)
+                    entry.versions = {}
+                elif entry.versions and any(v.ready for v in entry.versions.values()):
                     # a failed reload leaves the old versions serving
                     log.error("failed to reload '%s': %s (keeping the loaded versions)", name, exc)
                     raise invalid_arg(f"load failed for model '{name}': {exc.message}\n") from exc
                 entry.error = exc.message
+                entry.invalid = isinstance(exc, DependencyError)
                 entry.stamp = None
                 self._emit(name, 0, ModelState.UNAVAILABLE, exc.message)
                 log.error("failed to load '%s': %s", name, exc.message)
                 return entry
+            entry.invalid = False
             await self._apply(entry, prepared)
+            session.changed.add(name)
+            self._reload_dependents(name, session)
             entry.stamp = stamp if stamp is not None else ("override", id(prepared))
             if entry.override_dir is not None and entry.override_dir != override_dir:
                 remove_override_dir(entry.override_dir)
@@ -410,8 +562,117 @@ class ModelManager:
             entry.override = overrides
             return entry
 
+    async def _composing_changed(self, name: str, session: LoadSession) -> bool:
+        """For an ensemble whose own files did not change: load its composing models (as
+        Triton polls them with it) and tell whether any of them was reloaded."""
+        deps = [d for d in self._ensemble_deps.get(name, ()) if d != name]
+        if not deps:
+            return False
+        await asyncio.gather(
+            *(self._session_load(session, d) for d in deps), return_exceptions=True
+        )
+        return any(d in session.changed for d in deps)
+
+    def _reload_dependents(self, name: str, session: LoadSession) -> None:
+        """``name`` was (re)loaded: reload the loaded ensembles that use it, so they are
+        validated again against its new config (in-flight requests finish on the old ones)."""
+        for ensemble, deps in list(self._ensemble_deps.items()):
+            if ensemble == name or name not in deps or not self._has_loaded(ensemble):
+                continue
+            task = session.tasks.get(ensemble)
+            if task is None or task.done():
+                self._session_load(session, ensemble, force=True)
+
+    def _check_cycles(self, name: str) -> None:
+        """Triton's ``CircularDependencyCheck`` over the ensembles known so far."""
+        deps = self._ensemble_deps
+        seen: set[str] = set()
+
+        def visit(current: str) -> str | None:
+            for upstream in deps.get(current, ()):
+                if upstream == name:
+                    return current
+                if upstream in seen:
+                    continue
+                seen.add(upstream)
+                found = visit(upstream)
+                if found is not None:
+                    return found
+            return None
+
+        last = visit(name)
+        if last is not None:
+            raise DependencyError(
+                f"circular dependency between ensembles: {name} -> ... -> {last} -> {name}"
+            )
+
+    async def _link_ensemble(
+        self, name: str, config: Any, session: LoadSession
+    ) -> dict[str, ModelConfig]:
+        """Load an ensemble's composing models (in ``session``), check them as Triton's
+        dependency graph does and validate the ensemble against their completed configs."""
+        deps = composing_models(config)
+        self._ensemble_deps[name] = deps
+        self._check_cycles(name)
+        others = [d for d in deps if d != name]
+        results = await asyncio.gather(
+            *(self._session_load(session, d) for d in others), return_exceptions=True
+        )
+        self._check_cycles(name)
+        missing = [
+            d
+            for d, result in zip(others, results, strict=True)
+            if result is None or (isinstance(result, BaseException) and d not in self.models)
+        ]
+        if missing:
+            raise DependencyError(
+                f"ensemble {name} contains models that are not available or ambiguous: "
+                + ", ".join(sorted(missing))
+            )
+        required: dict[str, set[int]] = {}
+        for step in config.ensemble_scheduling.step:
+            required.setdefault(step.model_name, set()).add(int(step.model_version))
+        composing: dict[str, ModelConfig] = {}
+        for dep in others:
+            entry = self.models[dep]
+            ready = entry.ready_versions()
+            if entry.invalid and entry.error:
+                raise DependencyError(
+                    f"ensemble '{name}' depends on '{dep}' which is not valid. Model '{dep}' "
+                    f"failed with error: {entry.error}"
+                )
+            if not ready:
+                reason = entry.error or "".join(
+                    f"version {v.version} is at {v.state.value} state: {v.reason};"
+                    for v in entry.versions.values()
+                    if v.reason and v.reason != UNLOADED_REASON
+                )
+                message = f"ensemble '{name}' depends on '{dep}' which has no loaded version."
+                if reason:
+                    message += f" Model '{dep}' loading failed with error: {reason}"
+                raise DependencyError(message)
+            for version in sorted(required[dep]):
+                if version != -1 and version not in ready:
+                    raise DependencyError(
+                        f"ensemble '{name}' depends on '{dep}' whose required version "
+                        f"{version} is not loaded."
+                    )
+            composing[dep] = self.get(dep, None).config  # type: ignore[assignment]
+        try:
+            validate_with_composing(config, {d: c.raw for d, c in composing.items()})
+        except DependencyError:
+            raise
+        except TritonXError as exc:
+            raise DependencyError(exc.message) from exc
+        return composing
+
     async def _prepare(
-        self, name: str, repo: Repository | None, override_dir: Path | None, override: Any
+        self,
+        name: str,
+        repo: Repository | None,
+        override_dir: Path | None,
+        override: Any,
+        session: LoadSession,
     ) -> tuple[Prepared, tuple[Repository, Path] | None]:
         """Steps 1-4 of a load: localize, read the raw config, run the agents' LOAD actions,
         complete and validate the config on the folder the agents returned."""
@@ -432,6 +693,8 @@ class ModelManager:
             folder = loaded_from
         try:
             prepared = await asyncio.to_thread(self._complete, name, raw, folder)
+            if is_ensemble(prepared.config):
+                prepared.composing = await self._link_ensemble(name, prepared.config, session)
         except BaseException:
             if agents:
                 await agents.load_failed()
@@ -462,8 +725,8 @@ class ModelManager:
         first = versions[min(versions)] if versions else None
         cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
         check_schedulable(config)
-        backend = self._backend(config.backend, name, folder)
-        if not self.settings.disable_auto_complete_config:
+        backend = None if is_ensemble(config) else self._backend(config.backend, name, folder)
+        if backend is not None and not self.settings.disable_auto_complete_config:
             filename = config.default_model_filename or backend.default_model_filename
             ctx = AutoCompleteContext(
                 config=EditableModelConfig(config),
@@ -479,7 +742,9 @@ class ModelManager:
             except Exception as exc:
                 raise invalid_arg(f"auto-complete of model '{name}' failed: {exc}") from exc
         cfg.normalize(config)
-        cfg.normalize_instance_groups(config, type(backend).default_cpu_instance_count)
+        cfg.normalize_instance_groups(
+            config, type(backend).default_cpu_instance_count if backend is not None else 1
+        )
         cfg.validate(config, name)
         cfg.check_model_files(config, folder)
         if config.response_cache.enable and not self._cache_enabled:
@@ -598,16 +863,19 @@ class ModelManager:
         backend = prepared.backend
         log.info("loading: %s:%d", name, v)
         try:
-            filename = config.raw.default_model_filename or backend.default_model_filename
-            model_path = version_path / filename if filename else None
-            if model_path is not None and not model_path.exists():
-                raise TritonXError(
-                    f"unable to find '{model_path}' for model '{name}' version {v}",
-                    Code.NOT_FOUND,
+            contexts: list[LoadContext] = []
+            passive: list[bool] = []
+            if backend is not None:
+                filename = config.raw.default_model_filename or backend.default_model_filename
+                model_path = version_path / filename if filename else None
+                if model_path is not None and not model_path.exists():
+                    raise TritonXError(
+                        f"unable to find '{model_path}' for model '{name}' version {v}",
+                        Code.NOT_FOUND,
+                    )
+                contexts, passive = self._instance_contexts(
+                    config, v, prepared.model_dir, version_path, model_path, backend
                 )
-            contexts, passive = self._instance_contexts(
-                config, v, prepared.model_dir, version_path, model_path, backend
-            )
             scheduler = make_scheduler(
                 config,
                 v,
@@ -616,6 +884,8 @@ class ModelManager:
                 passive,
                 self.rate_limiter,
                 self.metrics_options.latency_stats(config),
+                server=self.server,
+                composing=prepared.composing,
             )
             async with self._load_slots:
                 started = time.monotonic()
@@ -725,7 +995,10 @@ class ModelManager:
             entry.agents = None
             entry.stamp = None
             entry.error = ""
+            entry.invalid = False
+            entry.explicit = False
             entry.override = False
+            self._ensemble_deps.pop(name, None)
             remove_override_dir(entry.override_dir)
             entry.override_dir = None
             if entry.localized is not None:
@@ -747,8 +1020,11 @@ class ModelManager:
         """Poll mode: load new and changed models, unload removed ones."""
         sources, duplicates = await asyncio.to_thread(self.scan)
         on_disk = set(sources) | set(duplicates)
+        session = LoadSession()
         for name in sorted(on_disk):
-            await self._load_logged(name)
+            task = self._session_load(session, name, explicit=True)
+            await asyncio.wait([task])
+        await session.wait()
         for name in sorted(set(self.models) - on_disk):
             if self.models[name].override_dir is None:
                 await self._unload(name, None)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 from google.protobuf import json_format, text_format
 
 from tritonx._core.devices import gpu_count
+from tritonx._core.ensemble import ENSEMBLE, validate_scheduling
+from tritonx._core.sequence import validate_sequence_batching
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.proto import model_config_pb2
 
@@ -36,7 +38,6 @@ PLATFORM_BACKENDS: dict[str, str] = {
     "tensorflow_savedmodel": "tensorflow",
     "tensorflow_graphdef": "tensorflow",
 }
-ENSEMBLE = "ensemble"
 
 #: File (or folder) in a version directory → (backend, platform), in Triton's probe order.
 _FILE_BACKENDS: tuple[tuple[str, str, str], ...] = (
@@ -93,7 +94,7 @@ def auto_complete_backend_fields(
     """
     if not config.name:
         config.name = model_name
-    if config.platform == ENSEMBLE or config.HasField("ensemble_scheduling"):
+    if config.platform == ENSEMBLE:
         return
     filename = config.default_model_filename
     platform = config.platform
@@ -276,7 +277,11 @@ def validate(config: ModelConfigPb, dir_name: str) -> None:
         raise invalid_arg(f"'max_batch_size' must be non-negative value for {name}")
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
-    if config.platform == ENSEMBLE and not config.HasField("ensemble_scheduling"):
+    if config.HasField("sequence_batching"):
+        validate_sequence_batching(config)
+    if config.HasField("ensemble_scheduling"):
+        validate_scheduling(config)
+    elif config.platform == ENSEMBLE:
         raise invalid_arg(
             f"ensemble scheduling must be set for ensemble {name} whose platform is ensemble"
         )

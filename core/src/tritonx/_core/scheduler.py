@@ -3,7 +3,9 @@ factory that picks the implementation from the model's config.
 
 * no scheduling block: Triton's default scheduler (each free instance takes one request);
 * ``dynamic_batching``: the dynamic batcher;
-* ``sequence_batching`` and ``platform: "ensemble"``: not available yet, refused at load.
+* ``sequence_batching``: the sequence batcher (``_core/sequence_batcher.py``);
+* ``platform: "ensemble"``: the ensemble scheduler (``_core/ensemble.py``), which calls the
+  composing models through the ``ServerHandle``.
 
 The data plane and the model lifecycle use only :class:`Scheduler`; new schedulers (sequence
 batcher, ensembles) plug in here.
@@ -12,17 +14,22 @@ batcher, ensembles) plug in here.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from tritonx._core.batcher import DirectQueue, DynamicBatcher
+from tritonx._core.ensemble import EnsembleScheduler, is_ensemble
 from tritonx._core.instances import InstanceScheduler
 from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.sequence_batcher import SequenceScheduler
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
-from tritonx.errors import unsupported
+from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import InferenceRequest, InferenceResponse
+
+if TYPE_CHECKING:
+    from tritonx.handle import ServerHandle
 
 
 class Scheduler(Protocol):
@@ -69,32 +76,39 @@ class Scheduler(Protocol):
 
 
 def check_schedulable(config: ModelConfig | Any) -> None:
-    """Refuse, at load, a config whose scheduler tritonx does not have yet."""
-    raw = config.raw if isinstance(config, ModelConfig) else config
-    name = raw.name
-    if raw.platform == "ensemble" or raw.HasField("ensemble_scheduling"):
-        raise unsupported(
-            f"model '{name}': ensemble models (platform \"ensemble\", ensemble_scheduling) "
-            "are not supported by tritonx yet"
-        )
-    if raw.HasField("sequence_batching"):
-        raise unsupported(
-            f"model '{name}': the sequence batcher (sequence_batching) is not supported by "
-            "tritonx yet"
-        )
+    """Refuse, at load, a config whose scheduler tritonx does not have yet (none: every
+    scheduling kind Triton has now has its scheduler)."""
 
 
 def make_scheduler(
     config: ModelConfig,
     version: int,
-    backend: Backend,
+    backend: Backend | None,
     contexts: Sequence[LoadContext],
     passive: Sequence[bool],
     rate_limiter: RateLimiter,
     latency: LatencyStats | None,
+    *,
+    server: ServerHandle | None = None,
+    composing: Mapping[str, ModelConfig] | None = None,
 ) -> Scheduler:
-    """The scheduler ``config`` asks for (see the module docstring)."""
+    """The scheduler ``config`` asks for (see the module docstring).
+
+    :param server: what an ensemble calls its composing models through.
+    :param composing: an ensemble's composing models' configs, as validated at load.
+    """
+    if is_ensemble(config.raw):
+        if server is None or composing is None:
+            raise TritonXError(
+                f"ensemble '{config.name}' needs the server handle and its composing models",
+                Code.INTERNAL,
+            )
+        return EnsembleScheduler(config, version, server, composing, latency)
+    if backend is None:
+        raise TritonXError(f"model '{config.name}' has no backend", Code.INTERNAL)
     check_schedulable(config)
+    if config.raw.HasField("sequence_batching"):
+        return SequenceScheduler(config, version, backend, contexts, passive, rate_limiter, latency)
     if config.raw.HasField("dynamic_batching"):
         return InstanceScheduler(
             config,

@@ -200,6 +200,14 @@ class OnnxModelInstance(ModelInstance):
         self._batching = config.max_batch_size > 0
         self._input_types = {io.name: io.datatype for io in config.inputs}
         self._outputs = [(io.name, io.datatype, io.dims) for io in config.outputs]
+        # a stateful model: the sequence batcher adds control and state inputs, and reads
+        # the state outputs back, whatever outputs the client asked for
+        injected, self._state_outputs = modelconfig.sequence_tensors(config.raw)
+        self._input_types.update(
+            {n: dt for n, dt in injected.items() if n not in self._input_types}
+        )
+        known = {name for name, _, _ in self._outputs}
+        self._outputs_all = self._outputs + [o for o in self._state_outputs if o[0] not in known]
         self._ortvalues = any(dt is DataType.BF16 for _, dt, _ in self._outputs)
         if self._ortvalues and DataType.BYTES in self._input_types.values():
             # BF16 outputs need OrtValue runs, and ONNX Runtime builds no string OrtValues
@@ -251,9 +259,11 @@ class OnnxModelInstance(ModelInstance):
         names: set[str] = set()
         for request in requests:
             if request.requested_outputs is None:
-                return self._outputs
+                return self._outputs_all
             names.update(request.requested_outputs)
-        return [o for o in self._outputs if o[0] in names] or self._outputs
+        if self._state_outputs:
+            names.update(name for name, _, _ in self._state_outputs)
+        return [o for o in self._outputs_all if o[0] in names] or self._outputs_all
 
     def _run(
         self,

@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
+from tritonx.datatypes import DataType
 from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.proto import model_config_pb2
 from tritonx_backend_onnx.tensors import TensorInfo, shape_str
 
 log = logging.getLogger("tritonx.backend.onnxruntime")
@@ -152,6 +154,57 @@ def validate(
         _check_type(name, "output", io, info)
         dims = io.reshape if io.reshape is not None else io.dims
         _check_dims(name, io.name, info.dims, dims, max_batch, exact=True)
+    if config.HasField("sequence_batching"):
+        _validate_states(config, graph_outputs)
+
+
+def sequence_tensors(
+    config: Any,
+) -> tuple[dict[str, DataType], list[tuple[str, DataType, tuple[int, ...]]]]:
+    """What the sequence batcher adds to a stateful model's requests: control and state
+    input datatypes by name, and the state outputs (name, datatype, dims) it reads back."""
+    if not config.HasField("sequence_batching"):
+        return {}, []
+    sb = config.sequence_batching
+    inputs: dict[str, DataType] = {}
+    for control_input in sb.control_input:
+        for c in control_input.control:
+            if len(c.int32_false_true):
+                inputs[control_input.name] = DataType.INT32
+            elif len(c.fp32_false_true):
+                inputs[control_input.name] = DataType.FP32
+            elif len(c.bool_false_true):
+                inputs[control_input.name] = DataType.BOOL
+            elif c.data_type:
+                inputs[control_input.name] = _datatype(c.data_type)
+    outputs: list[tuple[str, DataType, tuple[int, ...]]] = []
+    for state in sb.state:
+        datatype = _datatype(state.data_type)
+        inputs[state.input_name] = datatype
+        outputs.append((state.output_name, datatype, tuple(state.dims)))
+    return inputs, outputs
+
+
+def _datatype(value: int) -> DataType:
+    return DataType.from_config(model_config_pb2.DataType.Name(value))
+
+
+def _validate_states(config: Any, graph_outputs: Mapping[str, TensorInfo]) -> None:
+    """State outputs must be graph outputs of the state's datatype (Triton's messages)."""
+    for state in config.sequence_batching.state:
+        info = graph_outputs.get(state.output_name)
+        if info is None:
+            raise invalid_arg(
+                f"unexpected inference output '{state.output_name}', allowed outputs are: "
+                + ", ".join(graph_outputs)
+            )
+        expected = model_config_pb2.DataType.Name(state.data_type)
+        if info.config_type != expected:
+            raise invalid_arg(
+                f"unable to load model '{config.name}', configuration expects datatype "
+                f"{expected} for output state '{state.output_name}', model provides "
+                f"{info.type_label}"
+            )
 
 
 def _check_type(model: str, what: str, io: IOConfig, info: TensorInfo) -> None:

@@ -37,15 +37,22 @@ def make_model(
 
 
 def add_sub(
-    elem: int = TensorProto.FLOAT, shape: Sequence[int | str | None] = ("batch", 4)
+    elem: int = TensorProto.FLOAT,
+    shape: Sequence[int | str | None] = ("batch", 4),
+    controls: Sequence[str] = (),
 ) -> bytes:
-    """INPUT0, INPUT1 → OUTPUT0 = sum, OUTPUT1 = difference."""
+    """INPUT0, INPUT1 → OUTPUT0 = sum, OUTPUT1 = difference.
+
+    :param controls: names of extra INT32 ``[batch, 1]`` inputs the graph ignores: the
+        sequence batcher's control tensors, for the same model under ``sequence_batching``.
+    """
+    extra = [(name, TensorProto.INT32, [shape[0], 1]) for name in controls]
     return make_model(
         [
             helper.make_node("Add", ["INPUT0", "INPUT1"], ["OUTPUT0"]),
             helper.make_node("Sub", ["INPUT0", "INPUT1"], ["OUTPUT1"]),
         ],
-        [("INPUT0", elem, shape), ("INPUT1", elem, shape)],
+        [("INPUT0", elem, shape), ("INPUT1", elem, shape), *extra],
         [("OUTPUT0", elem, shape), ("OUTPUT1", elem, shape)],
     ).SerializeToString()
 
@@ -137,3 +144,41 @@ def resnet18(num_classes: int = 1000, seed: int = 0) -> bytes:
         name="resnet18",
     )
     return model.SerializeToString()
+
+
+def sequence_accumulator(reset_on_start: bool = True, corrid: bool = False) -> bytes:
+    """A stateful model for the sequence batcher, INT32 ``[batch, 1]`` tensors throughout:
+    ``ACC_OUT = READY * INPUT + KEEP * ACC_IN`` and ``OUTPUT = ACC_OUT (+ CORRID)``, where the
+    controls START, READY (and CORRID, INT32, added to OUTPUT when ``corrid``) and the state
+    ``ACC_IN`` / ``ACC_OUT`` are inputs and outputs the server provides and reads back.
+
+    :param reset_on_start: KEEP = 1 - START (the graph restarts the sum itself); without it
+        KEEP = 1 and there is no START input: the sum restarts from the initial state the
+        server feeds at each sequence start.
+    """
+    int32 = TensorProto.INT32
+    nodes: list[Any] = [helper.make_node("Mul", ["READY", "INPUT"], ["ADDED"])]
+    names = ["INPUT", "READY", "ACC_IN"]
+    kept = "ACC_IN"
+    if reset_on_start:
+        names.append("START")
+        one = helper.make_tensor("ONE_VALUE", int32, [], [1])
+        nodes += [
+            helper.make_node("Constant", [], ["ONE"], value=one),
+            helper.make_node("Sub", ["ONE", "START"], ["KEEP"]),
+            helper.make_node("Mul", ["ACC_IN", "KEEP"], ["KEPT"]),
+        ]
+        kept = "KEPT"
+    nodes.append(helper.make_node("Add", ["ADDED", kept], ["ACC_OUT"]))
+    if corrid:
+        names.append("CORRID")
+        nodes.append(helper.make_node("Add", ["ACC_OUT", "CORRID"], ["OUTPUT"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["ACC_OUT"], ["OUTPUT"]))
+    shape: list[int | str | None] = ["batch", 1]
+    return make_model(
+        nodes,
+        [(n, int32, shape) for n in names],
+        [("OUTPUT", int32, shape), ("ACC_OUT", int32, shape)],
+        name="sequence_accumulator",
+    ).SerializeToString()

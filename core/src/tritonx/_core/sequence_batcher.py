@@ -1,0 +1,806 @@
+"""The sequence batcher: Triton's scheduler for stateful models (core
+``sequence_batch_scheduler.cc``), behind the same instance threads as the other schedulers.
+
+Every request carries a correlation ID; the first of a sequence has the START flag, the last
+the END flag. A sequence gets a *slot* of one instance and keeps it until its END request runs
+or it stays idle longer than ``max_sequence_idle_microseconds``; sequences that find every
+slot taken wait in a FIFO backlog. The core adds the control tensors (START, END, READY,
+CORRID) and the implicit state (``state``) to each request as ordinary inputs, and keeps the
+state outputs a model returns for the sequence's next request.
+
+* **direct** (default): each instance has ``max(1, max_batch_size)`` slots; a batch covers
+  slots 0 to the highest slot with a request, one request per slot, and fills idle slots
+  below that with *filler* requests (zeros, READY false) so every sequence keeps its row.
+  ``minimum_slot_utilization`` with ``max_queue_delay_microseconds`` holds a batch until that
+  fraction of slots is ready or the oldest request waited that long.
+* **oldest**: each instance has ``max_candidate_sequences`` slots and a dynamic batcher over
+  the next request of each (one request per sequence in flight, so a batch never holds two
+  requests of one sequence), with the strategy's preferred sizes, delay and ordering.
+
+Idle sequences are released by a reaper thread (later requests without START then fail with
+Triton's START message); cancelling a queued request (client cancel or disconnect) ends its
+sequence: its queued requests fail CANCELLED and the slot is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Sequence
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from tritonx._core.batcher import DynamicBatcher, Pending
+from tritonx._core.instances import BACKEND, CANCELED, REJECTED, InstanceScheduler
+from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.sequence import SequenceSettings, sequence_settings
+from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.config import ModelConfig
+from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.proto import model_config_pb2
+from tritonx.stats import LatencyStats
+from tritonx.types import (
+    SEQUENCE_END,
+    SEQUENCE_START,
+    InferenceRequest,
+    InferenceResponse,
+    ResponseSender,
+)
+
+log = logging.getLogger("tritonx.scheduler.sequence")
+
+#: Queued after a sequence's requests to release its slot once they ran (idle timeout,
+#: cancellation): Triton's "null request".
+_RELEASE: Any = object()
+
+#: How often an idle sequence still waiting in the backlog is looked at again (Triton's).
+BACKLOG_IDLE_RECHECK_NS = 50_000_000
+
+Reject = Callable[..., None]
+
+
+class _Sequence:
+    """One sequence: its correlation ID, its slot (once it has one) and its state."""
+
+    __slots__ = ("corrid", "corrid_array", "ending", "slot", "state")
+
+    def __init__(self, corrid: int | str, corrid_array: np.ndarray | None) -> None:
+        self.corrid = corrid
+        self.corrid_array = corrid_array
+        self.slot: _Slot | None = None
+        #: a release marker is queued after its requests (idle timeout, cancellation)
+        self.ending = False
+        #: implicit state by state input name (None until the first request runs)
+        self.state: dict[str, np.ndarray] | None = None
+
+
+class _Slot:
+    """One batch slot of one instance and the queue of the sequence that holds it."""
+
+    __slots__ = ("in_flight", "index", "instance", "queue", "sequence")
+
+    def __init__(self, instance: int, index: int) -> None:
+        self.instance = instance
+        self.index = index
+        self.queue: deque[Any] = deque()
+        self.sequence: _Sequence | None = None
+        #: oldest strategy: a request of this slot is in the dynamic batcher or executing
+        self.in_flight = False
+
+
+class _Backlog:
+    """A sequence waiting for a slot, with its requests so far."""
+
+    __slots__ = ("expires_ns", "queue", "sequence")
+
+    def __init__(self, sequence: _Sequence) -> None:
+        self.sequence = sequence
+        self.queue: deque[Pending] = deque()
+        self.expires_ns = 0
+
+
+def _discard(response: InferenceResponse | None, final: bool) -> None:
+    """The response sender of filler requests of decoupled models."""
+
+
+class SequenceBatcher:
+    """The direct strategy (and what the oldest strategy shares with it).
+
+    :param settings: the model's controls and states (:func:`sequence_settings`).
+    :param active: for each instance, whether it takes requests (False: passive).
+    :param reject: the scheduler's ``_reject(pending, error, reason)``.
+    """
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        settings: SequenceSettings,
+        active: Sequence[bool],
+        reject: Reject,
+    ) -> None:
+        sb = config.raw.sequence_batching
+        self.model = config.name
+        self.settings = settings
+        self._decoupled = config.decoupled
+        self._reject = reject
+        self._idle_ns = int(sb.max_sequence_idle_microseconds) * 1000
+        self._max_batch = max(1, config.max_batch_size)
+        self._delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
+        self._utilization = float(sb.direct.minimum_slot_utilization)
+        # direct batches must not mix shapes of inputs with variable dimensions (Triton's
+        # enforce_equal_shape_tensors): rows of other shapes wait for a later batch
+        self._check_shapes = any(
+            -1 in t.dims and not t.allow_ragged_batch for t in config.inputs
+        ) or any(t.optional for t in config.inputs)
+        self._lock = threading.Lock()
+        self._cvs = [threading.Condition(self._lock) for _ in active]
+        self._reaper_cv = threading.Condition(self._lock)
+        count = self._slot_count(config)
+        self._slots: list[list[_Slot]] = [
+            [_Slot(i, s) for s in range(count)] if on else [] for i, on in enumerate(active)
+        ]
+        # free slots, lowest slot number first so every instance's batches stay small
+        self._free: list[tuple[int, int]] = [
+            (s, i) for i, on in enumerate(active) if on for s in range(count)
+        ]
+        heapq.heapify(self._free)
+        self._active: dict[int | str, _Sequence] = {}
+        self._backlog: deque[_Backlog] = deque()
+        self._backlog_map: dict[int | str, _Backlog] = {}
+        self._last_seen: dict[int | str, int] = {}
+        self._next_idle = 0
+        self._next_expiry = 0
+        self._queued = 0  # requests in slot queues
+        self._backlogged = 0  # requests in the backlog
+        self._stopped = False
+        #: filler inputs by the shapes of the requests they stand beside
+        self._fillers: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
+        # Triton's test knobs: hold batches until this many requests are queued in slots
+        # (and this many in the backlog)
+        self._hold = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
+        self._backlog_hold = int(os.environ.get("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "0") or 0)
+        self._reaper = threading.Thread(
+            target=self._reap_loop, name=f"tritonx-{self.model}-sequence-reaper", daemon=True
+        )
+        self._reaper.start()
+
+    def _slot_count(self, config: ModelConfig) -> int:
+        return self._max_batch
+
+    @property
+    def pending_count(self) -> int:
+        return self._queued + self._backlogged
+
+    # ------------------------------------------------------------------ enqueue (event loop)
+
+    def put(self, pending: Pending) -> None:
+        """Route a request to its sequence's slot or backlog; raises INVALID_ARG with
+        Triton's messages for requests the sequence batcher cannot take."""
+        request = pending.request
+        cid = request.correlation_id
+        self.settings.check_correlation_id(request.id, cid)
+        if request.batch_size > 1:
+            raise invalid_arg(
+                f"inference request to model '{self.model}' must specify batch-size 1 due to "
+                "requirements of sequence batcher"
+            )
+        if not cid:
+            raise invalid_arg(
+                f"inference request to model '{self.model}' must specify a non-zero or "
+                "non-empty correlation ID"
+            )
+        flags = request.flags
+        start, end = flags & SEQUENCE_START, flags & SEQUENCE_END
+        with self._lock:
+            if self._stopped:
+                raise TritonXError("Server exiting", Code.UNAVAILABLE)
+            sequence = self._active.get(cid)
+            backlog = self._backlog_map.get(cid) if sequence is None else None
+            if not start and sequence is None and backlog is None:
+                raise invalid_arg(
+                    f"inference request for sequence {cid} to model '{self.model}' must "
+                    "specify the START flag on the first request of the sequence"
+                )
+            now = time.perf_counter_ns()
+            if end:
+                self._last_seen.pop(cid, None)
+            else:
+                self._last_seen[cid] = now
+                if not self._next_idle:
+                    self._next_idle = now + self._idle_ns
+                    self._reaper_cv.notify()
+            if start and (sequence is not None or backlog is not None):
+                log.warning(
+                    "sequence %s for model '%s' has a conflict. The previous sequence did not "
+                    "end before this sequence start. Previous sequence will be terminated early.",
+                    cid,
+                    self.model,
+                )
+            if sequence is not None:
+                assert sequence.slot is not None
+                pending.sequence = sequence
+                if end:
+                    del self._active[cid]
+                self._enqueue(sequence.slot, pending)
+                return
+            if backlog is not None:
+                pending.sequence = backlog.sequence
+                self._to_backlog(backlog, pending, now)
+                if end:
+                    del self._backlog_map[cid]
+                return
+            sequence = _Sequence(
+                cid, self.settings.corrid_array(cid) if self.settings.corrid_name else None
+            )
+            pending.sequence = sequence
+            if self._free:
+                index, instance = heapq.heappop(self._free)
+                slot = self._slots[instance][index]
+                slot.sequence, sequence.slot = sequence, slot
+                if not end:
+                    self._active[cid] = sequence
+                self._enqueue(slot, pending)
+                return
+            backlog = _Backlog(sequence)
+            self._backlog.append(backlog)
+            self._to_backlog(backlog, pending, now)
+            if not end:
+                self._backlog_map[cid] = backlog
+
+    def _to_backlog(self, backlog: _Backlog, pending: Pending, now: int) -> None:
+        backlog.queue.append(pending)
+        self._backlogged += 1
+        timeout = pending.request.timeout_us
+        if timeout:
+            expires = now + timeout * 1000
+            if not backlog.expires_ns or expires < backlog.expires_ns:
+                backlog.expires_ns = expires
+            if not self._next_expiry or expires < self._next_expiry:
+                self._next_expiry = expires
+                self._reaper_cv.notify()
+        if self._hold:
+            self._notify_all()
+
+    def _enqueue(self, slot: _Slot, pending: Pending) -> None:
+        slot.queue.append(pending)
+        self._queued += 1
+        if self._hold:
+            self._notify_all()
+        else:
+            self._cvs[slot.instance].notify()
+
+    def _notify_all(self) -> None:
+        for cv in self._cvs:
+            cv.notify_all()
+
+    # ------------------------------------------------------------------ batches (instances)
+
+    def get(self, instance: int) -> list[Pending] | None:
+        """Block until this instance has a batch; None once stopped."""
+        cv = self._cvs[instance]
+        slots = self._slots[instance]
+        with self._lock:
+            while True:
+                if self._stopped:
+                    return None
+                if self._hold:
+                    if self._queued < self._hold or self._backlogged < self._backlog_hold:
+                        cv.wait()
+                        continue
+                    self._hold = self._backlog_hold = 0
+                    self._notify_all()
+                representative: Pending | None = None
+                ready = 0
+                earliest = 0
+                top = -1
+                for slot in slots:
+                    queue = slot.queue
+                    while queue and queue[0] is _RELEASE:
+                        queue.popleft()
+                        self._release(slot)
+                    if queue:
+                        head = queue[0]
+                        if representative is None:
+                            representative = head
+                        ready += 1
+                        if not earliest or head.enqueue_ns < earliest:
+                            earliest = head.enqueue_ns
+                        top = slot.index
+                if representative is None:
+                    cv.wait()
+                    continue
+                if self._delay_ns and self._utilization:
+                    waited = time.perf_counter_ns() - earliest
+                    if waited <= self._delay_ns and ready / self._max_batch < self._utilization:
+                        cv.wait((self._delay_ns - waited) / 1e9)
+                        continue
+                return self._form(slots, top, representative)
+
+    def _signature(self, pending: Pending) -> tuple[Any, ...]:
+        return tuple((n, a.shape) for n, a in pending.request.inputs.items())
+
+    def _form(self, slots: list[_Slot], top: int, representative: Pending) -> list[Pending]:
+        """Take one request per slot 0..top (fillers where a slot has none)."""
+        check = self._check_shapes
+        signature = self._signature(representative) if check else None
+        batch: list[Pending | None] = []
+        fillers = 0
+        for slot in slots[: top + 1]:
+            queue = slot.queue
+            if not queue or (check and self._signature(queue[0]) != signature):
+                batch.append(None)
+                fillers += 1
+                continue
+            pending = queue.popleft()
+            self._queued -= 1
+            self._inject(pending)
+            if pending.request.flags & SEQUENCE_END:
+                self._release(slot)
+            batch.append(pending)
+        if not fillers:
+            return batch  # type: ignore[return-value]
+        return [p if p is not None else self._filler(representative) for p in batch]
+
+    def _filler(self, representative: Pending) -> Pending:
+        """A not-ready request shaped like ``representative`` (Triton's ``CopyAsNull``):
+        zeros (empty strings for BYTES), the not-ready controls, a zero state. The arrays
+        are read-only and shared by the fillers of one shape."""
+        inputs = representative.request.inputs
+        key = tuple((n, a.shape, a.dtype) for n, a in inputs.items())
+        template = self._fillers.get(key)
+        if template is None:
+            settings = self.settings
+            controls = settings.injected.difference(s.input_name for s in settings.states)
+            template = {}
+            for name, array in inputs.items():
+                if name in controls:
+                    continue
+                zeros = (
+                    np.full(array.shape, b"", dtype=object)
+                    if array.dtype == object
+                    else np.zeros(array.shape, array.dtype)
+                )
+                zeros.flags.writeable = False
+                template[name] = zeros
+            template.update(settings.notready)
+            if len(self._fillers) >= 16:
+                self._fillers.clear()
+            self._fillers[key] = template
+        request = InferenceRequest(self.model, dict(template))
+        if self._decoupled:
+            request.response_sender = ResponseSender(_discard)
+        return Pending(request, None, -1)
+
+    def _inject(self, pending: Pending) -> None:
+        """Add the control tensors and the input state to a request about to run."""
+        request = pending.request
+        sequence: _Sequence = pending.sequence
+        settings = self.settings
+        flags = request.flags
+        if flags & SEQUENCE_START:
+            controls = settings.startend if flags & SEQUENCE_END else settings.start
+            sequence.state = None
+        elif flags & SEQUENCE_END:
+            controls = settings.end
+        else:
+            controls = settings.cont
+        inputs = request.inputs
+        inputs.update(controls)
+        if sequence.corrid_array is not None:
+            inputs[settings.corrid_name] = sequence.corrid_array
+        if settings.states:
+            state = sequence.state
+            if state is None:
+                state = sequence.state = {s.input_name: s.initial for s in settings.states}
+            inputs.update(state)
+
+    def completed(
+        self, batch: Sequence[Pending], responses: Sequence[InferenceResponse] | None
+    ) -> None:
+        """After an execution (on the instance's thread): keep the state outputs."""
+        states = self.settings.states
+        if not states or responses is None:
+            return
+        for pending, response in zip(batch, responses, strict=True):
+            if pending.deliver is None or response.error is not None:
+                continue
+            state = pending.sequence.state
+            outputs = response.outputs
+            for spec in states:
+                value = outputs.get(spec.output_name)
+                if value is not None:
+                    state[spec.input_name] = value
+
+    # ------------------------------------------------------------------ slots (lock held)
+
+    def _release(self, slot: _Slot) -> None:
+        """Give the slot to the oldest backlogged sequence, or mark it free (Triton's
+        ``ReleaseSequenceSlot``)."""
+        if slot.queue:
+            log.error("internal: unexpected requests after sequence end in slot %d", slot.index)
+        slot.sequence = None
+        if self._stopped:
+            return
+        if self._backlog:
+            backlog = self._backlog.popleft()
+            sequence = backlog.sequence
+            cid = sequence.corrid
+            if not backlog.queue[-1].request.flags & SEQUENCE_END:
+                if self._backlog_map.get(cid) is backlog:
+                    del self._backlog_map[cid]
+                self._active[cid] = sequence
+            slot.sequence, sequence.slot = sequence, slot
+            count = len(backlog.queue)
+            self._backlogged -= count
+            self._queued += count
+            slot.queue.extend(backlog.queue)
+            return
+        heapq.heappush(self._free, (slot.index, slot.instance))
+
+    def _end(self, sequence: _Sequence) -> None:
+        """Release the sequence's slot once its queued requests ran."""
+        slot = sequence.slot
+        if slot is None or slot.sequence is not sequence or sequence.ending:
+            return
+        sequence.ending = True
+        slot.queue.append(_RELEASE)
+        self._wake(slot)
+
+    def _wake(self, slot: _Slot) -> None:
+        self._cvs[slot.instance].notify()
+
+    def cancel(self, request: InferenceRequest) -> None:
+        """A request was cancelled (its client went away): if it is still queued, end its
+        sequence, failing its queued requests with CANCELLED (from the event loop)."""
+        cid = request.correlation_id
+        cancelled: list[Pending] = []
+        with self._lock:
+            if self._stopped:
+                return
+            sequence = self._active.get(cid)
+            backlog = self._backlog_map.get(cid) if sequence is None else None
+            if backlog is None:
+                backlog = next((b for b in self._backlog if _holds(b.queue, request)), None)
+            if backlog is not None:
+                self._backlog.remove(backlog)
+                if self._backlog_map.get(cid) is backlog:
+                    del self._backlog_map[cid]
+                self._last_seen.pop(cid, None)
+                self._backlogged -= len(backlog.queue)
+                cancelled = list(backlog.queue)
+            else:
+                slot = sequence.slot if sequence is not None else None
+                if slot is None or slot.sequence is None or not _holds(slot.queue, request):
+                    slot = next(
+                        (
+                            s
+                            for slots in self._slots
+                            for s in slots
+                            if s.sequence is not None and _holds(s.queue, request)
+                        ),
+                        None,
+                    )
+                if slot is None:
+                    return  # running or done already
+                owner = slot.sequence
+                assert owner is not None
+                if self._active.get(owner.corrid) is owner:
+                    del self._active[owner.corrid]
+                    self._last_seen.pop(owner.corrid, None)
+                queue = slot.queue
+                keep: deque[Any] = deque()
+                while queue:
+                    item = queue.popleft()
+                    if item is not _RELEASE and (cancelled or item.request is request):
+                        cancelled.append(item)
+                    else:
+                        keep.append(item)
+                slot.queue = keep
+                self._queued -= len(cancelled)
+                self._end(owner)
+        error = TritonXError("", Code.CANCELLED)
+        for pending in cancelled:
+            self._reject(pending, error, CANCELED)
+
+    # ------------------------------------------------------------------ reaper thread
+
+    def _reap_loop(self) -> None:
+        with self._lock:
+            while not self._stopped:
+                now = time.perf_counter_ns()
+                if self._next_idle and now >= self._next_idle:
+                    self._reap_idle(now)
+                if self._next_expiry and now >= self._next_expiry:
+                    self._expire_backlogs(now)
+                deadlines = [d for d in (self._next_idle, self._next_expiry) if d]
+                timeout = max(0.0, (min(deadlines) - now) / 1e9) if deadlines else None
+                self._reaper_cv.wait(timeout)
+
+    def _reap_idle(self, now: int) -> None:
+        """Release the slots of sequences idle for ``max_sequence_idle_microseconds``."""
+        next_idle = 0
+        for cid, seen in list(self._last_seen.items()):
+            deadline = seen + self._idle_ns
+            if deadline > now:
+                if not next_idle or deadline < next_idle:
+                    next_idle = deadline
+                continue
+            sequence = self._active.get(cid)
+            if sequence is not None:
+                log.debug("sequence %s of model '%s': max sequence idle exceeded", cid, self.model)
+                del self._active[cid]
+                del self._last_seen[cid]
+                self._end(sequence)
+            elif cid in self._backlog_map:  # still waiting for a slot: look again later
+                recheck = now + BACKLOG_IDLE_RECHECK_NS
+                if not next_idle or recheck < next_idle:
+                    next_idle = recheck
+            else:
+                del self._last_seen[cid]
+        self._next_idle = next_idle
+
+    def _expire_backlogs(self, now: int) -> None:
+        """Fail the backlogged sequences whose request ``timeout`` passed."""
+        next_expiry = 0
+        expired: list[_Backlog] = []
+        keep: deque[_Backlog] = deque()
+        for backlog in self._backlog:
+            expires = backlog.expires_ns
+            if not expires or expires > now:
+                if expires and (not next_expiry or expires < next_expiry):
+                    next_expiry = expires
+                keep.append(backlog)
+                continue
+            expired.append(backlog)
+            cid = backlog.sequence.corrid
+            if self._backlog_map.get(cid) is backlog:
+                del self._backlog_map[cid]
+            self._backlogged -= len(backlog.queue)
+        self._backlog = keep
+        self._next_expiry = next_expiry
+        error = TritonXError(
+            "timeout of the corresponding sequence has been expired", Code.UNAVAILABLE
+        )
+        for backlog in expired:
+            for pending in backlog.queue:
+                self._reject(pending, error, REJECTED)
+
+    # ------------------------------------------------------------------ stop
+
+    def stop(self, workers: int) -> list[Pending]:
+        """Stop handing out batches; returns the requests still queued."""
+        left: list[Pending] = []
+        with self._lock:
+            self._stopped = True
+            for slots in self._slots:
+                for slot in slots:
+                    left.extend(p for p in slot.queue if p is not _RELEASE)
+                    slot.queue.clear()
+            for backlog in self._backlog:
+                left.extend(backlog.queue)
+            self._backlog.clear()
+            self._backlog_map.clear()
+            self._active.clear()
+            self._queued = self._backlogged = 0
+            self._notify_all()
+            self._reaper_cv.notify()
+        return left
+
+
+class OldestSequenceBatcher(SequenceBatcher):
+    """The oldest strategy: ``max_candidate_sequences`` slots per instance, whose next
+    requests an instance's own dynamic batcher batches together."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        settings: SequenceSettings,
+        active: Sequence[bool],
+        reject: Reject,
+    ) -> None:
+        oldest = config.raw.sequence_batching.oldest
+        dynamic = model_config_pb2.ModelDynamicBatching(
+            preferred_batch_size=list(oldest.preferred_batch_size),
+            max_queue_delay_microseconds=oldest.max_queue_delay_microseconds,
+            preserve_ordering=oldest.preserve_ordering,
+        )
+        self._batchers = [DynamicBatcher(config, reject, dynamic) if on else None for on in active]
+        super().__init__(config, settings, active, reject)
+        self._hold = self._backlog_hold = 0  # the dynamic batchers hold, as Triton's
+
+    def _slot_count(self, config: ModelConfig) -> int:
+        candidates = int(config.raw.sequence_batching.oldest.max_candidate_sequences)
+        return candidates if candidates > 0 else max(1, config.max_batch_size)
+
+    @property
+    def pending_count(self) -> int:
+        return (
+            self._queued
+            + self._backlogged
+            + sum(b.pending_count for b in self._batchers if b is not None)
+        )
+
+    def _enqueue(self, slot: _Slot, pending: Pending) -> None:
+        slot.queue.append(pending)
+        self._queued += 1
+        if not slot.in_flight:
+            self._issue(slot)
+
+    def _wake(self, slot: _Slot) -> None:
+        if not slot.in_flight:
+            self._issue(slot)
+
+    def _issue(self, slot: _Slot) -> None:
+        """Send the slot's next request to its instance's dynamic batcher, unless one is in
+        flight (Triton's ``CompleteAndNext``)."""
+        queue = slot.queue
+        batcher = self._batchers[slot.instance]
+        assert batcher is not None
+        while queue and not slot.in_flight and not self._stopped:
+            pending = queue.popleft()
+            if pending is _RELEASE:
+                self._release(slot)
+                continue
+            self._queued -= 1
+            self._inject(pending)
+            slot.in_flight = True
+            if pending.request.flags & SEQUENCE_END:
+                self._release(slot)
+            batcher.put(pending)
+
+    def get(self, instance: int) -> list[Pending] | None:
+        batcher = self._batchers[instance]
+        assert batcher is not None
+        return batcher.get(instance)
+
+    def completed(
+        self, batch: Sequence[Pending], responses: Sequence[InferenceResponse] | None
+    ) -> None:
+        super().completed(batch, responses)
+        with self._lock:
+            for pending in batch:
+                slot = pending.sequence.slot
+                slot.in_flight = False
+                self._issue(slot)
+
+    def stop(self, workers: int) -> list[Pending]:
+        left = super().stop(workers)
+        for batcher in self._batchers:
+            if batcher is not None:
+                left.extend(batcher.stop(1))
+        return left
+
+
+def _holds(queue: deque[Any], request: InferenceRequest) -> bool:
+    return any(item is not _RELEASE and item.request is request for item in queue)
+
+
+class SequenceScheduler(InstanceScheduler):
+    """The instance threads of a model with ``sequence_batching``, fed by a
+    :class:`SequenceBatcher` (direct) or :class:`OldestSequenceBatcher` (oldest)."""
+
+    def __init__(
+        self,
+        config: ModelConfig,
+        version: int,
+        backend: Backend,
+        contexts: Sequence[LoadContext],
+        passive: Sequence[bool] | None = None,
+        rate_limiter: RateLimiter | None = None,
+        latency: LatencyStats | None = None,
+    ) -> None:
+        raw = config.raw
+        model_dir = contexts[0].model_dir if contexts else None
+        settings = sequence_settings(raw, model_dir)
+        active = [not p for p in (passive or [False] * len(contexts))]
+        oldest = raw.sequence_batching.HasField("oldest")
+        kind = OldestSequenceBatcher if oldest else SequenceBatcher
+        sequences: list[SequenceBatcher] = []
+
+        def make(reject: Reject) -> SequenceBatcher:
+            sequences.append(kind(config, settings, active, reject))
+            return sequences[0]
+
+        super().__init__(config, version, backend, contexts, make, passive, rate_limiter, latency)
+        self.sequences = sequences[0]
+        self.preserve_ordering = oldest and bool(raw.sequence_batching.oldest.preserve_ordering)
+
+    # ------------------------------------------------------------------ requests
+
+    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
+        future = super().submit(request)
+        future.add_done_callback(partial(self._on_done, request))
+        return future
+
+    def _on_done(self, request: InferenceRequest, future: asyncio.Future[Any]) -> None:
+        if future.cancelled():
+            self.sequences.cancel(request)
+
+    async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+        try:
+            async for response in super().stream(request):
+                yield response
+        except asyncio.CancelledError:
+            self.sequences.cancel(request)
+            raise
+
+    # ------------------------------------------------------------------ execution
+
+    def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
+        requests = [p.request for p in batch]
+        start = time.perf_counter_ns()
+        error: TritonXError | None = None
+        responses: Sequence[InferenceResponse] | None = None
+        try:
+            responses = instance.execute(requests)
+        except BaseException as exc:
+            error = TritonXError.wrap(exc)
+        end = time.perf_counter_ns()
+        loop = self._loop
+        assert loop is not None
+        if self.decoupled:
+            if error is not None:
+                for pending in batch:
+                    sender = pending.request.response_sender
+                    if pending.deliver is not None and sender is not None and not sender.is_closed:
+                        sender.send(InferenceResponse.failed(error), final=True)
+            self.sequences.completed(batch, None)
+            loop.call_soon_threadsafe(self._record, batch, start, end)
+            return
+        if error is None and (responses is None or len(responses) != len(requests)):
+            got = "None" if responses is None else str(len(responses))
+            error = TritonXError(
+                f"model '{self.config.name}' returned {got} responses for {len(requests)} requests",
+                Code.INTERNAL,
+            )
+        if error is not None:
+            responses = [InferenceResponse.failed(error) for _ in requests]
+        assert responses is not None
+        self.sequences.completed(batch, responses)
+        name, version = self.config.name, self.version
+        for pending, response in zip(batch, responses, strict=True):
+            if pending.deliver is not None:
+                request = pending.request
+                self._finish(response, name, version, request.id, request.requested_outputs)
+        loop.call_soon_threadsafe(self._resolve, batch, responses, start, end)
+
+    def _record(self, batch: list[Pending], start: int, end: int) -> None:
+        """Statistics of one execution: every row counts in the batch size it ran with,
+        only real requests (not fillers) in ``inference_count`` and per-request times."""
+        stats = self.stats
+        infer = end - start
+        real = 0
+        for pending in batch:
+            if pending.deliver is not None:
+                real += 1
+                stats.record_request_execution(start - pending.enqueue_ns, infer)
+        stats.record_execution(len(batch), 0, infer, 0)
+        stats.inference_count -= len(batch) - real
+        stats.last_inference_ms = int(time.time() * 1000)
+
+    def _resolve(
+        self,
+        batch: list[Pending],
+        responses: Sequence[InferenceResponse],
+        start: int,
+        end: int,
+    ) -> None:
+        self._record(batch, start, end)
+        for pending, response in zip(batch, responses, strict=True):
+            if pending.deliver is not None:
+                self._resolve_one(pending, response)
+
+
+__all__ = [
+    "BACKEND",
+    "OldestSequenceBatcher",
+    "SequenceBatcher",
+    "SequenceScheduler",
+]
