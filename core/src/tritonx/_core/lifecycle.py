@@ -44,7 +44,7 @@ from tritonx._core.load_request import (
 )
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
-from tritonx._core.scheduler import Scheduler, check_schedulable, make_scheduler
+from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.classification import LabelCache
@@ -724,7 +724,6 @@ class ModelManager:
         versions = cfg.version_folders(folder)
         first = versions[min(versions)] if versions else None
         cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
-        check_schedulable(config)
         backend = None if is_ensemble(config) else self._backend(config.backend, name, folder)
         if backend is not None and not self.settings.disable_auto_complete_config:
             filename = config.default_model_filename or backend.default_model_filename

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tritonx._core.batcher import DirectQueue, DynamicBatcher
 from tritonx._core.ensemble import EnsembleScheduler, is_ensemble
@@ -75,11 +75,6 @@ class Scheduler(Protocol):
         """The loaded instances (None while one loads or after it unloaded)."""
 
 
-def check_schedulable(config: ModelConfig | Any) -> None:
-    """Refuse, at load, a config whose scheduler tritonx does not have yet (none: every
-    scheduling kind Triton has now has its scheduler)."""
-
-
 def make_scheduler(
     config: ModelConfig,
     version: int,
@@ -106,7 +101,6 @@ def make_scheduler(
         return EnsembleScheduler(config, version, server, composing, latency)
     if backend is None:
         raise TritonXError(f"model '{config.name}' has no backend", Code.INTERNAL)
-    check_schedulable(config)
     if config.raw.HasField("sequence_batching"):
         return SequenceScheduler(config, version, backend, contexts, passive, rate_limiter, latency)
     if config.raw.HasField("dynamic_batching"):
