@@ -102,6 +102,8 @@ class RenamingAgent(tritonx.RepoAgent):
 
     def on_load_fail(self, ctx: tritonx.AgentContext) -> None:
         RenamingAgent.calls.append("fail")
+        for copy in RenamingAgent.copies:  # agents remove what they made themselves
+            shutil.rmtree(copy.parent, ignore_errors=True)
 
     def on_unload(self, ctx: tritonx.AgentContext) -> None:
         RenamingAgent.calls.append("unload")
