@@ -24,7 +24,10 @@ from tritonx.registry import (
 
 ENTRY_POINT_GROUP = "tritonx"
 #: Core features written as plugins, registered like third-party ones.
-BUILTIN_PLUGINS: tuple[str, ...] = ("tritonx.builtin.local_repository",)
+BUILTIN_PLUGINS: tuple[str, ...] = (
+    "tritonx.builtin.local_repository",
+    "tritonx.builtin.local_cache",
+)
 
 ENV_ONLY = "TRITONX_PLUGINS"
 ENV_BLOCKED = "TRITONX_DISABLE_PLUGINS"

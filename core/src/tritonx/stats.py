@@ -160,6 +160,9 @@ class LatencyStats:
     compute_infer: LatencyWindow | None = None
     compute_output: LatencyWindow | None = None
     first_response: Histogram | None = None
+    #: cache hit / miss (lookup + insert) durations, for versions with the response cache
+    cache_hit: LatencyWindow | None = None
+    cache_miss: LatencyWindow | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +175,7 @@ class LoadedVersion:
     :param stats: its live statistics.
     :param pending_count: requests accepted but not yet executing.
     :param load_seconds: how long its last successful load took.
+    :param cached: whether the response cache sits in front of it (``nv_cache_*`` families).
     """
 
     name: str
@@ -180,3 +184,4 @@ class LoadedVersion:
     stats: ModelStats
     pending_count: int
     load_seconds: float
+    cached: bool = False

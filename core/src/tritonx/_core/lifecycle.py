@@ -358,6 +358,7 @@ class ModelManager:
                     v.scheduler.stats,
                     v.scheduler.pending_count,
                     v.load_seconds,
+                    v.cached,
                 )
 
     # ------------------------------------------------------------------ load / unload API

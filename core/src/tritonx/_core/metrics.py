@@ -67,6 +67,36 @@ _LATENCY_COUNTERS = (
         "compute_output",
     ),
 )
+#: Per-model response-cache counters (Triton's ``metrics.cc``): name, help, statistic, what.
+#: Only for versions with the cache in front of them, and with counter latencies on, as Triton.
+_CACHE_COUNTERS = (
+    ("nv_cache_num_hits_per_model", "Number of cache hits per model", "cache_hit", "count"),
+    ("nv_cache_num_misses_per_model", "Number of cache misses per model", "cache_miss", "count"),
+    (
+        "nv_cache_hit_duration_per_model",
+        "Total cache hit duration per model, in microseconds",
+        "cache_hit",
+        "us",
+    ),
+    (
+        "nv_cache_miss_duration_per_model",
+        "Total cache miss (insert+lookup) duration per model, in microseconds",
+        "cache_miss",
+        "us",
+    ),
+)
+_CACHE_SUMMARIES = (
+    (
+        "nv_cache_hit_summary_per_model",
+        "Summary of cache hit counts/durations per model, in microseconds.",
+        "cache_hit",
+    ),
+    (
+        "nv_cache_miss_summary_per_model",
+        "Summary of cache miss counts/durations per model, in microseconds.",
+        "cache_miss",
+    ),
+)
 _SUMMARIES = (
     (
         "nv_inference_request_summary_us",
@@ -163,6 +193,8 @@ class MetricsOptions:
                 if control.metric_identifier.family == "nv_inference_first_response_histogram_ms":
                     buckets = tuple(float(b) for b in control.histogram_options.buckets)
             lat.first_response = Histogram(buckets)
+        if self.summary_latencies and config.raw.response_cache.enable:
+            lat.cache_hit, lat.cache_miss = LatencyWindow(), LatencyWindow()
         return lat
 
 
@@ -239,16 +271,18 @@ class TritonMetrics:
 
     def _versions(
         self,
-    ) -> Iterator[tuple[str, tuple[tuple[str, str], ...], ModelStats, int, float]]:
+    ) -> Iterator[tuple[str, tuple[tuple[str, str], ...], ModelStats, int, float, bool]]:
         for v in self.dataplane.loaded_versions():
             labels = [("model", v.name), ("version", str(v.version))]
             labels += [(f"_{k}", val) for k, val in v.metric_tags]
-            yield (v.name, tuple(labels), v.stats, v.pending_count, v.load_seconds)
+            yield (v.name, tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached)
 
     def render(self) -> str:
         """The Prometheus text exposition of Triton's metrics."""
         out: list[str] = []
-        versions = list(self._versions())
+        full = list(self._versions())
+        versions = [v[:5] for v in full]
+        cached = [(lb, s) for _, lb, s, _, _, on in full if on]
 
         def family(name: str, help_text: str, kind: str, samples: Iterable[str]) -> None:
             rows = list(samples)
@@ -305,6 +339,13 @@ class TritonMetrics:
                         for _, lb, s, _, _ in versions
                     ),
                 )
+            for name, help_text, attr, what in _CACHE_COUNTERS:
+                family(
+                    name,
+                    help_text,
+                    "counter",
+                    (f"{name}{_labels(lb)} {_cache_value(s, attr, what)}\n" for lb, s in cached),
+                )
         family(
             "nv_inference_pending_request_count",
             "Instantaneous number of pending requests awaiting execution per-model.",
@@ -324,11 +365,21 @@ class TritonMetrics:
             ),
         )
         now = time.monotonic_ns()
-        for name, help_text, attr in _SUMMARIES:
+        cached_labels = {lb for lb, _ in cached}
+        summaries = [(name, help_text, attr, versions) for name, help_text, attr in _SUMMARIES]
+        summaries += [
+            (name, help_text, attr, [v[:5] for v in full if v[5]])
+            for name, help_text, attr in _CACHE_SUMMARIES
+        ]
+        for name, help_text, attr, rendered in summaries:
             rows: list[str] = []
-            for _, lb, s, _, _ in versions:
+            for _, lb, s, _, _ in rendered:
                 window = getattr(s.latency, attr, None) if s.latency else None
                 if window is None:
+                    continue
+                if attr == "request" and lb in cached_labels:
+                    # Triton leaves the request summary out for versions with the cache on
+                    # (metric_model_reporter.cc: it would mix hits and executions).
                     continue
                 for q, value in window.quantiles(tuple(q for q, _ in self.options.quantiles), now):
                     rows.append(f"{name}{_labels((*lb, ('quantile', _num(q))))} {_num(value)}\n")
@@ -404,6 +455,11 @@ def render_registry(registry: CollectorRegistry) -> str:
 
 def _request_us(stats: ModelStats, attr: str) -> int:
     return getattr(stats, attr).ns // 1000
+
+
+def _cache_value(stats: ModelStats, attr: str, what: str) -> int:
+    duration = getattr(stats, attr)
+    return int(duration.count if what == "count" else duration.ns // 1000)
 
 
 def _gpu_families() -> list[str]:

@@ -1,0 +1,155 @@
+"""``local``: the in-process response cache (``--cache-config local,size=<bytes>``).
+
+Triton's default cache, rewritten: entries live in this process, the least recently used ones
+are evicted once their total size would pass ``size`` bytes, and an entry larger than the
+whole cache is not stored. An entry's size is what its outputs occupy (numeric tensors: their
+bytes; BYTES tensors: their serialized size, 4 bytes of length per element plus the contents)
+plus its key and output names, so a cache of ``size`` bytes never holds more tensor data than
+that.
+
+Entries are private copies: mutating a response after it was stored, or a response a hit
+returned, never changes what the cache holds. Calls may come from any thread or event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from tritonx.cache import ResponseCache
+from tritonx.datatypes import bytes_tensor_byte_size
+from tritonx.errors import invalid_arg
+from tritonx.hookspecs import hookimpl
+from tritonx.registry import CacheRegistry
+from tritonx.types import InferenceResponse
+
+log = logging.getLogger("tritonx")
+
+
+@hookimpl
+def tritonx_register_caches(registry: CacheRegistry) -> None:
+    """Triton's ``local`` cache."""
+    registry.add(LocalCache)
+
+
+def _copy(array: np.ndarray) -> np.ndarray:
+    """A private, writable copy; BYTES elements become immutable ``bytes``."""
+    if array.dtype != np.object_:
+        return np.array(array, copy=True, order="C")
+    out = np.empty(array.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(array.reshape(-1)):
+        flat[i] = bytes(item) if isinstance(item, (bytearray, memoryview)) else item
+    return out
+
+
+def tensor_size(array: np.ndarray) -> int:
+    """Bytes a tensor takes in the cache (BYTES tensors: their serialized size)."""
+    if array.dtype.kind in "OSU":
+        return bytes_tensor_byte_size(array)
+    return int(array.nbytes)
+
+
+def entry_size(key: bytes, response: InferenceResponse) -> int:
+    """The size :class:`LocalCache` counts for ``response`` stored under ``key``."""
+    return len(key) + sum(
+        len(name.encode()) + tensor_size(array) for name, array in response.outputs.items()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    outputs: tuple[tuple[str, np.ndarray], ...]
+    parameters: tuple[tuple[str, object], ...]
+    size: int
+
+
+class LocalCache(ResponseCache):
+    """An LRU cache of responses bounded by byte size.
+
+    Settings (``--cache-config local,<key>=<value>``):
+
+    * ``size``: the capacity in bytes (required, a positive integer; Triton's setting).
+    """
+
+    name = "local"
+    SETTINGS = ("size",)
+
+    def __init__(self, config: Mapping[str, str]) -> None:
+        super().__init__(config)
+        unknown = sorted(set(self.config) - set(self.SETTINGS))
+        if unknown:
+            raise invalid_arg(
+                f"Failed to initialize LocalCache: unknown setting(s) {', '.join(unknown)} "
+                f"(--cache-config local accepts: {', '.join(self.SETTINGS)})"
+            )
+        if "size" not in self.config:
+            raise invalid_arg(
+                "Failed to initialize LocalCache: config didn't contain a valid 'size' field "
+                "(--cache-config local,size=<bytes>)"
+            )
+        text = self.config["size"].strip()
+        if not (text.isascii() and text.isdigit()) or int(text) <= 0:
+            raise invalid_arg(
+                f"Failed to initialize LocalCache: 'size' must be a positive number of bytes, "
+                f"got '{self.config['size']}'"
+            )
+        #: capacity in bytes
+        self.capacity = int(text)
+        #: bytes held now
+        self.used = 0
+        #: entries evicted to make room, since start
+        self.evictions = 0
+        self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    async def get(self, key: bytes) -> InferenceResponse | None:
+        with self._lock:
+            entry = self._entries.get(bytes(key))
+            if entry is None:
+                return None
+            self._entries.move_to_end(bytes(key))
+        return InferenceResponse(
+            outputs={name: _copy(array) for name, array in entry.outputs},
+            parameters=dict(entry.parameters),
+        )
+
+    async def put(self, key: bytes, response: InferenceResponse) -> None:
+        key = bytes(key)
+        size = entry_size(key, response)
+        if size > self.capacity:
+            log.debug(
+                "local cache: a response of %d bytes is larger than the cache (%d bytes); "
+                "not stored",
+                size,
+                self.capacity,
+            )
+            return
+        entry = _Entry(
+            tuple((name, _copy(array)) for name, array in response.outputs.items()),
+            tuple(response.parameters.items()),
+            size,
+        )
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self.used -= old.size
+            while self._entries and self.used + size > self.capacity:
+                _, evicted = self._entries.popitem(last=False)
+                self.used -= evicted.size
+                self.evictions += 1
+            self._entries[key] = entry
+            self.used += size
+
+    async def close(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self.used = 0
