@@ -31,6 +31,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import cache
 import minilm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,6 +383,8 @@ def table(points: list[Point]) -> str:
             r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
         elif p.scenario == "minilm":
             r, vs = minilm.ratio_row(p, by)
+        elif p.scenario == "cache":
+            r, vs = cache.ratio_row(p, by)
         elif p.target == "tritonx" and p.model == "cnn":
             r, vs = ratio(p.infer_per_s, best_ort), "raw onnxruntime, best batch"
         elif p.target == "tritonx" and p.model.startswith("add_sub_seq_"):
@@ -536,6 +539,22 @@ def main(argv: list[str] | None = None) -> int:
                 process=process,
                 tritonx_cmd=tritonx_cmd,
                 seconds=0.5 if args.smoke else 3.0,
+            )
+        )
+        # the response cache: a model hit with the same input, with and without the cache
+        points.extend(
+            cache.points(
+                work,
+                log_dir,
+                window,
+                [1] if args.smoke else [1, max(concurrencies)],
+                ("grpc",) if args.smoke else protocols,
+                smoke=args.smoke,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
             )
         )
         from tritonx_backend_onnx.models import resnet18

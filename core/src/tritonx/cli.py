@@ -277,7 +277,38 @@ def cli() -> None:
     type=int,
     default=64 * 1024 * 1024,
     show_default=True,
-    help="Largest HTTP request body, in bytes.",
+    help="Largest HTTP request body, in bytes; for compressed bodies, the decompressed size.",
+)
+@click.option(
+    "--http-header-timeout-secs",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds a connection may take to send a request's headers (also bounds a TLS "
+    "handshake); then it is closed. 0: no limit (tritonx only).",
+)
+@click.option(
+    "--http-body-timeout-secs",
+    type=click.FloatRange(min=0),
+    default=60.0,
+    show_default=True,
+    help="Seconds without a byte while a request body is read; then 408 and the "
+    "connection is closed. 0: no limit (tritonx only).",
+)
+@click.option(
+    "--http-keepalive-timeout-secs",
+    type=click.FloatRange(min=0),
+    default=620.0,
+    show_default=True,
+    help="Seconds an idle connection is kept open between requests. 0: no limit (tritonx only).",
+)
+@click.option(
+    "--http-max-connections",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Most open HTTP connections; beyond it new clients wait and an idle connection is "
+    "closed to make room. 0: the open-file limit less a quarter (tritonx only).",
 )
 @click.option(
     "--http-restricted-api",
@@ -321,6 +352,14 @@ def cli() -> None:
     default=8,
     show_default=True,
     help="Accepted for compatibility.",
+)
+@click.option(
+    "--grpc-max-message-size",
+    type=click.IntRange(min=1, max=2**31 - 1),
+    default=2**31 - 1,
+    show_default=True,
+    help="Largest gRPC message received (after decompression) or sent, in bytes; larger "
+    "ones get RESOURCE_EXHAUSTED (tritonx only).",
 )
 @click.option("--grpc-keepalive-time", type=int, default=7_200_000, show_default=True)
 @click.option("--grpc-keepalive-timeout", type=int, default=20_000, show_default=True)
@@ -407,6 +446,8 @@ def serve(**opts: Any) -> None:
     mode = opts["model_control_mode"].lower()
     if opts["load_model"] and mode != "explicit":
         raise click.UsageError("--load-model requires --model-control-mode=explicit")
+    if opts["http_max_input_size"] <= 0:  # tritonserver's check and message
+        raise click.UsageError("--http-max-input-size must be greater than 0.")
     repos = tuple(opts["model_repository"])
     exit_on_error = opts["exit_on_error"]
     if not repos:
@@ -455,6 +496,10 @@ def serve(**opts: Any) -> None:
         http_port=opts["http_port"],
         http_thread_count=opts["http_thread_count"],
         http_max_input_size=opts["http_max_input_size"],
+        http_header_timeout_secs=opts["http_header_timeout_secs"],
+        http_body_timeout_secs=opts["http_body_timeout_secs"],
+        http_keepalive_timeout_secs=opts["http_keepalive_timeout_secs"],
+        http_max_connections=opts["http_max_connections"],
         http_restricted_api=restricted["http_restricted_api"],
         http_use_ssl=opts["http_use_ssl"],
         http_use_ssl_mutual=opts["http_use_ssl_mutual"],
@@ -465,6 +510,7 @@ def serve(**opts: Any) -> None:
         grpc_address=opts["grpc_address"],
         grpc_port=opts["grpc_port"],
         grpc_infer_allocation_pool_size=opts["grpc_infer_allocation_pool_size"],
+        grpc_max_message_size=opts["grpc_max_message_size"],
         grpc_keepalive_time=opts["grpc_keepalive_time"],
         grpc_keepalive_timeout=opts["grpc_keepalive_timeout"],
         grpc_keepalive_permit_without_calls=opts["grpc_keepalive_permit_without_calls"],

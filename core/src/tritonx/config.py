@@ -42,6 +42,20 @@ class ServerSettings:
     http_port: int = 8000
     http_thread_count: int = 8
     http_max_input_size: int = 64 * 1024 * 1024
+    #: tritonx only (``tritonx.http.listener``): seconds a connection may take to send a
+    #: request's headers, from its opening or from the first byte of a later request
+    #: (also bounds a TLS handshake); then it is closed. 0: no limit.
+    http_header_timeout_secs: float = 60.0
+    #: tritonx only: seconds without a byte while a request body is read; then 408 and the
+    #: connection is closed. 0: no limit.
+    http_body_timeout_secs: float = 60.0
+    #: tritonx only: seconds an idle connection is kept open between requests (longer than
+    #: common load balancers' idle timeouts). 0: no limit.
+    http_keepalive_timeout_secs: float = 620.0
+    #: tritonx only: most open HTTP connections; beyond it new clients wait in the listen
+    #: backlog and an idle connection is closed to make room. 0: from the open-file limit
+    #: (``tritonx.http.listener.default_max_connections``).
+    http_max_connections: int = 0
     #: ``--http-restricted-api``: category (``tritonx.security.RESTRICTED_CATEGORIES``) →
     #: (header, value) a request to that category's endpoints must carry, else 403
     http_restricted_api: Mapping[str, tuple[str, str]] = field(default_factory=dict)
@@ -56,6 +70,9 @@ class ServerSettings:
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
     grpc_infer_allocation_pool_size: int = 8
+    #: tritonx only: largest gRPC message received (after decompression) or sent, in bytes;
+    #: larger ones are refused with RESOURCE_EXHAUSTED (tritonserver: INT32_MAX, the default)
+    grpc_max_message_size: int = 2**31 - 1
     grpc_keepalive_time: int = 7_200_000
     grpc_keepalive_timeout: int = 20_000
     grpc_keepalive_permit_without_calls: bool = False

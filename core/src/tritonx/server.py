@@ -183,15 +183,26 @@ class Server:
     async def _serve_app(
         self, app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
     ) -> int:
+        """Serve ``app`` on ``host:port`` behind the ``http_*`` connection limits
+        (:mod:`tritonx.http.listener`); returns the bound port."""
+        from tritonx.http.listener import HTTPLimits, LimitedSite
+
+        limits = HTTPLimits.from_settings(self.settings)
+        handler_kwargs: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": limits.handler_keepalive,
+        }
         # models are drained (up to --exit-timeout-secs) before listeners close, so handlers
         # still running then only wait for work the exit timeout gave up on
-        runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.5)
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5, **handler_kwargs)
         await runner.setup()
         self._runners.append(runner)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
-        site = web.SockSite(runner, sock, ssl_context=ssl_context)
+        site = LimitedSite(
+            runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
+        )
         await site.start()
         return int(sock.getsockname()[1])
 

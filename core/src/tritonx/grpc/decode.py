@@ -3,21 +3,34 @@
 Raw (``raw_input_contents``) or typed (``InferTensorContents``) tensor data, parameters and
 requested outputs, with the checks and messages of Triton's ``src/grpc/infer_handler.cc``.
 Raw input bytes become numpy arrays with ``np.frombuffer`` (no copy).
+
+BYTES elements and typed contents are converted element by element in Python; the servicer
+decodes with ``offload=True``, which raises :class:`Offload` on meeting an input with more
+than :data:`OFFLOAD_ELEMENTS` of them, and then decodes the request in a worker thread (so
+ordinary requests pay for no separate check). Parsing a BYTES buffer stops at the first
+element past the shape's count, so its cost is bounded by the shape, not by the buffer.
 """
 
 from __future__ import annotations
 
 import math
+import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from tritonx.datatypes import DataType, deserialize_bytes_tensor
+from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError, invalid_arg, unsupported
 from tritonx.proto import service_pb2
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 from tritonx.wire import dims_str, request_prefix
+
+#: Inputs with more elements than this that are converted one by one (BYTES, typed
+#: contents) make a request heavy: it is decoded off the event loop.
+OFFLOAD_ELEMENTS = 16384
+
+_LE = struct.Struct("<I")
 
 #: The request parameters starting with ``triton_`` that gRPC clients may send.
 TRITON_RESERVED_REQUEST_PARAMS = ("triton_enable_empty_final_response",)
@@ -66,12 +79,18 @@ class DecodedRequest:
     enable_empty_final_response: bool = False
 
 
+class Offload(Exception):
+    """A request with an input heavy to convert: decode it again, in a worker thread."""
+
+
 def decode_infer_request(
-    msg: service_pb2.ModelInferRequest, model_version: int | None
+    msg: service_pb2.ModelInferRequest, model_version: int | None, *, offload: bool = False
 ) -> DecodedRequest:
     """Decode a ``ModelInferRequest`` for ``model_version`` (its ``model_version`` field,
     already parsed with :func:`tritonx.wire.parse_version`).
 
+    :param offload: raise :class:`Offload` instead of converting an input of more than
+        :data:`OFFLOAD_ELEMENTS` BYTES or typed elements.
     :raises TritonXError: with Triton's code and message for every malformed part.
     """
     request = InferenceRequest(
@@ -83,7 +102,7 @@ def decode_infer_request(
     decoded = DecodedRequest(request)
     if msg.parameters:
         _apply_parameters(decoded, msg.parameters)
-    request.inputs = _inputs(msg)
+    request.inputs = _inputs(msg, offload)
     if msg.outputs:
         request.requested_outputs = _requested_outputs(request, msg)
     return decoded
@@ -148,7 +167,7 @@ def _apply_parameters(decoded: DecodedRequest, parameters: Any) -> None:
             )
 
 
-def _inputs(msg: service_pb2.ModelInferRequest) -> dict[str, np.ndarray]:
+def _inputs(msg: service_pb2.ModelInferRequest, offload: bool) -> dict[str, np.ndarray]:
     model = msg.model_name
     raws = msg.raw_input_contents
     nraw = len(raws)
@@ -174,6 +193,9 @@ def _inputs(msg: service_pb2.ModelInferRequest) -> dict[str, np.ndarray]:
                 f"'{model}': dimensions must be non-negative, got {dims_str(shape)}"
             )
         has_contents = io.HasField("contents")
+        if offload and (has_contents or datatype is DataType.BYTES):
+            if math.prod(shape) > OFFLOAD_ELEMENTS:
+                raise Offload
         if has_contents and nraw:
             raise invalid_arg(
                 "contents field must not be specified when using raw_input_contents for "
@@ -226,20 +248,50 @@ def _raw_input(
 ) -> np.ndarray:
     count = math.prod(shape)
     if datatype is DataType.BYTES:
-        try:
-            array = deserialize_bytes_tensor(raw)
-        except TritonXError as exc:
-            raise invalid_arg(
-                f"{request_prefix(msg.id)}input '{name}' for model '{msg.model_name}': "
-                f"{exc.message}"
-            ) from None
-        if array.size != count:
-            raise _string_count_error(msg, name, count, array.size)
-        return array.reshape(shape)
+        return _bytes_input(msg, name, raw, count).reshape(shape)
     expected = count * datatype.itemsize
     if len(raw) != expected:
         raise _byte_size_error(msg, name, expected, len(raw))
     return np.frombuffer(raw, dtype=datatype.numpy_dtype).reshape(shape)
+
+
+def _bytes_input(
+    msg: service_pb2.ModelInferRequest, name: str, raw: bytes, count: int
+) -> np.ndarray:
+    """Length-prefixed BYTES elements of ``raw``: exactly ``count`` of them, else
+    INVALID_ARG (parsing stops at the first element past ``count``, as Triton's)."""
+    view = memoryview(raw)
+    items: list[bytes] = []
+    append = items.append
+    unpack = _LE.unpack_from
+    pos, end = 0, len(view)
+    truncated = ""
+    while pos < end:
+        if pos + 4 > end:
+            truncated = "incomplete 4-byte length prefix"
+            break
+        (n,) = unpack(view, pos)
+        pos += 4
+        if len(items) == count:
+            raise invalid_arg(
+                f"{request_prefix(msg.id)}unexpected number of string elements {count + 1} "
+                f"for inference input '{name}' for model '{msg.model_name}', expecting {count}"
+            )
+        if pos + n > end:
+            truncated = f"element of {n} bytes runs past the buffer"
+            break
+        append(view[pos : pos + n].tobytes())
+        pos += n
+    if truncated:
+        raise invalid_arg(
+            f"{request_prefix(msg.id)}input '{name}' for model '{msg.model_name}': BYTES "
+            f"tensor is truncated: {truncated}"
+        )
+    if len(items) != count:
+        raise _string_count_error(msg, name, count, len(items))
+    array = np.empty(count, dtype=object)
+    array[:] = items
+    return array
 
 
 def _typed_input(

@@ -17,7 +17,8 @@ from tritonx.classification import classify
 from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType, serialize_bytes_tensor
 from tritonx.errors import TritonXError, unsupported
-from tritonx.grpc.decode import DecodedRequest
+from tritonx.grpc.decode import OFFLOAD_ELEMENTS, DecodedRequest
+from tritonx.grpc.errors import bounded_message
 from tritonx.proto import service_pb2
 from tritonx.types import InferenceResponse
 
@@ -26,6 +27,17 @@ _OUTPUT_DATATYPE: dict[np.dtype[Any], str] = {
     d.numpy_dtype: d.value for d in DataType if d not in (DataType.BYTES, DataType.BF16)
 }
 _UINT16 = np.dtype(np.uint16)
+
+
+def heavy_response(response: InferenceResponse) -> bool:
+    """Whether ``response`` has a BYTES (object) output of more than
+    :data:`~tritonx.grpc.decode.OFFLOAD_ELEMENTS` elements, serialized one by one: its
+    encoding is worth a worker thread."""
+    for array in response.outputs.values():
+        if isinstance(array, np.ndarray) and array.dtype.kind == "O":
+            if array.size > OFFLOAD_ELEMENTS:
+                return True
+    return False
 
 
 def encode_infer_response(
@@ -133,7 +145,7 @@ def stream_error(
     """An in-stream error message: ``error_message`` plus the request id (and, for errors
     reported after the request was accepted, model, version and ``triton_final_response``)."""
     err = TritonXError.wrap(error)
-    msg = service_pb2.ModelStreamInferResponse(error_message=err.message)
+    msg = service_pb2.ModelStreamInferResponse(error_message=bounded_message(err.message))
     infer = msg.infer_response
     if request is not None:
         infer.id = request.id

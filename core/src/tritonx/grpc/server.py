@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import grpc
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.grpc.health import health_handler
+from tritonx.grpc.memory import measuring
 from tritonx.grpc.restricted import RestrictedProtocolInterceptor
 from tritonx.grpc.servicer import GRPCInferenceServicer
 from tritonx.proto import service_pb2_grpc
@@ -19,15 +22,18 @@ MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
 def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     """The channel arguments Triton's gRPC server sets, from ``settings``.
 
-    Message sizes are unlimited (INT32_MAX); ``SO_REUSEPORT`` is off (Triton's
+    Message sizes are limited to ``grpc_max_message_size`` (default INT32_MAX, Triton's
+    ``MAX_GRPC_MESSAGE_SIZE``), a compressed message by its decompressed size (grpc stops
+    inflating past it: RESOURCE_EXHAUSTED); ``SO_REUSEPORT`` is off (Triton's
     ``--grpc-port-reuse`` defaults to false, grpc's own default is on); the keepalive
     arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags.
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
     one response message per call.
     """
+    max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
     return [
-        ("grpc.max_send_message_length", MAX_GRPC_MESSAGE_SIZE),
-        ("grpc.max_receive_message_length", MAX_GRPC_MESSAGE_SIZE),
+        ("grpc.max_send_message_length", max_size),
+        ("grpc.max_receive_message_length", max_size),
         ("grpc.so_reuseport", 0),
         ("grpc.keepalive_time_ms", int(settings.grpc_keepalive_time)),
         ("grpc.keepalive_timeout_ms", int(settings.grpc_keepalive_timeout)),
@@ -78,6 +84,40 @@ def grpc_server_credentials(settings: ServerSettings) -> grpc.ServerCredentials 
     )
 
 
+#: The RPCs whose request messages are measured (:func:`tritonx.grpc.memory.measuring`).
+MEASURED_RPCS = ("ModelInfer", "ModelStreamInfer")
+
+
+class _Registration:
+    """Stands for the server in the generated ``add_GRPCInferenceServiceServicer_to_server``
+    and adds its handlers with the inference RPCs' deserializers measuring their messages."""
+
+    def __init__(self, server: grpc.aio.Server) -> None:
+        self.server = server
+        self.generic: tuple[Any, ...] = ()
+        self.registered = False
+
+    def add_generic_rpc_handlers(self, handlers: tuple[Any, ...]) -> None:
+        self.generic = handlers  # replaced by one built from the measured handlers
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
+        handlers = dict(handlers)
+        for name in MEASURED_RPCS:
+            handler = handlers[name]
+            handlers[name] = handler._replace(
+                request_deserializer=measuring(handler.request_deserializer)
+            )
+        self.server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(service, handlers),)
+        )
+        self.server.add_registered_method_handlers(service, handlers)
+        self.registered = True
+
+    def finish(self) -> None:
+        if not self.registered:  # generated code without registered methods
+            self.server.add_generic_rpc_handlers(self.generic)
+
+
 async def start_grpc_server(
     dataplane: DataPlane, settings: ServerSettings
 ) -> tuple[grpc.aio.Server, int]:
@@ -94,9 +134,11 @@ async def start_grpc_server(
     if settings.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocolInterceptor(settings.grpc_restricted_protocol))
     server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
+    registration = _Registration(server)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        GRPCInferenceServicer(dataplane), server
+        GRPCInferenceServicer(dataplane), registration
     )
+    registration.finish()
     server.add_generic_rpc_handlers((health_handler(dataplane),))
     address = listen_address(settings.grpc_address, settings.grpc_port)
     try:

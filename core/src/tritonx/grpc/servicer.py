@@ -3,6 +3,12 @@
 Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics and
 model-repository RPCs. The shared-memory, trace and logging RPCs keep the generated base
 class's UNIMPLEMENTED answer.
+
+A failed RPC sets its status with :func:`tritonx.grpc.errors.fail` and returns ``None`` (grpc
+sends no message with a non-OK status): nothing raised, so no traceback keeps the request
+message alive after the call. Errors that are not TritonXErrors (bugs) are logged and answered
+INTERNAL. Inference requests whose decoding or encoding is heavy (large BYTES or typed
+contents) run that part in a worker thread so the event loop keeps serving.
 """
 
 from __future__ import annotations
@@ -14,9 +20,10 @@ from typing import Any, TypeAlias
 
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
 from tritonx.errors import TritonXError, invalid_arg, unsupported
-from tritonx.grpc.decode import DecodedRequest, decode_infer_request
-from tritonx.grpc.encode import encode_infer_response, stream_error
-from tritonx.grpc.errors import STATUS, abort
+from tritonx.grpc.decode import DecodedRequest, Offload, decode_infer_request
+from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_error
+from tritonx.grpc.errors import STATUS, detached, fail
+from tritonx.grpc.memory import rejected
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.stats import Duration, ModelStats
 from tritonx.types import InferenceResponse
@@ -58,7 +65,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             version = parse_version(request.version)
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         return service_pb2.ModelReadyResponse(
             ready=self.dataplane.model_ready(request.name, version)
         )
@@ -79,7 +86,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             meta = self.dataplane.model_metadata(request.name, parse_version(request.version))
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         tensor = service_pb2.ModelMetadataResponse.TensorMetadata
         return service_pb2.ModelMetadataResponse(
             name=meta.name,
@@ -96,7 +103,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             config = self.dataplane.model_config(request.name, parse_version(request.version))
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         response = service_pb2.ModelConfigResponse()
         response.config.CopyFrom(config.raw)
         return response
@@ -108,7 +115,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             rows = self.dataplane.model_statistics(request.name, parse_version(request.version))
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         response = service_pb2.ModelStatisticsResponse()
         for name, version, stats in rows:
             _fill_stats(response.model_stats.add(), name, version, stats)
@@ -121,7 +128,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     ) -> service_pb2.RepositoryIndexResponse:
         """Every model of the repositories, with version, state and reason where known."""
         if request.repository_name:
-            await abort(context, unsupported("'repository_name' specification is not supported"))
+            return fail(context, unsupported("'repository_name' specification is not supported"))
         response = service_pb2.RepositoryIndexResponse()
         for entry in self.dataplane.repository_index(request.ready):
             row = response.models.add(name=entry.name)
@@ -159,7 +166,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     raise invalid_arg(f"unrecognized load parameter '{key}'.")
             await self.dataplane.load_model(request.model_name, parameters or None)
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
@@ -179,7 +186,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 unload_dependents = param.bool_param
             await self.dataplane.unload_model(request.model_name, unload_dependents)
         except TritonXError as exc:
-            await abort(context, exc)
+            return fail(context, exc)
         return service_pb2.RepositoryModelUnloadResponse()
 
     # ------------------------------------------------------------------ inference
@@ -193,13 +200,23 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
             if served.decoupled:
                 raise unsupported(DECOUPLED_MESSAGES["grpc"])
-            decoded = decode_infer_request(request, version)
+            decoded = await _decode(request, version)
             result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
             response = service_pb2.ModelInferResponse()
-            encode_infer_response(response, result, decoded, served.config, served.labels)
+            if heavy_response(result):
+                await asyncio.to_thread(
+                    encode_infer_response, response, result, decoded, served.config, served.labels
+                )
+            else:
+                encode_infer_response(response, result, decoded, served.config, served.labels)
+            return response
         except TritonXError as exc:
-            await abort(context, exc)
-        return response
+            rejected()
+            return fail(context, exc)
+        except Exception as exc:  # a bug: log it, answer INTERNAL
+            log.exception("unexpected error in ModelInfer for model '%s'", request.model_name)
+            rejected()
+            return fail(context, exc)
 
     async def ModelStreamInfer(
         self,
@@ -220,7 +237,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if message is None:
                     break
                 if error is not None and grpc_error:
-                    await abort(context, error)
+                    fail(context, error)  # ends the stream with this status
+                    return
                 yield message
             await reader  # re-raise a reader failure, if any
         finally:
@@ -267,7 +285,7 @@ class _Stream:
                 request.model_name, version
             )  # the one model lookup of this request
         except TritonXError as exc:
-            target = exc  # the request fails in run(), in order
+            target = detached(exc)  # the request fails in run(), in order
         previous: asyncio.Future[None] | None = None
         done: asyncio.Future[None] | None = None
         if not (isinstance(target, ServedModel) and target.decoupled):
@@ -301,35 +319,50 @@ class _Stream:
     ) -> None:
         put = self.queue.put_nowait
         try:
-            try:
-                if isinstance(target, TritonXError):
-                    raise target
-                served = target
-                decoded = decode_infer_request(request, version)
-                stream = self.dataplane.infer_stream(decoded.request, model=served)
-                if done is not None:  # ordinary model: exactly one response, in order
-                    messages: list[tuple[Any, TritonXError | None]] = []
-                    async for result in stream:
-                        messages.append(self._message(request, decoded, served, result, True))
-                    if previous is not None:
-                        await previous
-                    for item in messages:
-                        put(item)
+            if isinstance(target, TritonXError):
+                error = target  # never raised: it holds no frame
+            else:
+                try:
+                    await self._infer(request, version, target, previous, done)
                     return
-                async for result in stream:
-                    if result.empty and not decoded.enable_empty_final_response:
-                        continue
-                    put(self._message(request, decoded, served, result, result.final))
-            except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
-                error = TritonXError.wrap(exc)
-                if previous is not None:
-                    await previous
-                put((stream_error(request, error), error))
+                except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
+                    if not isinstance(exc, TritonXError):
+                        log.exception("unexpected error in ModelStreamInfer")
+                    error = detached(exc)
+            rejected()
+            if previous is not None:
+                await previous
+            put((stream_error(request, error), error))
         finally:
             if done is not None and not done.done():
                 done.set_result(None)
 
-    def _message(
+    async def _infer(
+        self,
+        request: service_pb2.ModelInferRequest,
+        version: int | None,
+        served: ServedModel,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None] | None,
+    ) -> None:
+        put = self.queue.put_nowait
+        decoded = await _decode(request, version)
+        stream = self.dataplane.infer_stream(decoded.request, model=served)
+        if done is not None:  # ordinary model: exactly one response, in order
+            messages: list[tuple[Any, TritonXError | None]] = []
+            async for result in stream:
+                messages.append(await self._message(request, decoded, served, result, True))
+            if previous is not None:
+                await previous
+            for item in messages:
+                put(item)
+            return
+        async for result in stream:
+            if result.empty and not decoded.enable_empty_final_response:
+                continue
+            put(await self._message(request, decoded, served, result, result.final))
+
+    async def _message(
         self,
         request: service_pb2.ModelInferRequest,
         decoded: DecodedRequest,
@@ -338,7 +371,7 @@ class _Stream:
         final: bool,
     ) -> tuple[service_pb2.ModelStreamInferResponse, TritonXError | None]:
         if result.error is not None:
-            error = TritonXError.wrap(result.error)
+            error = detached(result.error)
             return (
                 stream_error(
                     request,
@@ -357,11 +390,26 @@ class _Stream:
             infer.model_version = request.model_version
         else:
             try:
-                encode_infer_response(infer, result, decoded, served.config, served.labels)
+                if heavy_response(result):
+                    await asyncio.to_thread(
+                        encode_infer_response, infer, result, decoded, served.config, served.labels
+                    )
+                else:
+                    encode_infer_response(infer, result, decoded, served.config, served.labels)
             except TritonXError as exc:
-                return stream_error(request, exc), exc
+                error = detached(exc)
+                return stream_error(request, error), error
         infer.parameters["triton_final_response"].bool_param = final
         return message, None
+
+
+async def _decode(request: service_pb2.ModelInferRequest, version: int | None) -> DecodedRequest:
+    """Decode on the event loop, or in a worker thread when an input is heavy to convert."""
+    try:
+        return decode_infer_request(request, version, offload=True)
+    except Offload:
+        pass
+    return await asyncio.to_thread(decode_infer_request, request, version)
 
 
 def _duration(target: Any, source: Duration) -> None:

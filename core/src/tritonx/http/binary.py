@@ -17,8 +17,8 @@ from tritonx.errors import invalid_arg
 from tritonx.types import InferenceRequest
 from tritonx.wire import request_prefix
 
-#: An ``/infer`` request body; binary inputs are views on it.
-Body = bytes | bytearray
+#: An ``/infer`` request body (a memoryview for large bodies); binary inputs are views on it.
+Body = bytes | bytearray | memoryview
 
 _LE = struct.Struct("<I")
 

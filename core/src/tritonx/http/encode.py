@@ -27,6 +27,20 @@ from tritonx.types import InferenceResponse
 
 _NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
 
+#: A response with an output of more BYTES elements than this (encoded one by one), or of
+#: more numeric elements than :data:`OFFLOAD_NUMERIC_ELEMENTS`, is encoded off the loop.
+OFFLOAD_BYTES_ELEMENTS = 16384
+OFFLOAD_NUMERIC_ELEMENTS = 262144
+
+
+def heavy_response(response: InferenceResponse) -> bool:
+    """Whether encoding (and compressing) ``response`` is worth a worker thread."""
+    for array in response.outputs.values():
+        if isinstance(array, np.ndarray) and array.size > OFFLOAD_BYTES_ELEMENTS:
+            if array.dtype.kind == "O" or array.size > OFFLOAD_NUMERIC_ELEMENTS:
+                return True
+    return False
+
 
 @dataclass(slots=True)
 class EncodedResponse:

@@ -1,5 +1,10 @@
 """Error responses exactly as Triton's HTTP frontend sends them: ``{"error": "<message>"}``
-with the status :data:`STATUS` gives the error's code."""
+with the status :data:`STATUS` gives the error's code.
+
+Messages can echo client input (model and tensor names, header values), so every error body
+is bounded: a message longer than :data:`MAX_ERROR_CHARS` is cut there and ends with
+``...`` (:func:`bounded_message`).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,10 @@ from aiohttp import web
 from tritonx.errors import Code, TritonXError
 
 JSON_CONTENT_TYPE = "application/json"
+
+#: The longest error message sent to a client, in characters (then ``...`` is appended).
+MAX_ERROR_CHARS = 4096
+ELLIPSIS = "..."
 
 #: Triton's table (server ``src/http_server.cc`` ``HttpCodeFromError``): INVALID_ARG → 400,
 #: NOT_FOUND → 404, INTERNAL → 500, UNAVAILABLE → 503, UNSUPPORTED → 501, others → 400.
@@ -29,8 +38,17 @@ def status_code(error: TritonXError) -> int:
     return STATUS[error.code]
 
 
+def bounded_message(message: str, limit: int = MAX_ERROR_CHARS) -> str:
+    """``message``, or its first ``limit`` characters followed by ``...`` when longer."""
+    if len(message) <= limit:
+        return message
+    return message[:limit] + ELLIPSIS
+
+
 def error_response(message: str, status: int) -> web.Response:
-    """A ``{"error": message}`` JSON response with ``status``."""
+    """A ``{"error": message}`` JSON response with ``status`` (message bounded)."""
+    if len(message) > MAX_ERROR_CHARS:
+        message = bounded_message(message)
     return web.Response(
         body=orjson.dumps({"error": message}),
         status=status,
@@ -51,6 +69,18 @@ def not_found() -> web.Response:
 def method_not_allowed() -> web.Response:
     """405 ``{"error":"Method Not Allowed"}`` for a known path and a wrong method."""
     return error_response("Method Not Allowed", 405)
+
+
+class BodyError(TritonXError):
+    """The request body could not be read: too large, malformed, cut short or stalled.
+
+    Answered with ``status`` (400, or 408 for a stalled body) and the connection closed, so
+    the rest of the body is never read (nor inflated).
+    """
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message, Code.INVALID_ARG)
+        self.status = status
 
 
 def internal(message: str) -> TritonXError:

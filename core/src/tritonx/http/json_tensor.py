@@ -101,7 +101,7 @@ def json_tensor(
     target = dtype.numpy_dtype
     arr: np.ndarray | None = None
     try:
-        inferred = np.array(data)
+        inferred = _array(data)
     except (ValueError, OverflowError):
         inferred = None
     if inferred is not None and inferred.dtype.kind in kinds:
@@ -121,6 +121,24 @@ def json_tensor(
     if arr.dtype.kind == "O" or arr.dtype != target:
         arr = arr.astype(target) if arr.dtype.kind != "O" else _cast_objects(arr, target)
     return arr.reshape(shape)
+
+
+#: Lists longer than this are converted a slice at a time (see :func:`_array`).
+ARRAY_SLICE = 1 << 20
+
+
+def _array(data: list[Any]) -> np.ndarray:
+    """``np.array(data)``; a long list a slice of :data:`ARRAY_SLICE` items at a time (so a
+    worker thread converting it lets the event loop run between slices), then joined, when
+    every slice converts to the same dtype and inner shape (else the whole list at once)."""
+    if len(data) <= ARRAY_SLICE:
+        return np.array(data)
+    parts = [np.array(data[i : i + ARRAY_SLICE]) for i in range(0, len(data), ARRAY_SLICE)]
+    first = parts[0]
+    for part in parts:
+        if part.dtype != first.dtype or part.shape[1:] != first.shape[1:]:
+            return np.array(data)
+    return np.concatenate(parts)
 
 
 def _cast_objects(arr: np.ndarray, target: np.dtype) -> np.ndarray:

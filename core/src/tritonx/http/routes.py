@@ -8,6 +8,7 @@ Triton): exact paths first, then the model and repository patterns. Unknown path
 
 from __future__ import annotations
 
+import asyncio
 import gzip
 import logging
 import re
@@ -16,25 +17,36 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
+import numpy as np
 import orjson
-from aiohttp import web
+from aiohttp import StreamReader, web
 
-from tritonx.config import ServerSettings
+from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
-from tritonx.http.decode import decode_infer_request, parse_json_header, raw_binary_request
-from tritonx.http.encode import encode_infer_response, join_parts
+from tritonx.http.binary import Body
+from tritonx.http.decode import (
+    OFFLOAD_JSON_BYTES,
+    DecodedRequest,
+    decode_infer_request,
+    heavy_body,
+    parse_json_header,
+    raw_binary_request,
+)
+from tritonx.http.encode import encode_infer_response, heavy_response, join_parts
 from tritonx.http.errors import (
     JSON_CONTENT_TYPE,
+    BodyError,
     error_response,
     internal,
     method_not_allowed,
     not_found,
     response_for,
 )
+from tritonx.http.listener import Connection
 from tritonx.security import Restrictions
 from tritonx.stats import Duration, ModelStats
-from tritonx.types import TensorSpec
+from tritonx.types import InferenceResponse, TensorSpec
 from tritonx.wire import parse_version
 
 log = logging.getLogger("tritonx.http")
@@ -129,7 +141,7 @@ def restricted_dispatch(restrictions: Restrictions) -> Handler:
                     f"This API is restricted, expecting header '{rule[0]}'", 403
                 )
                 if request.body_exists:
-                    refused.force_close()  # don't read a refused client's body
+                    _close_unread(request, refused)  # don't read a refused client's body
                 return refused
         return await dispatch(request)
 
@@ -137,24 +149,51 @@ def restricted_dispatch(restrictions: Restrictions) -> Handler:
 
 
 async def dispatch(request: web.Request) -> web.StreamResponse:
-    """Route one request by its raw path; turn errors into Triton's JSON error bodies."""
+    """Route one request by its raw path; turn errors into Triton's JSON error bodies.
+
+    A body that could not be read (:class:`BodyError`), or a compressed body left unread,
+    closes the connection after the answer: nothing more of it is read or inflated (aiohttp
+    would otherwise read on for its lingering time). An unread plain body is drained by
+    aiohttp, so the client still reads the answer.
+    """
     path = request.raw_path.split("?", 1)[0]
     try:
         exact = _EXACT.get(path)
         if exact is not None:
-            return await exact(request)
-        match = _MODEL_RE.fullmatch(path)
-        if match is not None:
-            return await _model_route(request, match)
-        match = _REPO_RE.fullmatch(path)
-        if match is not None:
-            return await _repository_route(request, match)
-        return not_found()
+            response = await exact(request)
+        else:
+            match = _MODEL_RE.fullmatch(path)
+            if match is not None:
+                response = await _model_route(request, match)
+            else:
+                match = _REPO_RE.fullmatch(path)
+                if match is not None:
+                    response = await _repository_route(request, match)
+                else:
+                    response = not_found()
+    except BodyError as exc:
+        response = error_response(exc.message, exc.status)
+        _close_unread(request, response)
+        return response
     except TritonXError as exc:
-        return response_for(exc)
+        response = response_for(exc)
     except Exception as exc:  # a bug: answer 500 and keep serving
         log.exception("unexpected error handling %s %s", request.method, path)
-        return error_response(str(exc) or type(exc).__name__, 500)
+        response = error_response(str(exc) or type(exc).__name__, 500)
+    if not request.content.is_eof() and request.headers.get("Content-Encoding", "") not in (
+        "",
+        "identity",
+    ):
+        _close_unread(request, response)
+    return response
+
+
+def _close_unread(request: web.Request, response: web.StreamResponse) -> None:
+    """Close the connection after ``response`` without reading the rest of the body."""
+    response.force_close()
+    protocol = request.protocol
+    if isinstance(protocol, Connection):
+        protocol.close_after_response()
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -168,67 +207,131 @@ def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type=JSON_CONTENT_TYPE)
 
 
-def _too_large(size: int, limit: int) -> TritonXError:
-    return invalid_arg(
+def _too_large(size: int, limit: int) -> BodyError:
+    return BodyError(
         f"request size of {size} bytes exceeds the maximum allowed input size of {limit} "
         "bytes. Use --http-max-input-size to increase the limit."
     )
 
 
-async def read_body(request: web.Request, limit: int) -> bytes | bytearray:
+#: A body declared (Content-Length) up to this size is read into one buffer of that size;
+#: a larger one, or one of unknown size (chunked, compressed), into a buffer that doubles as
+#: its bytes arrive: memory follows what the client actually sent.
+EAGER_BODY_SIZE = 1 << 20
+
+_COMPRESSED = ("gzip", "deflate")
+
+
+async def read_body(request: web.Request, limit: int, timeout: float = 0.0) -> Body:
     """The (decompressed) request body in one writable buffer, at most ``limit`` bytes.
 
-    aiohttp inflates ``Content-Encoding: gzip|deflate`` bodies itself; other encodings are
-    refused as Triton does (501). A plain body with a Content-Length is read into one
-    preallocated buffer (a single copy from the socket chunks) and refused before being read
-    when it is over the limit.
+    aiohttp inflates ``Content-Encoding: gzip|deflate`` bodies itself, a chunk at a time as
+    they are read; reading stops as soon as the inflated size passes ``limit``. Other
+    encodings are refused as Triton does (501). A body declared over the limit is refused
+    before it is read. When the body has not fully arrived yet, ``timeout`` (seconds; 0: none)
+    bounds the wait for each of its chunks.
+
+    :raises BodyError: the body is too large, malformed, cut short or stalled (the caller
+        answers and closes the connection: the rest of the body is never read).
     """
     encoding = request.headers.get("Content-Encoding", "")
     if encoding not in ("", "identity", "gzip", "deflate"):
         raise unsupported("Unsupported compression type")
-    compressed = encoding in ("gzip", "deflate")
+    compressed = encoding in _COMPRESSED
     length = None if compressed else request.content_length
+    if length is not None:
+        if length > limit:
+            raise _too_large(length, limit)
+        if length == 0:
+            return b""
     stream = request.content
+    if stream.is_eof() or timeout <= 0:  # all of it is here already: no waiting
+        return await _read_body(stream, length, limit, compressed, None, 0.0)
     try:
-        if length is not None:
-            if length > limit:
-                raise _too_large(length, limit)
-            if length == 0:
-                return b""
+        async with asyncio.timeout(timeout) as deadline:
+            return await _read_body(stream, length, limit, compressed, deadline, timeout)
+    except TimeoutError:
+        raise BodyError(
+            f"timed out reading the request body: no data for {timeout:g} s", 408
+        ) from None
+
+
+async def _read_body(
+    stream: StreamReader,
+    length: int | None,
+    limit: int,
+    compressed: bool,
+    deadline: asyncio.Timeout | None,
+    timeout: float,
+) -> Body:
+    failure = ""
+    try:
+        if length is not None and length <= EAGER_BODY_SIZE:
             buf = bytearray(length)
             view = memoryview(buf)
             pos = 0
             while pos < length:
-                chunk = await stream.readany()
+                chunk, boundary = await stream.readchunk()
                 if not chunk:
+                    if boundary:
+                        continue
                     break
                 n = len(chunk)
                 if pos + n > length:
-                    raise invalid_arg("request body is longer than its Content-Length")
+                    failure = "request body is longer than its Content-Length"
+                    break
                 view[pos : pos + n] = chunk
                 pos += n
-            if pos != length:
-                raise invalid_arg(f"unexpected end of request body: got {pos} of {length} bytes")
-            return buf
-        data = bytearray()
-        while True:
-            chunk = await stream.readany()
-            if not chunk:
-                if compressed and not data:
-                    raise invalid_arg("nothing to be decompressed")
-                return data
-            data += chunk
-            if len(data) > limit:
-                if compressed:
-                    raise invalid_arg(
-                        f"Decompressed data size exceeds the maximum allowed value of {limit} "
-                        "bytes. Use --http-max-input-size to increase the limit."
-                    )
-                raise _too_large(len(data), limit)
-    except TritonXError:
+                if deadline is not None:
+                    deadline.reschedule(asyncio.get_running_loop().time() + timeout)
+            view.release()
+            if not failure and pos != length:
+                failure = f"unexpected end of request body: got {pos} of {length} bytes"
+            if not failure:
+                return buf
+        else:
+            cap = limit if length is None else length
+            grown = np.empty(min(cap, EAGER_BODY_SIZE if length else 1 << 16), np.uint8)
+            size = 0
+            while True:
+                chunk, boundary = await stream.readchunk()
+                if not chunk:
+                    if boundary:
+                        continue
+                    break
+                end = size + len(chunk)
+                if end > cap:
+                    if length is not None:
+                        failure = "request body is longer than its Content-Length"
+                    elif compressed:
+                        failure = (
+                            f"Decompressed data size exceeds the maximum allowed value of "
+                            f"{limit} bytes. Use --http-max-input-size to increase the limit."
+                        )
+                    else:
+                        raise _too_large(end, limit)
+                    break
+                if end > grown.size:
+                    grown.resize(min(cap, max(end, 2 * grown.size)), refcheck=False)
+                grown[size:end] = np.frombuffer(chunk, np.uint8)
+                size = end
+                if deadline is not None:
+                    deadline.reschedule(asyncio.get_running_loop().time() + timeout)
+            if not failure:
+                if length is not None and size != length:
+                    failure = f"unexpected end of request body: got {size} of {length} bytes"
+                elif compressed and size == 0:
+                    failure = "nothing to be decompressed"
+                else:
+                    return memoryview(grown.data)[:size]
+    except (TritonXError, asyncio.CancelledError, TimeoutError):
         raise
     except Exception as exc:  # connection reset, bad chunked framing, corrupt gzip
-        raise invalid_arg(f"failed to read the request body: {exc}") from None
+        # aiohttp keeps the exception (its traceback holds this frame) on the stream:
+        # drop the traceback so that neither it nor the buffer outlives the request
+        failure = f"failed to read the request body: {exc}"
+        exc.__traceback__ = None
+    raise BodyError(failure)
 
 
 def response_encoding(accept: str | None) -> str:
@@ -275,16 +378,19 @@ def _header_length(request: web.Request, content_length: int) -> int | None:
 
 
 async def _read_json(request: web.Request) -> Any:
-    """A small JSON control body (repository APIs); None when the body is empty."""
-    limit = request.app[SETTINGS_KEY].http_max_input_size
+    """A JSON control body (repository APIs); None when the body is empty."""
+    settings = request.app[SETTINGS_KEY]
+    limit = settings.http_max_input_size
     if request.content_length is not None and request.content_length > limit:
-        raise invalid_arg(
+        raise BodyError(
             f"request JSON size of {request.content_length} bytes exceeds the maximum allowed "
             f"input size of {limit} bytes. Use --http-max-input-size to increase the limit."
         )
-    body = await read_body(request, limit)
+    body = await read_body(request, limit, settings.http_body_timeout_secs)
     if not body:
         return None
+    if len(body) > OFFLOAD_JSON_BYTES:
+        return await asyncio.to_thread(parse_json_header, body, len(body), limit)
     return parse_json_header(body, len(body), limit)
 
 
@@ -420,41 +526,58 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if request.method != "POST":
         return method_not_allowed()
     dp = _dataplane(request)
-    limit = request.app[SETTINGS_KEY].http_max_input_size
+    settings = request.app[SETTINGS_KEY]
+    limit = settings.http_max_input_size
     version = parse_version(version_str)
     served = dp.resolve(model, version)  # the one model lookup of this request
     if served.decoupled:
         raise unsupported(DECOUPLED_MESSAGES["http"])
     config = served.config
-    try:
-        body = await read_body(request, limit)
-    except TritonXError as exc:
-        # The body was not (fully) read: don't reuse the connection.
-        failure = response_for(exc)
-        failure.force_close()
-        return failure
+    body = await read_body(request, limit, settings.http_body_timeout_secs)
     header_length = _header_length(request, len(body))
     if header_length == 0:
         decoded = raw_binary_request(body, config, model, version, limit)
+    elif heavy_body(body, header_length):
+        decoded = await asyncio.to_thread(
+            decode_infer_request, body, header_length, model, version, limit
+        )
     else:
         decoded = decode_infer_request(body, header_length, model, version, limit)
+    del body  # the inputs keep what they need of it
     response = await dp.infer(decoded.request, protocol="http", model=served)
-    encoded = encode_infer_response(response, decoded, config, served.labels)
+    encoding = response_encoding(request.headers.get("Accept-Encoding"))
+    if heavy_response(response):
+        payload, headers = await asyncio.to_thread(
+            _encode, response, decoded, config, served.labels, encoding
+        )
+    else:
+        payload, headers = _encode(response, decoded, config, served.labels, encoding)
+    return web.Response(body=payload, headers=headers)
+
+
+def _encode(
+    response: InferenceResponse,
+    decoded: DecodedRequest,
+    config: ModelConfig,
+    labels: Callable[[str], Sequence[str] | None],
+    encoding: str,
+) -> tuple[bytes | bytearray, dict[str, str]]:
+    """The body and headers of an ``/infer`` answer (compressed as ``encoding`` asks)."""
+    encoded = encode_infer_response(response, decoded, config, labels)
     headers: dict[str, str] = {}
     if encoded.header_length is not None:
         headers[HEADER_LENGTH] = str(encoded.header_length)
-        content_type = "application/octet-stream"
+        headers["Content-Type"] = "application/octet-stream"
     else:
-        content_type = JSON_CONTENT_TYPE
-    payload = join_parts(encoded.parts)
-    encoding = response_encoding(request.headers.get("Accept-Encoding"))
+        headers["Content-Type"] = JSON_CONTENT_TYPE
+    payload: bytes | bytearray = join_parts(encoded.parts)
     if encoding == "gzip":
         payload = gzip.compress(payload, compresslevel=1)
         headers["Content-Encoding"] = "gzip"
     elif encoding == "deflate":
         payload = zlib.compress(payload, 1)
         headers["Content-Encoding"] = "deflate"
-    return web.Response(body=payload, headers=headers, content_type=content_type)
+    return payload, headers
 
 
 # ---------------------------------------------------------------------------------- repository

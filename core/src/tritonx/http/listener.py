@@ -1,0 +1,341 @@
+"""The HTTP listener: aiohttp's request handling behind tritonx's connection limits.
+
+tritonserver (libevhtp) never times a connection out and accepts as many as it can; a client
+that opens connections and sends nothing, or sends its headers a byte at a time, holds a file
+descriptor forever, and at the open-file limit new clients are reset. Here (tritonx only,
+``ServerSettings.http_*``):
+
+* **Connection cap** (``http_max_connections``; 0: derived from the open-file limit, see
+  :func:`default_max_connections`). Connections are accepted by :class:`LimitedSite`'s own
+  loop: at the cap it stops accepting, so new clients wait in the listen backlog (not reset)
+  until a connection closes; a connection idle for at least :data:`EVICT_IDLE_AFTER` seconds
+  (no request in progress, no byte of the next one) is closed to make room, oldest first.
+* **Header timeout** (``http_header_timeout_secs``): from the opening of a connection, or from
+  the first byte of a later request, until that request's headers are complete; then the
+  connection is closed. It also bounds a TLS handshake.
+* **Keep-alive timeout** (``http_keepalive_timeout_secs``): an idle connection between
+  requests is closed after it (aiohttp's ``keepalive_timeout``).
+* **Body timeout** (``http_body_timeout_secs``): enforced where bodies are read
+  (:func:`tritonx.http.routes.read_body`): 408 and the connection closed when no byte of the
+  body arrives for that long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import socket
+import ssl
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from aiohttp.web_protocol import RequestHandler
+
+from tritonx.config import ServerSettings
+
+log = logging.getLogger("tritonx.http")
+
+#: Listen backlog of the HTTP socket (tritonserver binds with 1024).
+BACKLOG = 1024
+#: At the connection cap, a connection idle for at least this many seconds may be closed to
+#: make room for a new one (younger ones may be about to send their next request).
+EVICT_IDLE_AFTER = 1.0
+#: accept() errors that mean "out of descriptors or memory": wait, the clients stay queued.
+_RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+
+
+def default_max_connections() -> int:
+    """The connection cap when ``http_max_connections`` is 0: the open-file soft limit less
+    a quarter of it (at least 64 descriptors) for models, files and other listeners; at
+    least 16."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        soft = 1 << 20
+    return max(16, soft - max(64, soft // 4))
+
+
+@dataclass(frozen=True, slots=True)
+class HTTPLimits:
+    """The connection limits of one HTTP listener (seconds; 0 disables a timeout)."""
+
+    header_timeout: float = 60.0
+    body_timeout: float = 60.0
+    keepalive_timeout: float = 620.0
+    max_connections: int = 0
+
+    @property
+    def handler_keepalive(self) -> float:
+        """aiohttp's ``keepalive_timeout`` (for aiohttp 0 closes a connection after every
+        response; here 0 means no limit)."""
+        return self.keepalive_timeout if self.keepalive_timeout > 0 else 1e9
+
+    @classmethod
+    def from_settings(cls, settings: ServerSettings) -> HTTPLimits:
+        return cls(
+            header_timeout=settings.http_header_timeout_secs,
+            body_timeout=settings.http_body_timeout_secs,
+            keepalive_timeout=settings.http_keepalive_timeout_secs,
+            max_connections=settings.http_max_connections
+            if settings.http_max_connections > 0
+            else default_max_connections(),
+        )
+
+
+class Connection(RequestHandler):
+    """aiohttp's per-connection protocol with a header deadline and idleness tracking.
+
+    The header deadline runs from the opening of the connection, and from the first byte
+    received while waiting for the next request; a complete request header cancels it.
+    """
+
+    __slots__ = ("_fresh", "_header_handle", "_header_timeout", "_listener", "_opened_at")
+
+    def __init__(
+        self, manager: web.Server, *, listener: LimitedSite, header_timeout: float, **kwargs: Any
+    ) -> None:
+        super().__init__(manager, **kwargs)
+        self._listener = listener
+        self._header_timeout = header_timeout
+        self._header_handle: asyncio.TimerHandle | None = None
+        self._opened_at = 0.0
+        self._fresh = True  # no byte received yet
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self._opened_at = self._loop.time()
+        self._listener.opened(self)
+        self._arm_header_deadline()
+
+    def connection_lost(self, exc: BaseException | None) -> None:
+        if self._header_handle is not None:
+            self._header_handle.cancel()
+            self._header_handle = None
+        self._listener.closed(self)
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._fresh = False
+        if self._header_handle is None and self._waiting():
+            self._arm_header_deadline()  # the first byte of the next request
+        super().data_received(data)
+        if self._header_handle is not None and self._messages:
+            self._header_handle.cancel()  # its headers are complete
+            self._header_handle = None
+
+    def _waiting(self) -> bool:
+        """Whether the handler waits for the next request (aiohttp's idle state)."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done() and not self._messages
+
+    def _arm_header_deadline(self) -> None:
+        if self._header_timeout > 0:
+            self._header_handle = self._loop.call_later(self._header_timeout, self._header_deadline)
+
+    def _header_deadline(self) -> None:
+        self._header_handle = None
+        if self.transport is not None and not self._force_close and self._waiting():
+            log.debug("closing an HTTP connection: no request headers in time")
+            self.force_close()
+
+    def close_after_response(self) -> None:
+        """Close the connection once the current response is sent, without reading (and
+        inflating) what is left of the request body: aiohttp would otherwise read on for
+        its lingering time."""
+        self._lingering_time = 0.0
+
+    @property
+    def was_opened(self) -> bool:
+        """Whether ``connection_made`` ran (the listener then counts it until it closes)."""
+        return self._opened_at > 0
+
+    def idle_for(self, now: float) -> float | None:
+        """Seconds this connection has waited for a request with no byte of it received
+        (None while a request is received or handled)."""
+        if not self._waiting():
+            return None
+        if self._header_handle is not None:  # a deadline: fresh, or headers under way
+            return now - self._opened_at if self._fresh else None
+        return now - (self._next_keepalive_close_time - self._keepalive_timeout)
+
+
+class LimitedSite(web.BaseSite):
+    """An aiohttp site on a bound socket whose accept loop enforces :class:`HTTPLimits`.
+
+    :param handler_kwargs: the keyword arguments of aiohttp's ``RequestHandler`` (the ones
+        the runner was given), used for every connection.
+    """
+
+    __slots__ = (
+        "_accepting",
+        "_connections",
+        "_count",
+        "_handler_kwargs",
+        "_handshakes",
+        "_limits",
+        "_name",
+        "_room",
+        "_sock",
+    )
+
+    def __init__(
+        self,
+        runner: web.BaseRunner,
+        sock: socket.socket,
+        *,
+        limits: HTTPLimits,
+        handler_kwargs: dict[str, Any],
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        super().__init__(runner, ssl_context=ssl_context, backlog=BACKLOG)
+        self._sock = sock
+        self._limits = limits
+        self._handler_kwargs = handler_kwargs
+        host, port = sock.getsockname()[:2]
+        self._name = f"{'https' if ssl_context else 'http'}://{host}:{port}"
+        #: open connections in opening order (the oldest idle one is evicted first)
+        self._connections: dict[Connection, None] = {}
+        #: accepted sockets not closed yet (connections plus TLS handshakes under way)
+        self._count = 0
+        self._room = asyncio.Event()
+        self._accepting: asyncio.Task[None] | None = None
+        self._handshakes: set[asyncio.Task[None]] = set()
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @property
+    def connection_count(self) -> int:
+        """Accepted connections not closed yet."""
+        return self._count
+
+    async def start(self) -> None:
+        await super().start()
+        self._sock.setblocking(False)
+        self._sock.listen(BACKLOG)
+        self._accepting = asyncio.get_running_loop().create_task(self._accept_loop())
+
+    async def stop(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+            try:
+                await self._accepting
+            except asyncio.CancelledError:
+                pass
+            self._accepting = None
+        for task in list(self._handshakes):
+            task.cancel()
+        self._sock.close()
+        await super().stop()
+
+    # ------------------------------------------------------------------ accounting
+
+    def opened(self, connection: Connection) -> None:
+        self._connections[connection] = None
+
+    def closed(self, connection: Connection) -> None:
+        if connection in self._connections:  # not evicted (already released) before
+            del self._connections[connection]
+            self._release()
+
+    def _release(self) -> None:
+        self._count -= 1
+        self._room.set()
+
+    def _evict_idle(self) -> bool:
+        """Close the longest-idle connection idle for at least EVICT_IDLE_AFTER seconds."""
+        now = asyncio.get_running_loop().time()
+        victim, longest = None, EVICT_IDLE_AFTER
+        for connection in self._connections:
+            idle = connection.idle_for(now)
+            if idle is not None and idle >= longest:
+                victim, longest = connection, idle
+        if victim is None:
+            return False
+        log.debug("closing an HTTP connection idle for %.1f s: at the connection cap", longest)
+        del self._connections[victim]
+        self._release()  # now: its connection_lost comes later
+        victim.force_close()
+        return True
+
+    # ------------------------------------------------------------------ accepting
+
+    def _connection(self) -> Connection:
+        server = self._runner.server
+        assert server is not None
+        return Connection(
+            server,
+            listener=self,
+            header_timeout=self._limits.header_timeout,
+            loop=asyncio.get_running_loop(),
+            **self._handler_kwargs,
+        )
+
+    async def _accept_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        sock, cap = self._sock, self._limits.max_connections
+        short_of_descriptors = False
+        while True:
+            if self._count >= cap:
+                self._room.clear()
+                if not self._evict_idle():
+                    try:  # a connection closes, or an idle one becomes old enough
+                        await asyncio.wait_for(self._room.wait(), EVICT_IDLE_AFTER / 2)
+                    except TimeoutError:
+                        pass
+                    continue
+            try:
+                conn, _ = await loop.sock_accept(sock)
+            except OSError as exc:
+                if exc.errno in _RESOURCE_ERRORS:
+                    if not short_of_descriptors:
+                        log.warning("HTTP accept failed (%s): clients wait in the backlog", exc)
+                        short_of_descriptors = True
+                    await asyncio.sleep(0.1)
+                continue
+            short_of_descriptors = False
+            self._count += 1
+            try:
+                conn.setblocking(False)
+                if conn.family in (socket.AF_INET, socket.AF_INET6):
+                    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # the client is already gone
+                conn.close()
+                self._release()
+                continue
+            if self._ssl_context is None:
+                await self._connect(conn)
+            else:  # handshakes run concurrently: a slow one must not stop accepting
+                task = loop.create_task(self._connect(conn))
+                self._handshakes.add(task)
+                task.add_done_callback(self._handshakes.discard)
+
+    async def _connect(self, conn: socket.socket) -> None:
+        made: list[Connection] = []
+
+        def factory() -> Connection:
+            made.append(self._connection())
+            return made[0]
+
+        try:
+            await asyncio.get_running_loop().connect_accepted_socket(
+                factory,
+                conn,
+                ssl=self._ssl_context,
+                ssl_handshake_timeout=(self._limits.header_timeout or None)
+                if self._ssl_context
+                else None,
+            )
+        except Exception as exc:  # handshake failure or timeout, client gone, ...
+            log.debug("HTTP connection failed before its first request: %s", exc)
+            conn.close()
+            if not (made and made[0].was_opened):
+                self._release()  # connection_made never ran: nothing else will release it
+        except asyncio.CancelledError:
+            conn.close()
+            if not (made and made[0].was_opened):
+                self._release()
+            raise
