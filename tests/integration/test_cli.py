@@ -234,6 +234,8 @@ def test_serve_without_repository_serves_the_bundled_examples() -> None:
     seen += proc.stderr.read()
     assert proc.wait(30) == 0
     assert "serving the bundled example repository" in seen
+    # the MiniLM ensemble is served once built; until then the log says how to build it
+    assert "| minilm_embed" in seen or "make_minilm.py" in seen
     for model in ("simple", "simple_int8", "simple_string"):
         assert f"| {model}" in seen
     assert re.search(r"\| simple +\| 1 +\| READY", seen)

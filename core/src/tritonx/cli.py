@@ -453,6 +453,12 @@ def serve(**opts: Any) -> None:
     if not repos:
         repos = (str(EXAMPLE_REPOSITORY),)
         log.info("no --model-repository given: serving the bundled example repository %s", repos[0])
+        if not (EXAMPLE_REPOSITORY / "minilm_embed").is_dir():
+            log.info(
+                "the MiniLM ensemble example (minilm_embed) is not built: see "
+                "core/src/tritonx/examples/minilm/README.md (python "
+                "plugins/backend_onnx/scripts/make_minilm.py)"
+            )
         if exit_on_error is None:
             exit_on_error = False  # models whose backend plugin is not installed stay UNAVAILABLE
     if exit_on_error is None:
