@@ -23,7 +23,7 @@ from aiohttp import web
 
 from tritonx._core.extensions import SinkExporter, build_cache, build_metric_sinks
 from tritonx._core.metrics import TritonMetrics
-from tritonx._core.metrics_app import export_registry, make_metrics_app, triton_metrics
+from tritonx._core.metrics_app import export_registry, make_metrics_app
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.plugins import collect, make_plugin_manager
@@ -111,7 +111,7 @@ class Server:
         for sink in sinks:
             for collector in sink.collectors():
                 dataplane.metrics_registry.register(collector)
-        triton = triton_metrics(self.settings, dataplane)
+        triton = TritonMetrics(self.settings, dataplane)
         if sinks:
             self._exporter = SinkExporter(
                 sinks,

@@ -31,8 +31,6 @@ class AgentChain:
         self.config = config
         self.agents = agents
         self._ran: list[tuple[RepoAgent, dict[str, str], Path]] = []
-        #: the folder the chain ended with (the model's own folder until ``load`` runs)
-        self.model_dir: Path | None = None
 
     @classmethod
     def resolve(cls, model_name: str, config: Any, registry: RepoAgentRegistry) -> AgentChain:
@@ -73,7 +71,6 @@ class AgentChain:
                 raise err from exc
             if replaced is not None:
                 folder = Path(replaced)
-        self.model_dir = folder
         return folder
 
     async def load_completed(self) -> None:

@@ -4,7 +4,6 @@ the registry metric sinks export (Triton's ``nv_*`` families plus every register
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
@@ -12,10 +11,6 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonx._core.metrics import TritonMetrics, render_registry
-
-if TYPE_CHECKING:
-    from tritonx.config import ServerSettings
-    from tritonx.dataplane import DataPlane
 
 REGISTRY_KEY = web.AppKey("registry", CollectorRegistry)
 CONTENT_TYPE = "text/plain; charset=utf-8"
@@ -66,8 +61,3 @@ def make_metrics_app(triton: TritonMetrics, registry: CollectorRegistry) -> web.
 
     app.router.add_route("*", "/{tail:.*}", metrics)
     return app
-
-
-def triton_metrics(settings: ServerSettings, dataplane: DataPlane) -> TritonMetrics:
-    """The renderer of Triton's ``nv_*`` families over ``dataplane``'s loaded versions."""
-    return TritonMetrics(settings, dataplane)
