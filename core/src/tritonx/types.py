@@ -47,6 +47,10 @@ class InferenceRequest:
     :param flags: :data:`SEQUENCE_START` / :data:`SEQUENCE_END` bits.
     :param priority: scheduling priority (0 = the model's default level).
     :param timeout_us: queue timeout in microseconds (0 = the model's default).
+
+    A transport calls :meth:`cancel` when the client went away (HTTP disconnect, gRPC
+    cancel or deadline); schedulers drop a cancelled request before it executes and backends
+    may poll :meth:`is_cancelled` (python_backend's ``request.is_cancelled()``).
     """
 
     model_name: str
@@ -64,6 +68,16 @@ class InferenceRequest:
     response_sender: ResponseSender | None = None
     #: Set by the core after validation: the batch size (1 for models without batching).
     batch_size: int = 1
+    #: True once :meth:`cancel` was called (from any thread).
+    cancelled: bool = False
+
+    def cancel(self) -> None:
+        """Mark the request cancelled: its client is gone, its answer will not be read."""
+        self.cancelled = True
+
+    def is_cancelled(self) -> bool:
+        """Whether the request was cancelled (python_backend's ``is_cancelled()``)."""
+        return self.cancelled
 
     def __getitem__(self, name: str) -> np.ndarray:
         return self.inputs[name]
