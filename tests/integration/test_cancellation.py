@@ -75,8 +75,10 @@ def slow_model(
     max_batch_size: int = 0,
     delay_ms: int = 0,
     extra: str = "",
+    group: str = "",
 ) -> Path:
-    """A python model with one instance (see the module docstring)."""
+    """A python model with one instance (see the module docstring); ``group`` is added to
+    its ``instance_group``."""
     return repo.add(
         name,
         backend="python",
@@ -85,7 +87,7 @@ def slow_model(
         outputs=[("OUTPUT0", "INT32", [1])],
         versions={1: {"model.py": SLOW_MODEL}},
         parameters={"delay_ms": str(delay_ms)},
-        extra="instance_group [ { count: 1 kind: KIND_CPU } ]\n" + extra,
+        extra=f"instance_group [ {{ count: 1 kind: KIND_CPU {group} }} ]\n" + extra,
     )
 
 
@@ -117,9 +119,11 @@ async def wait_running(repo: ModelRepositoryBuilder, name: str, value: int) -> N
 
 
 @contextlib.asynccontextmanager
-async def serve(repo: ModelRepositoryBuilder, *extra: object) -> AsyncIterator[Server]:
+async def serve(
+    repo: ModelRepositoryBuilder, *extra: object, **settings: Any
+) -> AsyncIterator[Server]:
     pm = make_plugin_manager(autoload=True, only=("backend_python",), extra=list(extra))
-    async with Server(loopback_settings(repo.root), plugin_manager=pm) as srv:
+    async with Server(loopback_settings(repo.root, **settings), plugin_manager=pm) as srv:
         yield srv
 
 
@@ -238,11 +242,12 @@ async def test_http_clients_that_disconnect_while_queued_are_not_executed(
     assert stats["execution_count"] == 2 and stats["inference_count"] == 2
 
 
-async def test_grpc_deadlines_that_pass_while_queued_cancel_the_requests(
+async def test_grpc_deadlines_and_cancelled_calls_cancel_the_queued_requests(
     model_repository: ModelRepositoryBuilder,
 ) -> None:
-    """``client_timeout`` (a gRPC deadline) passing while the request waits: DEADLINE_EXCEEDED
-    for the client, the request never executes and counts as CANCELED."""
+    """``client_timeout`` (a gRPC deadline) passing while the request waits (DEADLINE_EXCEEDED
+    for the client), or the client cancelling the RPC: the request never executes and counts
+    as CANCELED."""
     slow_model(model_repository, "slow")
     async with serve(model_repository) as srv:
         client = grpcclient.InferenceServerClient(srv.grpc_url)
@@ -251,8 +256,11 @@ async def test_grpc_deadlines_that_pass_while_queued_cancel_the_requests(
             await wait_running(model_repository, "slow", 0)
             abandoned = [
                 asyncio.create_task(client.infer("slow", inputs(grpcclient, v), client_timeout=0.5))
-                for v in (1, 2, 3, 4)
+                for v in (1, 2, 3)
             ]
+            given_up = asyncio.create_task(client.infer("slow", inputs(grpcclient, 4)))
+            await wait_pending(srv, "slow", 4)
+            given_up.cancel()  # the RPC is cancelled by the client
             for task in abandoned:
                 with pytest.raises(InferenceServerException) as err:
                     await task
@@ -385,6 +393,35 @@ async def test_dynamic_batcher_leaves_cancelled_requests_out_of_batches(
     assert stats["inference_stats"]["fail"]["count"] == 3
 
 
+async def test_a_request_cancelled_while_waiting_for_the_rate_limiter_is_not_executed(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    """``--rate-limit=execution_count``, two models sharing one resource: a request taken by
+    its instance while the other model holds the resource, cancelled before the resource
+    frees, gives the resource back unused and never executes."""
+    shared = 'rate_limiter { resources [ { name: "R" global: true count: 1 } ] }'
+    slow_model(model_repository, "holder", group=shared)
+    slow_model(model_repository, "waiter", group=shared)
+    async with serve(model_repository, rate_limit="execution_count") as srv:
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        try:
+            blocker = asyncio.create_task(client.infer("holder", inputs(grpcclient, 0)))
+            await wait_running(model_repository, "holder", 0)
+            with pytest.raises(InferenceServerException):  # taken, waits for R, gives up
+                await client.infer("waiter", inputs(grpcclient, 1), client_timeout=0.5)
+            assert await metric(srv, "nv_inference_pending_request_count", "waiter") == 0
+            await asyncio.sleep(0.2)
+            open_gate(model_repository, "holder")
+            await blocker
+            await wait_cancelled(srv, "waiter", 1)
+            after = await client.infer("waiter", inputs(grpcclient, 2))
+        finally:
+            open_gate(model_repository, "holder")
+            await client.close()
+    assert after.as_numpy("OUTPUT0").tolist() == [2]
+    assert executions(model_repository, "waiter") == [[2]]
+
+
 async def test_inprocess_cancellation(model_repository: ModelRepositoryBuilder) -> None:
     """In process: a caller whose task is cancelled (``wait_for`` timing out) cancels its
     request; ``request.cancel()`` on a queued request answers it CANCELLED; callers that never
@@ -455,7 +492,8 @@ async def test_a_cancelled_sequence_request_cancels_its_sequence(
     model_repository: ModelRepositoryBuilder,
 ) -> None:
     """Triton: cancelling a queued request of a sequence cancels every request of that
-    sequence still queued (both CANCELED); the sequence then needs a new START."""
+    sequence still queued (each CANCELED; clients still waiting get HTTP 400 and gRPC
+    CANCELLED); the sequence then needs a new START."""
     slow_model(
         model_repository,
         "seq",
@@ -470,24 +508,41 @@ async def test_a_cancelled_sequence_request_cancels_its_sequence(
             request.flags = tritonx.SEQUENCE_START if start else 0
             return request
 
+        http = httpclient.InferenceServerClient(srv.http_url)
+        grpc = grpcclient.InferenceServerClient(srv.grpc_url)
         try:
             first = asyncio.create_task(srv.infer(step(0, start=True)))
             await wait_running(model_repository, "seq", 0)
             cancelled = step(1)
-            queued = [asyncio.create_task(srv.infer(r)) for r in (cancelled, step(2))]
+            queued = asyncio.create_task(srv.infer(cancelled))
+            await wait_pending(srv, "seq", 1)
+            over_http = asyncio.create_task(
+                http.infer("seq", inputs(httpclient, 2, True), sequence_id=7)
+            )
             await wait_pending(srv, "seq", 2)
+            over_grpc = asyncio.create_task(
+                grpc.infer("seq", inputs(grpcclient, 3, True), sequence_id=7)
+            )
+            await wait_pending(srv, "seq", 3)
             cancelled.cancel()
             open_gate(model_repository, "seq")
             await first
-            for task in queued:
-                with pytest.raises(TritonXError) as err:
-                    await task
-                assert err.value.code is Code.CANCELLED
-            await wait_cancelled(srv, "seq", 2)
             with pytest.raises(TritonXError) as err:
-                await srv.infer(step(3))
+                await queued
+            assert err.value.code is Code.CANCELLED
+            with pytest.raises(InferenceServerException) as http_err:
+                await over_http
+            with pytest.raises(InferenceServerException) as grpc_err:
+                await over_grpc
+            await wait_cancelled(srv, "seq", 3)
+            with pytest.raises(TritonXError) as err:
+                await srv.infer(step(4))
         finally:
             open_gate(model_repository, "seq")
+            await http.close()
+            await grpc.close()
+    assert http_err.value.status() == "400"
+    assert grpc_err.value.status() == "StatusCode.CANCELLED"
     assert "must specify the START flag" in err.value.message
     assert executions(model_repository, "seq") == [[0]]
 
