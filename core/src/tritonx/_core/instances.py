@@ -247,7 +247,8 @@ class InstanceScheduler:
 
     def _reject(self, pending: Pending, error: TritonXError, reason: str = REJECTED) -> None:
         """Fail a request that never ran (queue timeout, shutdown, cancelled request or
-        sequence); callable from any thread. ``reason`` is its ``nv_inference_request_failure`` reason."""
+        sequence); callable from any thread. ``reason`` is its
+        ``nv_inference_request_failure`` reason."""
         assert self._loop is not None
         response = InferenceResponse.failed(error)
         self._finish(response, self.config.name, self.version, pending.request.id, None)
