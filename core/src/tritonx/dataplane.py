@@ -246,6 +246,10 @@ class DataPlane:
     ) -> InferenceResponse:
         """Run one request and return its response; raises TritonXError on any failure.
 
+        Cancelling the awaiting task (or calling ``request.cancel()``) cancels the request:
+        if it has not started executing, it is dropped and fails with CANCELLED (counted as
+        a ``CANCELED`` failure); an execution already running goes on to its end.
+
         :param protocol: which transport asks (``http``, ``grpc``, ``inprocess``); it only
             selects Triton's message for decoupled models, which must be streamed.
         :param model: the version :meth:`resolve` returned for this request, if the caller
@@ -274,14 +278,24 @@ class DataPlane:
         except TritonXError:
             scheduler.stats.record_failure("REJECTED", 0)
             raise
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            # the caller stopped waiting (client gone, gRPC deadline, task cancelled): the
+            # request is cancelled and its scheduler drops it if it has not run yet
+            request.cancel()
+            raise
 
     async def infer_stream(
         self, request: InferenceRequest, *, model: ServedModel | None = None
     ) -> AsyncIterator[InferenceResponse]:
         """Run one request and yield its responses: one for ordinary models, zero or more
         (the last with ``final=True``) for decoupled ones. Once the request is accepted,
-        errors are yielded as responses carrying ``error``; validation errors raise."""
+        errors are yielded as responses carrying ``error``; validation errors raise.
+
+        Leaving before the final response (closing the iterator, cancelling the task)
+        cancels the request: it is dropped if it has not started, and a decoupled model's
+        further responses are discarded while ``request.is_cancelled()`` tells it to stop."""
         entry = self._accept(request, model)
         scheduler = entry.scheduler
         assert scheduler is not None

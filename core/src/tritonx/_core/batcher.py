@@ -5,6 +5,10 @@ is Triton's dynamic batcher (core ``dynamic_batch_scheduler.cc``): priority leve
 policies (timeouts with REJECT or DELAY, maximum queue size), batches that respect
 ``max_batch_size``, ``preferred_batch_size``, ``max_queue_delay_microseconds`` and shape
 compatibility. Instance threads call ``get()``, which blocks until a batch is due.
+
+Both drop cancelled requests (:meth:`~tritonx.types.InferenceRequest.cancel`: the client went
+away) when they reach them, before they take an instance or a batch slot, and answer them with
+Triton's CANCELLED status (failure reason ``CANCELED``), as Triton's queues do.
 """
 
 from __future__ import annotations
@@ -24,6 +28,15 @@ from tritonx.types import InferenceRequest
 
 _STOP = object()
 DELAY = model_config_pb2.ModelQueuePolicy.TimeoutAction.DELAY
+
+#: Failure reasons of ``nv_inference_request_failure`` (Triton's four).
+REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
+
+
+def cancelled_error() -> TritonXError:
+    """What a cancelled request that never ran is answered with: Triton's bare CANCELLED
+    status (core ``Status(Status::Code::CANCELLED)``, no message)."""
+    return TritonXError("", Code.CANCELLED)
 
 
 class Pending:
@@ -75,18 +88,32 @@ class Batcher(Protocol):
     def pending_count(self) -> int: ...
 
 
-class DirectQueue:
-    """Triton's default scheduler: each free instance takes the oldest request alone."""
+#: How a batcher fails a request it will not run: ``reject(pending, error, reason)``, with
+#: ``reason`` one of the failure reasons above; callable from any thread, never blocking.
+Reject = Callable[[Pending, TritonXError, str], None]
 
-    def __init__(self) -> None:
+
+class DirectQueue:
+    """Triton's default scheduler: each free instance takes the oldest request alone.
+
+    :param reject: fails the cancelled requests the queue drops.
+    """
+
+    def __init__(self, reject: Reject) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._reject = reject
 
     def put(self, pending: Pending) -> None:
         self._queue.put(pending)
 
     def get(self, instance: int = 0) -> list[Pending] | None:
-        item = self._queue.get()
-        return None if item is _STOP else [item]
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return None
+            if not item.request.cancelled:
+                return [item]
+            self._reject(item, cancelled_error(), CANCELED)
 
     def stop(self, workers: int) -> list[Pending]:
         for _ in range(workers):
@@ -119,16 +146,20 @@ class DynamicBatcher:
     """Triton's dynamic batcher over one model version's queue.
 
     :param reject: called (under the batcher's lock, from any thread) with requests whose queue
-        timeout expired under the REJECT action; it must not block.
+        timeout expired under the REJECT action and with cancelled requests; it must not block.
     :param settings: the ``ModelDynamicBatching`` message to follow instead of the config's
         ``dynamic_batching`` (the sequence batcher's oldest strategy builds one).
+    :param drop_cancelled: False keeps cancelled requests (the oldest strategy, which must see
+        each of its requests complete, drops them before they get here).
     """
 
     def __init__(
         self,
         config: ModelConfig,
-        reject: Callable[[Pending, TritonXError], None],
+        reject: Reject,
         settings: Any = None,
+        *,
+        drop_cancelled: bool = True,
     ) -> None:
         db = config.raw.dynamic_batching if settings is None else settings
         self.max_batch = max(1, config.max_batch_size)
@@ -149,6 +180,7 @@ class DynamicBatcher:
         self._ragged = frozenset(t.name for t in config.inputs if t.allow_ragged_batch)
         self._batching = config.max_batch_size > 0
         self._reject = reject
+        self._drop = drop_cancelled
         self._cond = threading.Condition()
         self._count = 0
         self._stopped = False
@@ -211,6 +243,9 @@ class DynamicBatcher:
                     continue
                 self._hold = 0
                 take, wake_ns = self._decide(now)
+                if take < 0:  # a cancelled request in the batch's reach
+                    self._drop_cancelled()
+                    continue
                 if take:
                     batch = self._pop(take)
                     if self._count:
@@ -237,11 +272,15 @@ class DynamicBatcher:
         return pending.shapes
 
     def _decide(self, now: int) -> tuple[int, int]:
-        """(how many queued requests to send now, or 0 and when to look again)."""
+        """(how many queued requests to send now, or 0 and when to look again); (-1, 0)
+        when a request the batch would reach is cancelled (drop those first)."""
         total = count = cut = 0
         blocked = False
         first: Pending | None = None
+        drop = self._drop
         for pending in self._ordered():
+            if drop and pending.request.cancelled:
+                return -1, 0
             size = pending.request.batch_size if self._batching else 1
             size = max(size, 1)
             if first is None:
@@ -293,7 +332,9 @@ class DynamicBatcher:
                     else:
                         self._count -= 1
                         self._reject(
-                            pending, TritonXError("Request timeout expired", Code.UNAVAILABLE)
+                            pending,
+                            TritonXError("Request timeout expired", Code.UNAVAILABLE),
+                            REJECTED,
                         )
                     continue
                 if deadline and (not next_deadline or deadline < next_deadline):
@@ -301,6 +342,25 @@ class DynamicBatcher:
                 keep.append(pending)
             lvl.queue = keep
         self._next_deadline = next_deadline
+
+    def _drop_cancelled(self) -> None:
+        """Fail every queued cancelled request with CANCELLED (Triton's queues do it while
+        they look for the next batch)."""
+        dropped = 0
+        for lvl in self._levels:
+            for name in ("queue", "delayed"):
+                dq: deque[Pending] = getattr(lvl, name)
+                if not any(p.request.cancelled for p in dq):
+                    continue
+                keep: deque[Pending] = deque()
+                for pending in dq:
+                    if pending.request.cancelled:
+                        dropped += 1
+                        self._reject(pending, cancelled_error(), CANCELED)
+                    else:
+                        keep.append(pending)
+                setattr(lvl, name, keep)
+        self._count -= dropped
 
     # ------------------------------------------------------------------ stop
 

@@ -570,7 +570,8 @@ class EnsembleScheduler:
                     if response.final:
                         break
             finally:
-                if not run.finished:
+                if not run.finished:  # the consumer left: cancel the request and its steps
+                    request.cancel()
                     run.cancel()
                     task.cancel()
             failed = run.error is not None
@@ -629,6 +630,8 @@ class _Run:
     _counters: dict[str, int] = field(default_factory=dict)
     _launched: set[tuple[int, int]] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    #: the steps' requests sent and not answered yet
+    _steps: set[InferenceRequest] = field(default_factory=set)
     _inflight: int = 0
     _result: InferenceResponse | None = None
     _sent: bool = False
@@ -686,7 +689,14 @@ class _Run:
 
     def _launch(self, updated: list[tuple[str, int]]) -> list[tuple[_Step, InferenceRequest]]:
         """The steps whose inputs now all exist for an updated iteration, with their
-        requests (counted in flight from here on)."""
+        requests (counted in flight from here on).
+
+        Cancellation is checked here, between steps (Triton): once the ensemble request is
+        cancelled, the steps still pending and the steps it launches are cancelled too, so
+        their models drop them before they run and the ensemble fails CANCELLED."""
+        if self.request.cancelled:
+            for step_request in self._steps:
+                step_request.cancel()
         if self.error is not None or self._cancelled:
             return []
         sched = self.scheduler
@@ -745,6 +755,9 @@ class _Run:
             priority=request.priority,
             timeout_us=request.timeout_us,
         )
+        if request.cancelled:
+            step_request.cancel()
+        self._steps.add(step_request)
         self._inflight += 1
         return step_request
 
@@ -771,7 +784,7 @@ class _Run:
         final_seen = False
         started = time.perf_counter_ns()
         try:
-            if limiter is not None:
+            if limiter is not None and not request.cancelled:  # cancelled: no slot to wait for
                 acquired = await limiter.acquire(sched.name, step.index)
             if step.decoupled:
                 # read to the end (not ``break``): the stream then closes at once
@@ -809,6 +822,7 @@ class _Run:
             if self._inflight == 0 and not self._cancelled:
                 self._finish(None)
         finally:
+            self._steps.discard(request)
             if acquired and limiter is not None:
                 limiter.release()
         return jobs

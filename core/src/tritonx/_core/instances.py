@@ -16,7 +16,15 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from tritonx._core.batcher import Batcher, Pending
+from tritonx._core.batcher import (
+    BACKEND,
+    CANCELED,
+    REJECTED,
+    Batcher,
+    Pending,
+    Reject,
+    cancelled_error,
+)
 from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
@@ -28,9 +36,6 @@ log = logging.getLogger("tritonx.scheduler")
 
 #: Seconds instance threads get to unload at stop when no execution is running.
 UNLOAD_GRACE_S = 5.0
-
-#: Failure reasons of ``nv_inference_request_failure`` (Triton's four).
-REJECTED, CANCELED, BACKEND, OTHER = "REJECTED", "CANCELED", "BACKEND", "OTHER"
 
 
 class InstanceScheduler:
@@ -44,7 +49,7 @@ class InstanceScheduler:
         version: int,
         backend: Backend,
         contexts: Sequence[LoadContext],
-        batcher: Callable[[Callable[[Pending, TritonXError], None]], Batcher],
+        batcher: Callable[[Reject], Batcher],
         passive: Sequence[bool] | None = None,
         rate_limiter: RateLimiter | None = None,
         latency: LatencyStats | None = None,
@@ -185,7 +190,11 @@ class InstanceScheduler:
         model, version, rid = self.config.name, self.version, request.id
         outputs = request.requested_outputs
 
+        listening = True
+
         def deliver(response: InferenceResponse | None, final: bool) -> None:
+            if not listening:  # the consumer went away: drop it quietly
+                return
             if response is not None:
                 self._finish(response, model, version, rid, outputs)
                 response.final = final
@@ -200,18 +209,25 @@ class InstanceScheduler:
         self.batcher.put(pending)
         self._track()
         failed: str | None = None
+        ended = False
         try:
             while True:
                 response = await responses.get()
                 if response is None:
+                    ended = True
                     return
                 if response.error is not None and failed is None:
                     failed = pending.rejected or BACKEND
+                ended = response.final
                 yield response
-                if response.final:
+                if ended:
                     return
         finally:
             self._untrack()
+            if not ended:  # the consumer left before the final response: cancel the request
+                listening = False
+                request.cancel()
+                failed = failed or CANCELED
             elapsed = time.perf_counter_ns() - pending.enqueue_ns
             if failed is None:
                 self.stats.record_success(elapsed)
@@ -230,8 +246,9 @@ class InstanceScheduler:
             self._idle.set()
 
     def _reject(self, pending: Pending, error: TritonXError, reason: str = REJECTED) -> None:
-        """Fail a request that never ran (queue timeout, shutdown, cancelled sequence);
-        callable from any thread. ``reason`` is its ``nv_inference_request_failure`` reason."""
+        """Fail a request that never ran (queue timeout, shutdown, cancelled request or
+        sequence); callable from any thread. ``reason`` is its
+        ``nv_inference_request_failure`` reason."""
         assert self._loop is not None
         response = InferenceResponse.failed(error)
         self._finish(response, self.config.name, self.version, pending.request.id, None)
@@ -289,6 +306,11 @@ class InstanceScheduler:
 
     def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
         requests = [p.request for p in batch]
+        if any(r.cancelled for r in requests):  # cancelled since it was queued
+            batch = self._drop_cancelled(batch)
+            if not batch:
+                return
+            requests = [p.request for p in batch]
         start = time.perf_counter_ns()
         error: TritonXError | None = None
         responses: Sequence[InferenceResponse] | None = None
@@ -319,6 +341,16 @@ class InstanceScheduler:
         for request, response in zip(requests, responses, strict=True):
             self._finish(response, name, version, request.id, request.requested_outputs)
         self._loop.call_soon_threadsafe(self._resolve, batch, responses, start, end)
+
+    def _drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
+        """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
+        keep: list[Pending] = []
+        for pending in batch:
+            if pending.request.cancelled:
+                self._reject(pending, cancelled_error(), CANCELED)
+            else:
+                keep.append(pending)
+        return keep
 
     def _finish(
         self,

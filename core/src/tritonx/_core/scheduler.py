@@ -119,7 +119,7 @@ def make_scheduler(
         version,
         backend,
         contexts,
-        lambda reject: DirectQueue(),
+        DirectQueue,
         passive,
         rate_limiter,
         latency,

@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonx._core.batcher import DynamicBatcher, Pending
+from tritonx._core.batcher import DynamicBatcher, Pending, cancelled_error
 from tritonx._core.instances import BACKEND, CANCELED, REJECTED, InstanceScheduler
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.sequence import SequenceSettings, sequence_settings
@@ -302,9 +302,18 @@ class SequenceBatcher:
                 top = -1
                 for slot in slots:
                     queue = slot.queue
-                    while queue and queue[0] is _RELEASE:
-                        queue.popleft()
-                        self._release(slot)
+                    while queue:
+                        head = queue[0]
+                        if head is _RELEASE:
+                            queue.popleft()
+                            self._release(slot)
+                        elif head.request.cancelled and (
+                            dropped := self._cancel_locked(head.request)
+                        ):  # Triton: a cancelled request cancels its sequence
+                            self._reject_cancelled(dropped)
+                        else:
+                            break
+                        queue = slot.queue
                     if queue:
                         head = queue[0]
                         if representative is None:
@@ -428,10 +437,18 @@ class SequenceBatcher:
         slot.sequence = None
         if self._stopped:
             return
-        if self._backlog:
+        while self._backlog:
             backlog = self._backlog.popleft()
             sequence = backlog.sequence
             cid = sequence.corrid
+            if any(p.request.cancelled for p in backlog.queue):
+                # Triton: a backlogged sequence with a cancelled request is cancelled whole
+                if self._backlog_map.get(cid) is backlog:
+                    del self._backlog_map[cid]
+                    self._last_seen.pop(cid, None)
+                self._backlogged -= len(backlog.queue)
+                self._reject_cancelled(list(backlog.queue))
+                continue
             if not backlog.queue[-1].request.flags & SEQUENCE_END:
                 if self._backlog_map.get(cid) is backlog:
                     del self._backlog_map[cid]
@@ -459,55 +476,64 @@ class SequenceBatcher:
     def cancel(self, request: InferenceRequest) -> None:
         """A request was cancelled (its client went away): if it is still queued, end its
         sequence, failing its queued requests with CANCELLED (from the event loop)."""
+        with self._lock:
+            cancelled = self._cancel_locked(request)
+        self._reject_cancelled(cancelled)
+
+    def _reject_cancelled(self, cancelled: list[Pending]) -> None:
+        for pending in cancelled:
+            self._reject(pending, cancelled_error(), CANCELED)
+
+    def _cancel_locked(self, request: InferenceRequest) -> list[Pending]:
+        """End the sequence of ``request`` if it is still queued: returns it and the requests
+        queued after it (the caller fails them); the slot is released once those queued
+        before it ran. Nothing when it runs or ran already."""
         cid = request.correlation_id
         cancelled: list[Pending] = []
-        with self._lock:
-            if self._stopped:
-                return
-            sequence = self._active.get(cid)
-            backlog = self._backlog_map.get(cid) if sequence is None else None
-            if backlog is None:
-                backlog = next((b for b in self._backlog if _holds(b.queue, request)), None)
-            if backlog is not None:
-                self._backlog.remove(backlog)
-                if self._backlog_map.get(cid) is backlog:
-                    del self._backlog_map[cid]
-                self._last_seen.pop(cid, None)
-                self._backlogged -= len(backlog.queue)
-                cancelled = list(backlog.queue)
-            else:
-                slot = sequence.slot if sequence is not None else None
-                if slot is None or slot.sequence is None or not _holds(slot.queue, request):
-                    slot = next(
-                        (
-                            s
-                            for slots in self._slots
-                            for s in slots
-                            if s.sequence is not None and _holds(s.queue, request)
-                        ),
-                        None,
-                    )
-                if slot is None:
-                    return  # running or done already
-                owner = slot.sequence
-                assert owner is not None
-                if self._active.get(owner.corrid) is owner:
-                    del self._active[owner.corrid]
-                    self._last_seen.pop(owner.corrid, None)
-                queue = slot.queue
-                keep: deque[Any] = deque()
-                while queue:
-                    item = queue.popleft()
-                    if item is not _RELEASE and (cancelled or item.request is request):
-                        cancelled.append(item)
-                    else:
-                        keep.append(item)
-                slot.queue = keep
-                self._queued -= len(cancelled)
-                self._end(owner)
-        error = TritonXError("", Code.CANCELLED)
-        for pending in cancelled:
-            self._reject(pending, error, CANCELED)
+        if self._stopped:
+            return cancelled
+        sequence = self._active.get(cid)
+        backlog = self._backlog_map.get(cid) if sequence is None else None
+        if backlog is None:
+            backlog = next((b for b in self._backlog if _holds(b.queue, request)), None)
+        if backlog is not None:
+            self._backlog.remove(backlog)
+            if self._backlog_map.get(cid) is backlog:
+                del self._backlog_map[cid]
+            self._last_seen.pop(cid, None)
+            self._backlogged -= len(backlog.queue)
+            cancelled = list(backlog.queue)
+        else:
+            slot = sequence.slot if sequence is not None else None
+            if slot is None or slot.sequence is None or not _holds(slot.queue, request):
+                slot = next(
+                    (
+                        s
+                        for slots in self._slots
+                        for s in slots
+                        if s.sequence is not None and _holds(s.queue, request)
+                    ),
+                    None,
+                )
+            if slot is None:
+                return cancelled  # running or done already
+            owner = slot.sequence
+            assert owner is not None
+            if self._active.get(owner.corrid) is owner:
+                del self._active[owner.corrid]
+                self._last_seen.pop(owner.corrid, None)
+            queue = slot.queue
+            keep: deque[Any] = deque()
+            while queue:
+                item = queue.popleft()
+                if item is not _RELEASE and (cancelled or item.request is request):
+                    cancelled.append(item)
+                else:
+                    keep.append(item)
+            slot.queue = keep
+            self._queued -= len(cancelled)
+            self._end(owner)
+        return cancelled
 
     # ------------------------------------------------------------------ reaper thread
 
@@ -611,7 +637,10 @@ class OldestSequenceBatcher(SequenceBatcher):
             max_queue_delay_microseconds=oldest.max_queue_delay_microseconds,
             preserve_ordering=oldest.preserve_ordering,
         )
-        self._batchers = [DynamicBatcher(config, reject, dynamic) if on else None for on in active]
+        self._batchers = [
+            DynamicBatcher(config, reject, dynamic, drop_cancelled=False) if on else None
+            for on in active
+        ]
         super().__init__(config, settings, active, reject)
         self._hold = self._backlog_hold = 0  # the dynamic batchers hold, as Triton's
 
@@ -640,11 +669,17 @@ class OldestSequenceBatcher(SequenceBatcher):
     def _issue(self, slot: _Slot) -> None:
         """Send the slot's next request to its instance's dynamic batcher, unless one is in
         flight (Triton's ``CompleteAndNext``)."""
-        queue = slot.queue
         batcher = self._batchers[slot.instance]
         assert batcher is not None
-        while queue and not slot.in_flight and not self._stopped:
-            pending = queue.popleft()
+        while slot.queue and not slot.in_flight and not self._stopped:
+            pending = slot.queue[0]
+            if pending is not _RELEASE and pending.request.cancelled:
+                # Triton: a cancelled request cancels its sequence (the slot is released)
+                dropped = self._cancel_locked(pending.request)
+                if dropped:
+                    self._reject_cancelled(dropped)
+                    continue
+            slot.queue.popleft()
             if pending is _RELEASE:
                 self._release(slot)
                 continue

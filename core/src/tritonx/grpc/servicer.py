@@ -194,7 +194,10 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(
         self, request: service_pb2.ModelInferRequest, context: Context
     ) -> service_pb2.ModelInferResponse:
-        """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream)."""
+        """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream).
+
+        When the client cancels the RPC or its deadline passes, grpc.aio cancels this handler;
+        the data plane then cancels the request, which is dropped if it has not run yet."""
         try:
             version = parse_version(request.model_version)
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
@@ -255,7 +258,9 @@ class _Stream:
     written as they come, each with ``triton_final_response``. Errors become in-stream
     ``error_message`` messages that leave the stream open, unless the client opened the stream
     with ``triton_grpc_error: true`` metadata (then the first error ends it with a status).
-    Cancelling the call (client cancel or disconnect) cancels every in-flight request.
+    Cancelling the call (client cancel, disconnect or deadline) cancels every request of the
+    stream still in flight: those not executing yet are dropped (CANCELLED), and decoupled
+    models see ``is_cancelled()`` while their further responses are discarded.
     """
 
     def __init__(self, dataplane: DataPlane, grpc_error: bool) -> None:

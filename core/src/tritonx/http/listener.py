@@ -28,6 +28,7 @@ import logging
 import resource
 import socket
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,7 +92,14 @@ class Connection(RequestHandler):
     received while waiting for the next request; a complete request header cancels it.
     """
 
-    __slots__ = ("_fresh", "_header_handle", "_header_timeout", "_listener", "_opened_at")
+    __slots__ = (
+        "_fresh",
+        "_header_handle",
+        "_header_timeout",
+        "_listener",
+        "_on_lost",
+        "_opened_at",
+    )
 
     def __init__(
         self, manager: web.Server, *, listener: LimitedSite, header_timeout: float, **kwargs: Any
@@ -102,6 +110,7 @@ class Connection(RequestHandler):
         self._header_handle: asyncio.TimerHandle | None = None
         self._opened_at = 0.0
         self._fresh = True  # no byte received yet
+        self._on_lost: Callable[[], object] | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -115,6 +124,18 @@ class Connection(RequestHandler):
             self._header_handle = None
         self._listener.closed(self)
         super().connection_lost(exc)
+        on_lost, self._on_lost = self._on_lost, None
+        if on_lost is not None:
+            on_lost()
+
+    def on_lost(self, callback: Callable[[], object] | None) -> bool:
+        """Call ``callback`` if the connection is lost (the client went away) before
+        ``on_lost(None)`` clears it. Returns False, and keeps nothing, when the connection
+        is lost already."""
+        if callback is not None and self.transport is None:
+            return False
+        self._on_lost = callback
+        return True
 
     def data_received(self, data: bytes) -> None:
         self._fresh = False

@@ -544,7 +544,16 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     else:
         decoded = decode_infer_request(body, header_length, model, version, limit)
     del body  # the inputs keep what they need of it
-    response = await dp.infer(decoded.request, protocol="http", model=served)
+    # A client that disconnects before its answer cancels the request: the handler is
+    # cancelled, and the data plane cancels the request (dropped if it has not run yet).
+    connection = request.protocol if isinstance(request.protocol, Connection) else None
+    if connection is not None and not connection.on_lost(request.task.cancel):
+        decoded.request.cancel()  # gone already (while the body was read or decoded)
+    try:
+        response = await dp.infer(decoded.request, protocol="http", model=served)
+    finally:
+        if connection is not None:
+            connection.on_lost(None)
     encoding = response_encoding(request.headers.get("Accept-Encoding"))
     if heavy_response(response):
         payload, headers = await asyncio.to_thread(
