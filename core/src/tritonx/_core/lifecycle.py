@@ -558,9 +558,14 @@ class ModelManager:
             session.changed.add(name)
             self._reload_dependents(name, session)
             entry.stamp = stamp if stamp is not None else ("override", id(prepared))
-            if entry.override_dir is not None and entry.override_dir != override_dir:
-                remove_override_dir(entry.override_dir)
-            entry.override_dir = override_dir
+            if override_dir is not None and not any(
+                v.ready and v.model_dir == prepared.model_dir for v in entry.versions.values()
+            ):
+                remove_override_dir(override_dir)  # no version serves from it: failed load
+            else:
+                if entry.override_dir is not None and entry.override_dir != override_dir:
+                    remove_override_dir(entry.override_dir)
+                entry.override_dir = override_dir
             if entry.localized is not None and entry.localized != localized:
                 old_repo, old_path = entry.localized
                 await asyncio.to_thread(old_repo.release, name, old_path)
