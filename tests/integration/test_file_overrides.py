@@ -209,3 +209,21 @@ def test_folder_removed_on_replace_and_unload(client: tuple[str, Any], scratch: 
     with pytest.raises(InferenceServerException):
         c.load_model("m", config=CONFIG, files={"file:1/other.bin": b"\x04"})
     assert override_folders(scratch) == []
+
+
+def test_config_is_required_and_checked(client: tuple[str, Any], scratch: Path) -> None:
+    """Triton checks both while it polls the model (observed on Triton 2.51: 500)."""
+    protocol, c = client
+    with pytest.raises(InferenceServerException) as info:
+        c.load_model("m", files={"file:1/model.bin": b"\x01"})
+    assert info.value.status() == ("500" if protocol == "http" else "StatusCode.INTERNAL")
+    assert info.value.message() == (
+        "failed to load 'm', failed to poll from model repository: "
+        "Load parameter 'config' must be specified for model file override"
+    )
+    with pytest.raises(InferenceServerException) as info:
+        c.load_model("m", config="{not json", files={"file:1/model.bin": b"\x01"})
+    assert "failed to load 'm', failed to poll from model repository: Invalid config override" in (
+        info.value.message()
+    )
+    assert not c.is_model_ready("m") and override_folders(scratch) == []

@@ -56,9 +56,17 @@ class LoadRequest:
                 raise invalid_arg(
                     f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'"
                 )
+        # Triton checks these while it polls the model: the load answers "failed to poll"
         if files and config_json is None:
-            raise invalid_arg("Load parameter 'config' must be specified for model file override")
-        config = parse_config_json(config_json) if config_json is not None else None
+            raise poll_failed(
+                name, "Load parameter 'config' must be specified for model file override"
+            )
+        config = None
+        if config_json is not None:
+            try:
+                config = parse_config_json(config_json)
+            except TritonXError as exc:
+                raise poll_failed(name, exc.message) from exc
         return cls(config, files)
 
 
