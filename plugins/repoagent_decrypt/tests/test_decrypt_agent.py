@@ -424,3 +424,24 @@ def test_encrypt_model_command(tmp_path: Path, key_file: Path) -> None:
         group, ["encrypt-model", str(src), str(tmp_path / "out4"), "--key-file", str(bad)]
     )
     assert out.exit_code != 0 and "the key must be 16, 24 or 32 bytes" in out.output
+
+
+def test_server_start_up_and_shutdown_wipe(
+    tmp_path: Path,
+    tmproot: Path,
+    key_file: Path,
+    plugin_manager: Any,
+    register_plugin: Any,
+    caplog: Any,
+) -> None:
+    """Default control mode: the model is decrypted at start-up and wiped at shutdown."""
+    caplog.set_level(logging.INFO, logger="tritonx.repoagent.decrypt")
+    register_plugin(tritonx_repoagent_decrypt)
+    encrypted_model(tmp_path, "enc", key_file)
+    settings = loopback_settings(tmp_path / "repo", allow_grpc=False, allow_metrics=False)
+    with ServerThread(Server(settings, plugin_manager=plugin_manager)) as server:
+        assert server.model_ready("enc")
+        (folder,) = decrypted_folders(caplog, "enc")
+        assert files_holding_plaintext(tmp_path) == {folder / "1" / "model.onnx"}
+    assert not folder.exists() and list(temp_root().iterdir()) == []
+    assert files_holding_plaintext(tmp_path) == set()
