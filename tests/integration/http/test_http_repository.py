@@ -90,7 +90,8 @@ def test_load_with_file_override(client: Any) -> None:
     # the file override needs a config
     with pytest.raises(InferenceServerException) as err:
         client.load_model("c", files={"file:1/x": b"x"})
-    assert err.value.status() == "400"
+    assert err.value.status() == "500"  # as Triton: checked while polling the model
+    assert "failed to load 'c', failed to poll from model repository" in err.value.message()
     assert "Load parameter 'config' must be specified" in err.value.message()
 
 

@@ -21,6 +21,11 @@ from tritonx.repoagent import AgentContext, RepoAgent
 log = logging.getLogger("tritonx.agents")
 
 
+class AgentLoadError(TritonXError):
+    """An agent's LOAD action failed. Triton runs the agents while it polls the model, so the
+    load API answers "failed to poll from model repository" (``load_request.poll_failed``)."""
+
+
 class AgentChain:
     """The agents a model's config names, with the folder their LOAD actions produced."""
 
@@ -68,7 +73,7 @@ class AgentChain:
                     "repository agent '%s' failed for '%s': %s", agent.name, self.model_name, err
                 )
                 await self.load_failed()
-                raise err from exc
+                raise AgentLoadError(err.message, err.code) from exc
             if replaced is not None:
                 folder = Path(replaced)
         return folder

@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tritonx._core import model_config as cfg
-from tritonx._core.agents import AgentChain
+from tritonx._core.agents import AgentChain, AgentLoadError
 from tritonx._core.ensemble import composing_models, is_ensemble, validate_with_composing
 from tritonx._core.load_request import (
     LoadRequest,
     check_model_name,
+    poll_failed,
     remove_override_dir,
     write_override_dir,
 )
@@ -541,21 +542,30 @@ class ModelManager:
                 elif entry.versions and any(v.ready for v in entry.versions.values()):
                     # a failed reload leaves the old versions serving
                     log.error("failed to reload '%s': %s (keeping the loaded versions)", name, exc)
+                    if isinstance(exc, AgentLoadError):
+                        raise poll_failed(name, exc.message) from exc
                     raise invalid_arg(f"load failed for model '{name}': {exc.message}\n") from exc
                 entry.error = exc.message
                 entry.invalid = isinstance(exc, DependencyError)
                 entry.stamp = None
                 self._emit(name, 0, ModelState.UNAVAILABLE, exc.message)
                 log.error("failed to load '%s': %s", name, exc.message)
+                if isinstance(exc, AgentLoadError):
+                    raise poll_failed(name, exc.message) from exc
                 return entry
             entry.invalid = False
             await self._apply(entry, prepared)
             session.changed.add(name)
             self._reload_dependents(name, session)
             entry.stamp = stamp if stamp is not None else ("override", id(prepared))
-            if entry.override_dir is not None and entry.override_dir != override_dir:
-                remove_override_dir(entry.override_dir)
-            entry.override_dir = override_dir
+            if override_dir is not None and not any(
+                v.ready and v.model_dir == prepared.model_dir for v in entry.versions.values()
+            ):
+                remove_override_dir(override_dir)  # no version serves from it: failed load
+            else:
+                if entry.override_dir is not None and entry.override_dir != override_dir:
+                    remove_override_dir(entry.override_dir)
+                entry.override_dir = override_dir
             if entry.localized is not None and entry.localized != localized:
                 old_repo, old_path = entry.localized
                 await asyncio.to_thread(old_repo.release, name, old_path)
@@ -686,13 +696,13 @@ class ModelManager:
             localized = (repo, folder)
         raw = await asyncio.to_thread(self._read_config, name, folder, override)
         agents = AgentChain.resolve(name, raw, self.registries.repoagents)
-        if agents:
-            loaded_from = await agents.load(folder)
-            if loaded_from != folder and override is None:
-                raw = await asyncio.to_thread(self._read_config, name, loaded_from, None)
-                agents.config = raw
-            folder = loaded_from
+        loaded_from = await agents.load(folder) if agents else folder
         try:
+            if loaded_from != folder:
+                if override is None:
+                    raw = await asyncio.to_thread(self._read_config, name, loaded_from, None)
+                    agents.config = raw
+                folder = loaded_from
             prepared = await asyncio.to_thread(self._complete, name, raw, folder)
             if is_ensemble(prepared.config):
                 prepared.composing = await self._link_ensemble(name, prepared.config, session)
@@ -814,6 +824,7 @@ class ModelManager:
                 config=config,
             )
         succeeded = any(v.ready for v in new_versions.values())
+        replaced_agents = entry.agents if succeeded else None
         if prepared.agents is not None:
             if succeeded:
                 await prepared.agents.load_completed()
@@ -853,6 +864,14 @@ class ModelManager:
             self._emit(name, ventry.version, ventry.state, ventry.reason)
         for prev in retired:
             await self._retire(name, prev)
+        if (
+            replaced_agents is not None
+            and replaced_agents is not entry.agents
+            and not any(old.get(v) is ventry for v, ventry in merged.items())
+        ):
+            # a reload replaced the whole model: its old agents get UNLOAD / UNLOAD_COMPLETE
+            await replaced_agents.unload()
+            await replaced_agents.unload_completed()
         if any(v.ready for v in merged.values()):
             log.info("successfully loaded '%s'", name)
 

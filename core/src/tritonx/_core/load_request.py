@@ -7,6 +7,8 @@ override files in a fresh temporary model folder (no path may leave it).
 from __future__ import annotations
 
 import base64
+import logging
+import os
 import shutil
 import tempfile
 from collections.abc import Mapping
@@ -16,6 +18,8 @@ from typing import Any
 
 from tritonx._core.model_config import parse_config_json
 from tritonx.errors import Code, TritonXError, invalid_arg
+
+log = logging.getLogger("tritonx.lifecycle")
 
 
 @dataclass
@@ -52,9 +56,17 @@ class LoadRequest:
                 raise invalid_arg(
                     f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'"
                 )
+        # Triton checks these while it polls the model: the load answers "failed to poll"
         if files and config_json is None:
-            raise invalid_arg("Load parameter 'config' must be specified for model file override")
-        config = parse_config_json(config_json) if config_json is not None else None
+            raise poll_failed(
+                name, "Load parameter 'config' must be specified for model file override"
+            )
+        config = None
+        if config_json is not None:
+            try:
+                config = parse_config_json(config_json)
+            except TritonXError as exc:
+                raise poll_failed(name, exc.message) from exc
         return cls(config, files)
 
 
@@ -90,27 +102,50 @@ def _file_bytes(key: str, value: object) -> bytes:
     raise invalid_arg(f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'")
 
 
+def poll_failed(name: str, reason: str) -> TritonXError:
+    """Triton's answer to a load whose model folder could not be prepared (file overrides,
+    a repository agent's LOAD action): INTERNAL "failed to load '<m>', failed to poll from
+    model repository". Triton only logs the reason; tritonx logs it and appends it too."""
+    log.error("Poll failed for model directory '%s': %s", name, reason)
+    return TritonXError(
+        f"failed to load '{name}', failed to poll from model repository: {reason}", Code.INTERNAL
+    )
+
+
 def write_override_dir(name: str, files: Mapping[str, bytes]) -> Path:
-    """A temporary model folder ``<tmp>/<name>`` holding the override files."""
+    """A temporary model folder ``<tmp>/tritonx-override-*/<name>`` holding the override files.
+
+    As Triton: a path is joined below the folder (a leading ``/`` is re-rooted there), then
+    normalized with symlinks resolved; one that leaves the folder, or whose parent exists as a
+    file, or that the filesystem refuses (a component longer than NAME_MAX), fails the load
+    with :func:`poll_failed` and nothing is written outside the folder.
+    """
     root = Path(tempfile.mkdtemp(prefix="tritonx-override-"))
     model_dir = root / name
     model_dir.mkdir()
     base = model_dir.resolve()
     try:
         for rel, data in files.items():
-            target = (model_dir / rel).resolve()
-            if target != base and base not in target.parents:
-                raise invalid_arg(
-                    f"Invalid file parameter 'file:{rel}' with normalized path '{target}' must "
-                    "stay within model directory."
-                )
-            if len(Path(rel).name.encode()) > 255:
-                raise TritonXError(
-                    f"failed to load '{name}', failed to poll from model repository",
-                    Code.INTERNAL,
-                )
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
+            key = f"file:{rel}"
+            try:
+                target = Path(os.path.realpath(os.path.join(base, rel.lstrip("/"))))
+                if base not in target.parents:
+                    raise poll_failed(
+                        name,
+                        f"Invalid file parameter '{key}' with normalized path '{target}' must "
+                        "stay within model directory.",
+                    )
+                if target.parent.exists():
+                    if not target.parent.is_dir():
+                        raise poll_failed(
+                            name,
+                            f"Invalid file parameter '{key}', directory has been created as a file",
+                        )
+                else:
+                    target.parent.mkdir(parents=True)
+                target.write_bytes(data)
+            except OSError as exc:
+                raise poll_failed(name, f"Invalid file parameter '{rel}': {exc}") from exc
     except BaseException:
         shutil.rmtree(root, ignore_errors=True)
         raise
