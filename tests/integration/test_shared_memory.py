@@ -15,8 +15,14 @@ import asyncio
 import http.client
 import json
 import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +36,8 @@ import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
 from tritonclient.utils import InferenceServerException
 
-from tritonx import Server
+import tritonx
+from tritonx import InferenceRequest, InferenceResponse, Server
 from tritonx.config import EXAMPLE_REPOSITORY
 from tritonx.plugins import make_plugin_manager
 from tritonx.shared_memory import SharedMemoryManager
@@ -78,6 +85,43 @@ STATUS = {
 }
 
 
+class ViewProbe(tritonx.Backend):
+    """Reads INPUT0[0], waits for the test to change the client's region, reads it again:
+    OUTPUT0 = [first, second]; response parameter ``writeable`` = the input's flag."""
+
+    name = "view_probe"
+    started = threading.Event()
+    proceed = threading.Event()
+
+    def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
+        return ViewProbeInstance()
+
+
+class ViewProbeInstance(tritonx.ModelInstance):
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        responses = []
+        for request in requests:
+            x = request.inputs["INPUT0"]
+            first = float(x[0])
+            ViewProbe.started.set()
+            ViewProbe.proceed.wait(30)
+            second = float(x[0])
+            responses.append(
+                InferenceResponse(
+                    outputs={"OUTPUT0": np.array([first, second], np.float32)},
+                    parameters={"writeable": bool(x.flags.writeable)},
+                )
+            )
+        return responses
+
+
+class _ViewProbePlugin:
+    @staticmethod
+    @tritonx.hookimpl
+    def tritonx_register_backends(registry: tritonx.BackendRegistry) -> None:
+        registry.add(ViewProbe)
+
+
 def build_repository(root: Path) -> ModelRepositoryBuilder:
     repo = ModelRepositoryBuilder(root)
     shutil.copytree(EXAMPLE_REPOSITORY / "simple", root / "simple")
@@ -100,6 +144,12 @@ def build_repository(root: Path) -> ModelRepositoryBuilder:
     )
     repo.add_identity("slow", "INT32", dims=[16], parameters={"execute_delay_ms": str(SLOW_MS)})
     repo.add(
+        "probe",
+        backend="view_probe",
+        inputs=[("INPUT0", "FP32", [4])],
+        outputs=[("OUTPUT0", "FP32", [2])],
+    )
+    repo.add(
         "classify",
         config=(
             'name: "classify"\nbackend: "identity"\nmax_batch_size: 0\n'
@@ -112,7 +162,9 @@ def build_repository(root: Path) -> ModelRepositoryBuilder:
 
 def plugin_manager() -> Any:
     return make_plugin_manager(
-        autoload=True, only=("backend_onnx", "backend_python"), extra=[identity]
+        autoload=True,
+        only=("backend_onnx", "backend_python"),
+        extra=[identity, _ViewProbePlugin()],
     )
 
 
@@ -1044,6 +1096,42 @@ async def test_unregister_while_requests_use_the_regions(
         await second.close()
 
 
+@pytest.mark.parametrize("aio", [aiohttpclient, aiogrpcclient], ids=["http", "grpc"])
+async def test_inputs_are_read_only_views_on_the_region(
+    triton: Server, regions: Regions, aio: Any
+) -> None:
+    """No copy: a model reading its input twice sees the client's write in between; and it
+    cannot write into the client's memory (the array is read-only)."""
+    is_http = aio is aiohttpclient
+    mod = httpclient if is_http else grpcclient
+    handle = regions.create("view", 16)
+    shm.set_shared_memory_region(handle, [np.full(4, 1.0, np.float32)])
+    c = aio.InferenceServerClient(triton.http_url if is_http else triton.grpc_url)
+    ViewProbe.started.clear()
+    ViewProbe.proceed.clear()
+    try:
+        await c.register_system_shared_memory("view", regions.key("view"), 16)
+        inp = mod.InferInput("INPUT0", [4], "FP32")
+        inp.set_shared_memory("view", 16)
+        call = asyncio.create_task(c.infer("probe", [inp]))
+        assert await asyncio.to_thread(ViewProbe.started.wait, 30)
+        shm.set_shared_memory_region(handle, [np.full(4, 7.0, np.float32)])
+        ViewProbe.proceed.set()
+        result = await call
+        assert result.as_numpy("OUTPUT0").tolist() == [1.0, 7.0]
+        params = result.get_response()["parameters"] if is_http else None
+        writeable = (
+            params["writeable"]
+            if params is not None
+            else result.get_response().parameters["writeable"].bool_param
+        )
+        assert writeable is False
+    finally:
+        ViewProbe.proceed.set()
+        await c.unregister_system_shared_memory()
+        await c.close()
+
+
 async def test_failed_requests_release_their_regions(triton: Server, regions: Regions) -> None:
     """A request refused after leasing regions (a later input is bad) holds nothing: the
     regions unregister at once."""
@@ -1070,20 +1158,65 @@ async def test_failed_requests_release_their_regions(triton: Server, regions: Re
 # ---------------------------------------------------------------------------------- GPU
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 @pytest.mark.gpu
-def test_cuda_shared_memory_round_trip(triton: Server, proto: str) -> None:
-    """On a GPU: a CUDA IPC region registered by the client feeds an input and receives an
-    output (device → host → model → host → device)."""
+def test_cuda_shared_memory_round_trip(repository: ModelRepositoryBuilder, proto: str) -> None:
+    """On a GPU: CUDA IPC regions registered by the client feed ``simple``'s inputs and
+    receive its outputs (device -> host -> model -> host -> device), the sequence of
+    tritonclient's ``simple_{http,grpc}_cudashm_client.py``. The server runs in its own
+    process: CUDA refuses to open an IPC handle in the process that created it."""
     cudashm = pytest.importorskip("tritonclient.utils.cuda_shared_memory")
+    pytest.importorskip("tritonx_backend_onnx")
     mod = module_of(proto)
-    c: Any = mod.InferenceServerClient(triton.http_url if proto == "http" else triton.grpc_url)
-    data = np.arange(32, dtype=np.float32)
-    src = cudashm.create_shared_memory_region("gin", data.nbytes, 0)
-    dst = cudashm.create_shared_memory_region("gout", data.nbytes, 0)
+    http_port, grpc_port = _free_port(), _free_port()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tritonx",
+            "serve",
+            "--model-repository",
+            str(repository.root),
+            "--allow-client-shm=true",
+            "--exit-on-error=false",
+            "--http-address=127.0.0.1",
+            "--grpc-address=127.0.0.1",
+            f"--http-port={http_port}",
+            f"--grpc-port={grpc_port}",
+            "--allow-metrics=false",
+        ]
+    )
+    regions: list[Any] = []
+    c: Any = None
     try:
-        cudashm.set_shared_memory_region(src, [data])
-        c.register_cuda_shared_memory("gin", cudashm.get_raw_handle(src), 0, data.nbytes)
-        c.register_cuda_shared_memory("gout", cudashm.get_raw_handle(dst), 0, data.nbytes)
+        ready = httpclient.InferenceServerClient(f"127.0.0.1:{http_port}")
+        for _ in range(600):
+            try:
+                if ready.is_model_ready("simple"):
+                    break
+            except Exception:
+                pass
+            assert proc.poll() is None, "tritonx serve exited"
+            time.sleep(0.1)
+        ready.close()
+        c = mod.InferenceServerClient(
+            f"127.0.0.1:{http_port}" if proto == "http" else f"127.0.0.1:{grpc_port}"
+        )
+        input0 = np.arange(16, dtype=np.int32)
+        input1 = np.ones(16, dtype=np.int32)
+        size = input0.nbytes
+        names = ("input0_data", "input1_data", "output0_data", "output1_data")
+        for name in names:
+            regions.append(cudashm.create_shared_memory_region(name, size, 0))
+        cudashm.set_shared_memory_region(regions[0], [input0])
+        cudashm.set_shared_memory_region(regions[1], [input1])
+        for name, handle in zip(names, regions, strict=True):
+            c.register_cuda_shared_memory(name, cudashm.get_raw_handle(handle), 0, size)
         status = c.get_cuda_shared_memory_status()
         rows = (
             status
@@ -1093,30 +1226,37 @@ def test_cuda_shared_memory_round_trip(triton: Server, proto: str) -> None:
                 for _, r in sorted(status.regions.items())
             ]
         )
-        assert rows == [
-            {"name": "gin", "device_id": 0, "byte_size": data.nbytes},
-            {"name": "gout", "device_id": 0, "byte_size": data.nbytes},
-        ]
-        inp = mod.InferInput("INPUT0", [32], "FP32")
-        inp.set_shared_memory("gin", data.nbytes)
-        out = mod.InferRequestedOutput("OUTPUT0")
-        out.set_shared_memory("gout", data.nbytes)
-        c.infer("id_fp32", [inp], outputs=[out])
-        got = cudashm.get_contents_as_numpy(dst, np.float32, [32])
-        assert got.tolist() == data.tolist()
+        assert rows == [{"name": n, "device_id": 0, "byte_size": size} for n in sorted(names)]
+        inputs = [mod.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+        inputs[0].set_shared_memory("input0_data", size)
+        inputs[1].set_shared_memory("input1_data", size)
+        outputs = [mod.InferRequestedOutput(n) for n in ("OUTPUT0", "OUTPUT1")]
+        outputs[0].set_shared_memory("output0_data", size)
+        outputs[1].set_shared_memory("output1_data", size)
+        c.infer("simple", inputs, outputs=outputs)
+        out0 = cudashm.get_contents_as_numpy(regions[2], np.int32, [1, 16])
+        out1 = cudashm.get_contents_as_numpy(regions[3], np.int32, [1, 16])
+        assert out0[0].tolist() == (input0 + input1).tolist()
+        assert out1[0].tolist() == (input0 - input1).tolist()
+        raw = cudashm.get_raw_handle(regions[0])
         expect_error(
             proto,
             "ALREADY_EXISTS",
-            "shared memory region 'gin' already in manager",
-            lambda: c.register_cuda_shared_memory("gin", cudashm.get_raw_handle(src), 0, 8),
+            "shared memory region 'input0_data' already in manager",
+            lambda: c.register_cuda_shared_memory("input0_data", raw, 0, size),
         )
         expect_error(
             proto,
             "INVALID_ARG",
             "failed to register shared memory region 'big': invalid args",
-            lambda: c.register_cuda_shared_memory(
-                "big", cudashm.get_raw_handle(src), 0, data.nbytes * 1024 * 1024
-            ),
+            lambda: c.register_cuda_shared_memory("big", raw, 0, 1 << 40),
+        )
+        expect_error(
+            proto,
+            "NOT_FOUND",
+            "The region named 'input0_data' is registered as CUDA shared memory, not system "
+            "shared memory",
+            lambda: c.get_system_shared_memory_status("input0_data"),
         )
         c.unregister_cuda_shared_memory()
         assert (
@@ -1125,6 +1265,9 @@ def test_cuda_shared_memory_round_trip(triton: Server, proto: str) -> None:
             else list(c.get_cuda_shared_memory_status().regions)
         ) == []
     finally:
-        c.close()
-        cudashm.destroy_shared_memory_region(src)
-        cudashm.destroy_shared_memory_region(dst)
+        if c is not None:
+            c.close()
+        for handle in regions:
+            cudashm.destroy_shared_memory_region(handle)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)

@@ -204,7 +204,10 @@ class _Cuda:
         self.rt: Any = runtime
         self.drv: Any = driver
         err, count = runtime.cudaGetDeviceCount()
-        if err != runtime.cudaError_t.cudaSuccess or count == 0:
+        if err != runtime.cudaError_t.cudaSuccess:
+            name = getattr(err, "name", str(err))
+            raise CudaUnavailable(f"no usable CUDA device on the server: {name}")
+        if not count:
             raise CudaUnavailable("no CUDA device is visible to the server")
         self.device_count = int(count)
 
