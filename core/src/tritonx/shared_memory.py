@@ -168,12 +168,23 @@ class _CudaRegion(_Region):
     def read(self, offset: int, size: int) -> memoryview:
         host = np.empty(size, np.uint8)
         if size:
-            self._cuda.to_host(self.device_id, host, self.pointer + offset)
+            try:
+                self._cuda.to_host(self.device_id, host, self.pointer + offset)
+            except RuntimeError as exc:
+                raise self._copy_error(exc) from None
         return host.data.toreadonly()
 
     def write(self, offset: int, data: np.ndarray) -> None:
         if data.size:
-            self._cuda.to_device(self.device_id, self.pointer + offset, data)
+            try:
+                self._cuda.to_device(self.device_id, self.pointer + offset, data)
+            except RuntimeError as exc:
+                raise self._copy_error(exc) from None
+
+    def _copy_error(self, exc: RuntimeError) -> TritonXError:
+        return TritonXError(
+            f"failed to copy CUDA shared memory region '{self.name}': {exc}", Code.INTERNAL
+        )
 
     def close(self) -> None:
         self._cuda.close_ipc(self.device_id, self.pointer)
