@@ -33,6 +33,7 @@ from pathlib import Path
 
 import cache
 import minilm
+import shm
 
 ROOT = Path(__file__).resolve().parents[1]
 PERF_ANALYZER = ROOT / "tools" / "perf_analyzer" / "run.sh"
@@ -385,6 +386,8 @@ def table(points: list[Point]) -> str:
             r, vs = minilm.ratio_row(p, by)
         elif p.scenario == "cache":
             r, vs = cache.ratio_row(p, by)
+        elif p.scenario == "shm":
+            r, vs = shm.ratio_row(p, by)
         elif p.target == "tritonx" and p.model == "cnn":
             r, vs = ratio(p.infer_per_s, best_ort), "raw onnxruntime, best batch"
         elif p.target == "tritonx" and p.model.startswith("add_sub_seq_"):
@@ -550,6 +553,21 @@ def main(argv: list[str] | None = None) -> int:
                 [1] if args.smoke else [1, max(concurrencies)],
                 ("grpc",) if args.smoke else protocols,
                 smoke=args.smoke,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+            )
+        )
+        # system shared memory: a 4 MB identity with tensors on the wire vs in shared memory
+        points.extend(
+            shm.points(
+                work,
+                log_dir,
+                window,
+                [1] if args.smoke else [1, 4],
+                ("grpc",) if args.smoke else protocols,
                 point=Point,
                 measure=perf_analyzer,
                 process=process,

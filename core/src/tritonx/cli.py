@@ -103,7 +103,6 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--buffer-manager-thread-count",
     "--host-policy",
     "--model-load-gpu-limit",
-    "--allow-client-shm",
     "--allow-sagemaker",
     "--sagemaker-port",
     "--sagemaker-safe-port-range",
@@ -417,6 +416,12 @@ def cli() -> None:
 @click.option(
     "--rate-limit-resource", multiple=True, help="<name>:<count>[:<device>] (repeatable)."
 )
+@bool_option(
+    "--allow-client-shm",
+    False,
+    "Let clients register and unregister system and CUDA shared-memory regions (inputs "
+    "and outputs in shared memory).",
+)
 @click.option(
     "--log-verbose", type=int, default=0, show_default=True, help="Verbose logging level."
 )
@@ -541,6 +546,7 @@ def serve(**opts: Any) -> None:
         metric_sinks=parse_sinks(opts["metric_sink"]),
         rate_limit=opts["rate_limit"],
         rate_limit_resource=tuple(opts["rate_limit_resource"]),
+        allow_client_shm=opts["allow_client_shm"],
     )
     check_tls(settings)
     _tune_malloc()

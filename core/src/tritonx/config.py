@@ -99,6 +99,9 @@ class ServerSettings:
     metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
     rate_limit_resource: tuple[str, ...] = ()
+    #: ``--allow-client-shm``: clients may register and unregister system / CUDA shared
+    #: memory regions (``tritonx.shared_memory``); false answers those calls UNSUPPORTED
+    allow_client_shm: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,6 +21,7 @@ from tritonx.config import ModelConfig, ServerSettings
 from tritonx.errors import Code, TritonXError, invalid_arg, unavailable, unsupported
 from tritonx.handle import ServerHandle
 from tritonx.plugins import Registries
+from tritonx.shared_memory import SharedMemoryManager
 from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
@@ -40,6 +41,8 @@ EXTENSIONS: tuple[str, ...] = (
     "model_repository",
     "model_repository(unload_dependents)",
     "model_configuration",
+    "system_shared_memory",
+    "cuda_shared_memory",
     "binary_tensor_data",
     "parameters",
     "statistics",
@@ -111,6 +114,8 @@ class DataPlane:
         #: The Prometheus registry served on ``/metrics``; backends may register collectors
         #: (e.g. python models' custom metrics) through ``LoadContext.server``.
         self.metrics_registry = CollectorRegistry(auto_describe=True)
+        #: The client shared-memory regions (system and CUDA) both transports read and write.
+        self.shared_memory = SharedMemoryManager(settings.allow_client_shm)
 
     # ------------------------------------------------------------------ models (server side)
 
@@ -129,6 +134,7 @@ class DataPlane:
         """Drain in-flight requests (up to ``timeout`` s) and unload every model."""
         self.exiting = True
         await self._models.shutdown(timeout)
+        self.shared_memory.close()
         if self._cache is not None:
             await self._cache.close()
 

@@ -99,12 +99,14 @@ def test_requested_outputs_and_classification() -> None:
     assert request.output_parameters == {"A": {"classification": 3}}
 
 
-def test_shared_memory_is_unsupported() -> None:
+def test_shared_memory_without_a_registry_is_not_found() -> None:
     t = Tensor(name="A", datatype="FP32", shape=[1])
     t.parameters["shared_memory_region"].string_param = "r"
+    t.parameters["shared_memory_byte_size"].int64_param = 4
     with pytest.raises(TritonXError) as info:
         decode(service_pb2.ModelInferRequest(model_name="m", inputs=[t]))
-    assert info.value.code is Code.UNSUPPORTED
+    assert info.value.code is Code.NOT_FOUND
+    assert info.value.message == "Unable to find shared memory region: 'r'"
 
 
 def test_duplicate_input_rejected() -> None:

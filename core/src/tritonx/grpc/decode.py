@@ -2,7 +2,8 @@
 
 Raw (``raw_input_contents``) or typed (``InferTensorContents``) tensor data, parameters and
 requested outputs, with the checks and messages of Triton's ``src/grpc/infer_handler.cc``.
-Raw input bytes become numpy arrays with ``np.frombuffer`` (no copy).
+Raw input bytes become numpy arrays with ``np.frombuffer`` (no copy), and so do inputs in
+system shared memory (read-only views on the region, :mod:`tritonx.shared_memory`).
 
 BYTES elements and typed contents are converted element by element in Python; the servicer
 decodes with ``offload=True``, which raises :class:`Offload` on meeting an input with more
@@ -21,8 +22,9 @@ from typing import Any
 import numpy as np
 
 from tritonx.datatypes import DataType
-from tritonx.errors import TritonXError, invalid_arg, unsupported
+from tritonx.errors import TritonXError, invalid_arg
 from tritonx.proto import service_pb2
+from tritonx.shared_memory import SharedMemoryManager, SharedMemoryUse
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 from tritonx.wire import dims_str, request_prefix
 
@@ -73,10 +75,13 @@ class DecodedRequest:
         ``classification`` of the outputs that ask for it).
     :param enable_empty_final_response: ``triton_enable_empty_final_response``: forward a
         decoupled model's bare final flag on the stream.
+    :param shm: the shared-memory regions the request reads inputs from and writes outputs
+        to (None when it uses none); the servicer releases it once the response is built.
     """
 
     request: InferenceRequest
     enable_empty_final_response: bool = False
+    shm: SharedMemoryUse | None = None
 
 
 class Offload(Exception):
@@ -84,14 +89,20 @@ class Offload(Exception):
 
 
 def decode_infer_request(
-    msg: service_pb2.ModelInferRequest, model_version: int | None, *, offload: bool = False
+    msg: service_pb2.ModelInferRequest,
+    model_version: int | None,
+    *,
+    offload: bool = False,
+    shm: SharedMemoryManager | None = None,
 ) -> DecodedRequest:
     """Decode a ``ModelInferRequest`` for ``model_version`` (its ``model_version`` field,
     already parsed with :func:`tritonx.wire.parse_version`).
 
     :param offload: raise :class:`Offload` instead of converting an input of more than
         :data:`OFFLOAD_ELEMENTS` BYTES or typed elements.
-    :raises TritonXError: with Triton's code and message for every malformed part.
+    :param shm: the server's shared-memory regions (None: no region is registered).
+    :raises TritonXError: with Triton's code and message for every malformed part (the
+        regions leased before the error, or before :class:`Offload`, are released).
     """
     request = InferenceRequest(
         model_name=msg.model_name,
@@ -100,12 +111,63 @@ def decode_infer_request(
         id=msg.id,
     )
     decoded = DecodedRequest(request)
-    if msg.parameters:
-        _apply_parameters(decoded, msg.parameters)
-    request.inputs = _inputs(msg, offload)
-    if msg.outputs:
-        request.requested_outputs = _requested_outputs(request, msg)
+    try:
+        if msg.parameters:
+            _apply_parameters(decoded, msg.parameters)
+        request.inputs = _inputs(msg, offload, decoded, shm)
+        if msg.outputs:
+            request.requested_outputs = _requested_outputs(decoded, msg, shm)
+    except BaseException:
+        if decoded.shm is not None:
+            decoded.shm.release()
+        raise
     return decoded
+
+
+def _shm_use(decoded: DecodedRequest, shm: SharedMemoryManager | None) -> SharedMemoryUse:
+    if decoded.shm is None:
+        decoded.shm = SharedMemoryUse(shm)
+    return decoded.shm
+
+
+def _shm_params(tensor: Any) -> tuple[str, int, int] | None:
+    """Triton's ``ParseSharedMemoryParams``: (region, offset, byte size) of a tensor in
+    shared memory, None when it is not, with Triton's messages for malformed parameters."""
+    params = tensor.parameters
+    name = tensor.name
+    region_param = params.get("shared_memory_region")
+    region = None
+    if region_param is not None:
+        if region_param.WhichOneof("parameter_choice") != "string_param":
+            raise invalid_arg(
+                "invalid value type for 'shared_memory_region' parameter for tensor "
+                f"'{name}', expected string_param."
+            )
+        region = region_param.string_param
+    values = [0, 0]
+    for i, key in enumerate(("shared_memory_offset", "shared_memory_byte_size")):
+        param = params.get(key)
+        if param is None:
+            continue
+        if region is None:
+            raise invalid_arg(
+                f"'{key}' can not be specified without 'shared_memory_region' parameter for "
+                f"tensor '{name}'"
+            )
+        if param.WhichOneof("parameter_choice") != "int64_param":
+            raise invalid_arg(
+                f"invalid value type for '{key}' parameter for tensor '{name}', expected "
+                "int64_param."
+            )
+        values[i] = param.int64_param
+    if region is None:
+        return None
+    if "shared_memory_byte_size" not in params:
+        raise invalid_arg(
+            "'shared_memory_byte_size' must be specified along with 'shared_memory_region' "
+            f"parameter for tensor '{name}'"
+        )
+    return region, values[0], values[1]
 
 
 def _apply_parameters(decoded: DecodedRequest, parameters: Any) -> None:
@@ -167,7 +229,12 @@ def _apply_parameters(decoded: DecodedRequest, parameters: Any) -> None:
             )
 
 
-def _inputs(msg: service_pb2.ModelInferRequest, offload: bool) -> dict[str, np.ndarray]:
+def _inputs(
+    msg: service_pb2.ModelInferRequest,
+    offload: bool,
+    decoded: DecodedRequest,
+    shm: SharedMemoryManager | None,
+) -> dict[str, np.ndarray]:
     model = msg.model_name
     raws = msg.raw_input_contents
     nraw = len(raws)
@@ -175,11 +242,7 @@ def _inputs(msg: service_pb2.ModelInferRequest, offload: bool) -> dict[str, np.n
     index = 0
     for io in msg.inputs:
         name = io.name
-        if io.parameters and "shared_memory_region" in io.parameters:
-            raise unsupported(
-                f"shared memory input '{name}' for model '{model}': client shared memory "
-                "is not supported by this server"
-            )
+        in_shm = _shm_params(io) if io.parameters else None
         datatype = _DATATYPES.get(io.datatype)
         if datatype is None:
             raise invalid_arg(
@@ -196,12 +259,20 @@ def _inputs(msg: service_pb2.ModelInferRequest, offload: bool) -> dict[str, np.n
         if offload and (has_contents or datatype is DataType.BYTES):
             if math.prod(shape) > OFFLOAD_ELEMENTS:
                 raise Offload
-        if has_contents and nraw:
+        if in_shm is not None:
+            if has_contents:
+                raise invalid_arg(
+                    "unexpected 'content' provided when using shared memory for input tensor "
+                    f"'{name}' for model '{model}'"
+                )
+            raw = _shm_use(decoded, shm).input(*in_shm)
+            array = _raw_input(msg, name, datatype, shape, raw)
+        elif has_contents and nraw:
             raise invalid_arg(
                 "contents field must not be specified when using raw_input_contents for "
                 f"'{name}' for model '{model}'"
             )
-        if has_contents:
+        elif has_contents:
             array = _typed_input(msg, name, datatype, shape, io.contents)
         elif index < nraw:
             array = _raw_input(msg, name, datatype, shape, raws[index])
@@ -244,7 +315,7 @@ def _raw_input(
     name: str,
     datatype: DataType,
     shape: tuple[int, ...],
-    raw: bytes,
+    raw: bytes | memoryview,
 ) -> np.ndarray:
     count = math.prod(shape)
     if datatype is DataType.BYTES:
@@ -256,7 +327,7 @@ def _raw_input(
 
 
 def _bytes_input(
-    msg: service_pb2.ModelInferRequest, name: str, raw: bytes, count: int
+    msg: service_pb2.ModelInferRequest, name: str, raw: bytes | memoryview, count: int
 ) -> np.ndarray:
     """Length-prefixed BYTES elements of ``raw``: exactly ``count`` of them, else
     INVALID_ARG (parsing stops at the first element past ``count``, as Triton's)."""
@@ -340,26 +411,29 @@ def _typed_input(
 
 
 def _requested_outputs(
-    request: InferenceRequest, msg: service_pb2.ModelInferRequest
+    decoded: DecodedRequest, msg: service_pb2.ModelInferRequest, shm: SharedMemoryManager | None
 ) -> tuple[str, ...]:
+    request = decoded.request
     names: list[str] = []
     for out in msg.outputs:
         names.append(out.name)
         if not out.parameters:
             continue
-        for key, param in out.parameters.items():
-            if key == "classification":
-                kind = param.WhichOneof("parameter_choice")
-                if kind not in ("int64_param", "uint64_param"):
-                    raise invalid_arg(
-                        "invalid value type for 'classification' parameter, expected int64_param."
-                    )
-                request.output_parameters.setdefault(out.name, {})["classification"] = int(
-                    getattr(param, kind)
+        in_shm = _shm_params(out)
+        param = out.parameters.get("classification")
+        if param is not None:
+            kind = param.WhichOneof("parameter_choice")
+            if kind not in ("int64_param", "uint64_param"):
+                raise invalid_arg(
+                    "invalid value type for 'classification' parameter, expected int64_param."
                 )
-            elif key == "shared_memory_region":
-                raise unsupported(
-                    f"shared memory output '{out.name}' for model '{msg.model_name}': client "
-                    "shared memory is not supported by this server"
+            if in_shm is not None:
+                raise invalid_arg(
+                    "output can't set both 'shared_memory_region' and 'classification'"
                 )
+            request.output_parameters.setdefault(out.name, {})["classification"] = int(
+                getattr(param, kind)
+            )
+        if in_shm is not None:
+            _shm_use(decoded, shm).output(out.name, *in_shm)
     return tuple(names)

@@ -2,7 +2,9 @@
 
 Outputs always go in ``raw_output_contents`` (as Triton sends them), each array turned into
 bytes exactly once with ``.tobytes()``; outputs requested with ``classification: k`` are sent
-as their top-k classes (:func:`tritonx.classification.classify`). Errors on a stream become
+as their top-k classes (:func:`tritonx.classification.classify`). Outputs requested in shared
+memory are written to their region and sent with an empty ``raw_output_contents`` entry (so
+the others keep their index), as Triton sends them. Errors on a stream become
 ``ModelStreamInferResponse`` messages with ``error_message`` (:func:`stream_error`).
 """
 
@@ -69,6 +71,7 @@ def encode_infer_response(
         return
     add = msg.outputs.add
     raws: list[bytes] = []
+    shm = decoded.shm if decoded is not None else None
     for name, array in outputs.items():
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
@@ -81,7 +84,11 @@ def encode_infer_response(
         if datatype is None:
             if dtype.kind in "OSU":
                 add(name=name, datatype="BYTES", shape=array.shape)
-                raws.append(serialize_bytes_tensor(array))
+                if shm is not None and name in shm.outputs:
+                    shm.write_output(name, array)
+                    raws.append(b"")
+                else:
+                    raws.append(serialize_bytes_tensor(array))
                 continue
             raise TritonXError(
                 f"output '{name}' of model '{response.model_name}' has unsupported numpy "
@@ -92,7 +99,11 @@ def encode_infer_response(
             if io is not None and io.datatype is DataType.BF16:
                 datatype = "BF16"
         add(name=name, datatype=datatype, shape=array.shape)
-        raws.append(array.tobytes())
+        if shm is not None and name in shm.outputs:
+            shm.write_output(name, array)
+            raws.append(b"")
+        else:
+            raws.append(array.tobytes())
     msg.raw_output_contents.extend(raws)
 
 

@@ -1,7 +1,7 @@
 """``inference.GRPCInferenceService`` over grpc.aio: a thin adapter over :class:`DataPlane`.
 
-Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics and
-model-repository RPCs. The shared-memory, trace and logging RPCs keep the generated base
+Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics,
+model-repository and shared-memory RPCs. The trace and logging RPCs keep the generated base
 class's UNIMPLEMENTED answer.
 
 A failed RPC sets its status with :func:`tritonx.grpc.errors.fail` and returns ``None`` (grpc
@@ -14,6 +14,7 @@ contents) run that part in a worker thread so the event loop keeps serving.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, TypeAlias
@@ -25,6 +26,12 @@ from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_er
 from tritonx.grpc.errors import STATUS, detached, fail
 from tritonx.grpc.memory import rejected
 from tritonx.proto import service_pb2, service_pb2_grpc
+from tritonx.shared_memory import (
+    MemoryKind,
+    SharedMemoryManager,
+    decode_in_thread,
+    disabled_error,
+)
 from tritonx.stats import Duration, ModelStats
 from tritonx.types import InferenceResponse
 from tritonx.wire import parse_version
@@ -189,6 +196,94 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return fail(context, exc)
         return service_pb2.RepositoryModelUnloadResponse()
 
+    # ------------------------------------------------------------------ shared memory
+
+    async def SystemSharedMemoryStatus(
+        self, request: service_pb2.SystemSharedMemoryStatusRequest, context: Context
+    ) -> service_pb2.SystemSharedMemoryStatusResponse:
+        """The registered system regions (all, or the one named): name, key, offset, size."""
+        try:
+            rows = self.dataplane.shared_memory.status(MemoryKind.SYSTEM, request.name)
+        except TritonXError as exc:
+            return fail(context, exc)
+        response = service_pb2.SystemSharedMemoryStatusResponse()
+        for row in rows:
+            response.regions[row.name].CopyFrom(
+                response.RegionStatus(
+                    name=row.name, key=row.key, offset=row.offset, byte_size=row.byte_size
+                )
+            )
+        return response
+
+    async def SystemSharedMemoryRegister(
+        self, request: service_pb2.SystemSharedMemoryRegisterRequest, context: Context
+    ) -> service_pb2.SystemSharedMemoryRegisterResponse:
+        """Register a POSIX shared-memory object (needs ``--allow-client-shm``)."""
+        try:
+            shm = self._client_shm()
+            shm.register_system(request.name, request.key, request.offset, request.byte_size)
+        except TritonXError as exc:
+            return fail(context, exc)
+        return service_pb2.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(
+        self, request: service_pb2.SystemSharedMemoryUnregisterRequest, context: Context
+    ) -> service_pb2.SystemSharedMemoryUnregisterResponse:
+        """Unregister one system region, or all of them with an empty name."""
+        try:
+            self._client_shm().unregister(MemoryKind.SYSTEM, request.name)
+        except TritonXError as exc:
+            return fail(context, exc)
+        return service_pb2.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(
+        self, request: service_pb2.CudaSharedMemoryStatusRequest, context: Context
+    ) -> service_pb2.CudaSharedMemoryStatusResponse:
+        """The registered CUDA regions (all, or the one named): name, device, size."""
+        try:
+            rows = self.dataplane.shared_memory.status(MemoryKind.CUDA, request.name)
+        except TritonXError as exc:
+            return fail(context, exc)
+        response = service_pb2.CudaSharedMemoryStatusResponse()
+        for row in rows:
+            response.regions[row.name].CopyFrom(
+                response.RegionStatus(
+                    name=row.name, device_id=row.device_id, byte_size=row.byte_size
+                )
+            )
+        return response
+
+    async def CudaSharedMemoryRegister(
+        self, request: service_pb2.CudaSharedMemoryRegisterRequest, context: Context
+    ) -> service_pb2.CudaSharedMemoryRegisterResponse:
+        """Open a CUDA IPC handle as a region (needs ``--allow-client-shm``, cuda-python and
+        a GPU; else Triton's "GPUs not supported" error)."""
+        try:
+            shm = self._client_shm()
+            shm.register_cuda(
+                request.name, request.raw_handle, request.device_id, request.byte_size
+            )
+        except TritonXError as exc:
+            return fail(context, exc)
+        return service_pb2.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(
+        self, request: service_pb2.CudaSharedMemoryUnregisterRequest, context: Context
+    ) -> service_pb2.CudaSharedMemoryUnregisterResponse:
+        """Unregister one CUDA region, or all of them with an empty name."""
+        try:
+            self._client_shm().unregister(MemoryKind.CUDA, request.name)
+        except TritonXError as exc:
+            return fail(context, exc)
+        return service_pb2.CudaSharedMemoryUnregisterResponse()
+
+    def _client_shm(self) -> SharedMemoryManager:
+        """The registry, for register/unregister: refused unless ``--allow-client-shm``."""
+        shm = self.dataplane.shared_memory
+        if not shm.allow_client_shm:
+            raise disabled_error()
+        return shm
+
     # ------------------------------------------------------------------ inference
 
     async def ModelInfer(
@@ -203,15 +298,24 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
             if served.decoupled:
                 raise unsupported(DECOUPLED_MESSAGES["grpc"])
-            decoded = await _decode(request, version)
-            result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
-            response = service_pb2.ModelInferResponse()
-            if heavy_response(result):
-                await asyncio.to_thread(
-                    encode_infer_response, response, result, decoded, served.config, served.labels
-                )
-            else:
-                encode_infer_response(response, result, decoded, served.config, served.labels)
+            decoded = await _decode(request, version, self.dataplane.shared_memory)
+            try:
+                result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
+                response = service_pb2.ModelInferResponse()
+                if heavy_response(result):
+                    await asyncio.to_thread(
+                        encode_infer_response,
+                        response,
+                        result,
+                        decoded,
+                        served.config,
+                        served.labels,
+                    )
+                else:
+                    encode_infer_response(response, result, decoded, served.config, served.labels)
+            finally:
+                if decoded.shm is not None:  # outputs are written: regions may go
+                    decoded.shm.release()
             return response
         except TritonXError as exc:
             rejected()
@@ -351,21 +455,25 @@ class _Stream:
         done: asyncio.Future[None] | None,
     ) -> None:
         put = self.queue.put_nowait
-        decoded = await _decode(request, version)
-        stream = self.dataplane.infer_stream(decoded.request, model=served)
-        if done is not None:  # ordinary model: exactly one response, in order
-            messages: list[tuple[Any, TritonXError | None]] = []
+        decoded = await _decode(request, version, self.dataplane.shared_memory)
+        try:
+            stream = self.dataplane.infer_stream(decoded.request, model=served)
+            if done is not None:  # ordinary model: exactly one response, in order
+                messages: list[tuple[Any, TritonXError | None]] = []
+                async for result in stream:
+                    messages.append(await self._message(request, decoded, served, result, True))
+                if previous is not None:
+                    await previous
+                for item in messages:
+                    put(item)
+                return
             async for result in stream:
-                messages.append(await self._message(request, decoded, served, result, True))
-            if previous is not None:
-                await previous
-            for item in messages:
-                put(item)
-            return
-        async for result in stream:
-            if result.empty and not decoded.enable_empty_final_response:
-                continue
-            put(await self._message(request, decoded, served, result, result.final))
+                if result.empty and not decoded.enable_empty_final_response:
+                    continue
+                put(await self._message(request, decoded, served, result, result.final))
+        finally:
+            if decoded.shm is not None:
+                decoded.shm.release()
 
     async def _message(
         self,
@@ -408,13 +516,17 @@ class _Stream:
         return message, None
 
 
-async def _decode(request: service_pb2.ModelInferRequest, version: int | None) -> DecodedRequest:
+async def _decode(
+    request: service_pb2.ModelInferRequest, version: int | None, shm: SharedMemoryManager
+) -> DecodedRequest:
     """Decode on the event loop, or in a worker thread when an input is heavy to convert."""
     try:
-        return decode_infer_request(request, version, offload=True)
+        return decode_infer_request(request, version, offload=True, shm=shm)
     except Offload:
         pass
-    return await asyncio.to_thread(decode_infer_request, request, version)
+    return await decode_in_thread(
+        functools.partial(decode_infer_request, shm=shm), request, version
+    )
 
 
 def _duration(target: Any, source: Duration) -> None:

@@ -48,6 +48,7 @@ from tritonx.http.json_tensor import (
     json_tensor,
     missing,
 )
+from tritonx.shared_memory import SharedMemoryManager, SharedMemoryUse
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 from tritonx.wire import dims_str, request_prefix
 
@@ -60,10 +61,13 @@ class DecodedRequest:
         requested output's ``binary_data`` and ``classification``).
     :param binary_default: the encoding of outputs the client did not list
         (``binary_data_output``, or True for raw binary requests).
+    :param shm: the shared-memory regions the request reads inputs from and writes outputs
+        to (None when it uses none); the route releases it once the response is written.
     """
 
     request: InferenceRequest
     binary_default: bool = False
+    shm: SharedMemoryUse | None = None
 
 
 #: JSON headers (or control bodies) larger than this are parsed off the event loop, and so
@@ -262,17 +266,39 @@ def decode_infer_request(
     model_name: str,
     model_version: int | None,
     max_input_size: int,
+    shm: SharedMemoryManager | None = None,
 ) -> DecodedRequest:
     """Decode an ``/infer`` body (JSON header + binary tensors) into an InferenceRequest.
 
     :param header_length: ``Inference-Header-Content-Length`` (None: the whole body is JSON).
-    :raises TritonXError: with Triton's code and message for every malformed part.
+    :param shm: the server's shared-memory regions (None: no region is registered).
+    :raises TritonXError: with Triton's code and message for every malformed part (the
+        regions leased before the error are released).
     """
+    request = InferenceRequest(model_name=model_name, inputs={}, model_version=model_version)
+    decoded = DecodedRequest(request)
+    try:
+        _decode(decoded, body, header_length, model_name, max_input_size, shm)
+    except BaseException:
+        if decoded.shm is not None:
+            decoded.shm.release()
+        raise
+    return decoded
+
+
+def _decode(
+    decoded: DecodedRequest,
+    body: Body,
+    header_length: int | None,
+    model_name: str,
+    max_input_size: int,
+    shm: SharedMemoryManager | None,
+) -> None:
+    request = decoded.request
     length = len(body) if header_length is None else header_length
     doc = parse_json_header(body, length, max_input_size)
     if not isinstance(doc, dict):
         doc = {}
-    request = InferenceRequest(model_name=model_name, inputs={}, model_version=model_version)
 
     # id
     if "id" in doc:
@@ -282,12 +308,11 @@ def decode_infer_request(
         request.id = rid
 
     # request parameters
-    binary_default = False
     if "parameters" in doc:
         params = doc["parameters"]
         if not isinstance(params, dict):
             raise internal("failed to get request params.")
-        binary_default = _parse_parameters(params, request)
+        decoded.binary_default = _parse_parameters(params, request)
 
     # inputs
     inputs = doc.get("inputs")
@@ -300,7 +325,7 @@ def decode_infer_request(
     for item in inputs:
         if not isinstance(item, dict):
             raise internal(f"Unable to parse 'name': {missing('name')}")
-        offset = _decode_input(item, body, offset, request, model_name, max_input_size)
+        offset = _decode_input(item, body, offset, decoded, model_name, max_input_size, shm)
     if offset != total:
         raise invalid_arg(f"unexpected additional input data for model '{model_name}'")
 
@@ -311,9 +336,8 @@ def decode_infer_request(
             raise internal(f"Unable to parse 'outputs': {NOT_ARRAY}")
         names: list[str] = []
         for item in outputs:
-            names.append(_decode_output(item, request))
+            names.append(_decode_output(item, decoded, shm))
         request.requested_outputs = tuple(names)
-    return DecodedRequest(request, binary_default)
 
 
 def _parse_parameters(params: dict[str, Any], request: InferenceRequest) -> bool:
@@ -387,14 +411,36 @@ def _content_fields(item: dict[str, Any]) -> tuple[bool, dict[str, Any] | None]:
     return has_binary, params if isinstance(params, dict) else None
 
 
+def _shm_params(params: dict[str, Any]) -> tuple[str, int, int]:
+    """Triton's ``CheckSharedMemoryData``: region, offset (default 0), byte size (default 0)."""
+    region = params["shared_memory_region"]
+    if not isinstance(region, str):
+        raise internal(f"Unable to parse 'shared_memory_region': {NOT_STRING}")
+    values = []
+    for key in ("shared_memory_offset", "shared_memory_byte_size"):
+        value = params.get(key, 0)
+        if not is_uint(value):
+            raise internal(f"Unable to parse '{key}': {NOT_UINT}")
+        values.append(value)
+    return region, values[0], values[1]
+
+
+def _shm_use(decoded: DecodedRequest, shm: SharedMemoryManager | None) -> SharedMemoryUse:
+    if decoded.shm is None:
+        decoded.shm = SharedMemoryUse(shm)
+    return decoded.shm
+
+
 def _decode_input(
     item: dict[str, Any],
     body: Body,
     offset: int,
-    request: InferenceRequest,
+    decoded: DecodedRequest,
     model_name: str,
     max_input_size: int,
+    shm: SharedMemoryManager | None,
 ) -> int:
+    request = decoded.request
     has_binary, params = _content_fields(item)
     name = item.get("name")
     if not isinstance(name, str):
@@ -440,9 +486,16 @@ def _decode_input(
         )
         return end
 
-    if "shared_memory_region" in (params or {}):
-        region = params["shared_memory_region"] if params else ""
-        raise invalid_arg(f"Unable to find shared memory region: '{region}'")
+    if params is not None and "shared_memory_region" in params:
+        region, shm_offset, shm_size = _shm_params(params)
+        if dtype is None:
+            raise invalid_arg(f"invalid datatype for input {name}")
+        count = element_count(name, shape)
+        view = _shm_use(decoded, shm).input(region, shm_offset, shm_size)
+        request.inputs[name] = binary_tensor(
+            name, dtype, shape, count, view, 0, len(view), request, model_name
+        )
+        return offset
 
     count = element_count(name, shape)
     data = item["data"]
@@ -474,7 +527,8 @@ def _decode_input(
     return offset
 
 
-def _decode_output(item: Any, request: InferenceRequest) -> str:
+def _decode_output(item: Any, decoded: DecodedRequest, shm: SharedMemoryManager | None) -> str:
+    request = decoded.request
     if not isinstance(item, dict):
         raise internal(f"Unable to parse 'name': {missing('name')}")
     params = item.get("parameters")
@@ -501,9 +555,8 @@ def _decode_output(item: Any, request: InferenceRequest) -> str:
             if not is_uint(class_count):
                 raise internal(f"Unable to set 'classification': {NOT_UINT}")
         if "shared_memory_region" in params:
-            raise invalid_arg(
-                f"Unable to find shared memory region: '{params['shared_memory_region']}'"
-            )
+            region, offset, size = _shm_params(params)
+            _shm_use(decoded, shm).output(name, region, offset, size)
         if "binary_data" in params:
             binary = params["binary_data"]
             if not is_bool(binary):

@@ -4,7 +4,8 @@ The JSON header carries id, model, version, parameters and every output's name, 
 shape; outputs the client asked for as JSON carry ``data`` (:mod:`tritonx.http.json_tensor`),
 the others ``binary_data_size``, their raw bytes following the header in output order
 (:mod:`tritonx.http.binary`). Outputs requested with ``classification: k`` are sent as their
-top-k classes (:func:`tritonx.classification.classify`).
+top-k classes (:func:`tritonx.classification.classify`). Outputs requested in shared memory
+are written to their region; their entry has name, datatype and shape only (as Triton's).
 """
 
 from __future__ import annotations
@@ -75,9 +76,15 @@ def encode_infer_response(
     outputs: list[dict[str, Any]] = []
     binary_parts: list[bytes | memoryview] = []
     batched = config is not None and config.max_batch_size > 0
+    shm = decoded.shm
     for name, array in response.outputs.items():
         if not isinstance(array, np.ndarray):
             array = np.asarray(array)
+        if shm is not None and name in shm.outputs:
+            shm.write_output(name, array)
+            dtype = _output_datatype(name, array, config)
+            outputs.append({"name": name, "datatype": dtype.value, "shape": list(array.shape)})
+            continue
         opts = out_params.get(name)
         binary = opts["binary_data"] if opts is not None else decoded.binary_default
         class_count = opts["classification"] if opts is not None else 0

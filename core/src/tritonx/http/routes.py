@@ -44,7 +44,9 @@ from tritonx.http.errors import (
     response_for,
 )
 from tritonx.http.listener import Connection
+from tritonx.http.shared_memory import shared_memory_route
 from tritonx.security import Restrictions
+from tritonx.shared_memory import decode_in_thread
 from tritonx.stats import Duration, ModelStats
 from tritonx.types import InferenceResponse, TensorSpec
 from tritonx.wire import parse_version
@@ -63,7 +65,7 @@ _MODEL_RE = re.compile(
 )
 _REPO_RE = re.compile(r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))")
 _SHM_RE = re.compile(
-    r"/v2/(?:system|cuda)sharedmemory(?:/region/([^/]+))?/(?:status|register|unregister)"
+    r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -169,6 +171,15 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
                 match = _REPO_RE.fullmatch(path)
                 if match is not None:
                     response = await _repository_route(request, match)
+                elif (match := _SHM_RE.fullmatch(path)) is not None:
+                    response = await shared_memory_route(
+                        request,
+                        _dataplane(request).shared_memory,
+                        match.group(1),
+                        unquote(match.group(2) or ""),
+                        match.group(3),
+                        _read_json_body,
+                    )
                 else:
                     response = not_found()
     except BodyError as exc:
@@ -394,6 +405,14 @@ async def _read_json(request: web.Request) -> Any:
     return parse_json_header(body, len(body), limit)
 
 
+async def _read_json_body(request: web.Request) -> Any:
+    """A JSON control body that must be there (an empty one fails to parse, as in Triton)."""
+    doc = await _read_json(request)
+    if doc is None:
+        parse_json_header(b"", 0, request.app[SETTINGS_KEY].http_max_input_size)
+    return doc
+
+
 # ---------------------------------------------------------------------------------- server
 
 
@@ -535,14 +554,15 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     config = served.config
     body = await read_body(request, limit, settings.http_body_timeout_secs)
     header_length = _header_length(request, len(body))
+    shm = dp.shared_memory
     if header_length == 0:
         decoded = raw_binary_request(body, config, model, version, limit)
     elif heavy_body(body, header_length):
-        decoded = await asyncio.to_thread(
-            decode_infer_request, body, header_length, model, version, limit
+        decoded = await decode_in_thread(
+            decode_infer_request, body, header_length, model, version, limit, shm
         )
     else:
-        decoded = decode_infer_request(body, header_length, model, version, limit)
+        decoded = decode_infer_request(body, header_length, model, version, limit, shm)
     del body  # the inputs keep what they need of it
     # A client that disconnects before its answer cancels the request: the handler is
     # cancelled, and the data plane cancels the request (dropped if it has not run yet).
@@ -550,17 +570,21 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if connection is not None and not connection.on_lost(request.task.cancel):
         decoded.request.cancel()  # gone already (while the body was read or decoded)
     try:
-        response = await dp.infer(decoded.request, protocol="http", model=served)
+        try:
+            response = await dp.infer(decoded.request, protocol="http", model=served)
+        finally:
+            if connection is not None:
+                connection.on_lost(None)
+        encoding = response_encoding(request.headers.get("Accept-Encoding"))
+        if heavy_response(response):
+            payload, headers = await asyncio.to_thread(
+                _encode, response, decoded, config, served.labels, encoding
+            )
+        else:
+            payload, headers = _encode(response, decoded, config, served.labels, encoding)
     finally:
-        if connection is not None:
-            connection.on_lost(None)
-    encoding = response_encoding(request.headers.get("Accept-Encoding"))
-    if heavy_response(response):
-        payload, headers = await asyncio.to_thread(
-            _encode, response, decoded, config, served.labels, encoding
-        )
-    else:
-        payload, headers = _encode(response, decoded, config, served.labels, encoding)
+        if decoded.shm is not None:  # outputs are written: the regions may be unregistered
+            decoded.shm.release()
     return web.Response(body=payload, headers=headers)
 
 

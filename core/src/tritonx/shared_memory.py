@@ -1,0 +1,695 @@
+"""Client shared memory (Triton's system and CUDA shared-memory extensions).
+
+One :class:`SharedMemoryManager` per server (owned by the data plane, used by both
+transports) keeps the regions clients registered, as tritonserver's ``SharedMemoryManager``
+(server ``src/shared_memory_manager.cc``) does, with its messages and error codes:
+
+* a **system** region is a POSIX shared-memory object (``shm_open(key)``, what
+  ``tritonclient.utils.shared_memory`` creates) mapped from ``offset`` for ``byte_size``
+  bytes; the descriptor is closed right after the mapping;
+* a **CUDA** region is a ``cudaIpcMemHandle_t`` opened with ``cudaIpcOpenMemHandle`` on its
+  device, through the ``cuda-python`` package (imported only when a client registers one).
+  Tensors are copied device to host for inputs and host to device for outputs (backends
+  run on host arrays). Without that package or without a CUDA device, registering answers
+  Triton's "GPUs not supported" error.
+
+Region names share one namespace across both kinds. A request uses regions through a
+:class:`SharedMemoryUse`: each tensor in shared memory takes a lease on its region
+(Triton's ``GetMemoryInfo`` checks and messages) that the transport releases once the
+response is written. Unregistering a region a request still uses only marks it: it stays
+listed and usable until its last lease is released, then it is unmapped (Triton's
+``awaiting_unregister``). Inputs in system regions are read-only numpy views on the mapping
+(no copy); a view that outlives its request (kept by a model) keeps the mapping alive,
+because a mapping with live views is never unmapped (Python's buffer protocol refuses it):
+the memory is released when the last view goes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import ctypes
+import enum
+import logging
+import mmap
+import os
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from tritonx.datatypes import serialize_bytes_tensor
+from tritonx.errors import Code, TritonXError, invalid_arg, not_found
+
+log = logging.getLogger("tritonx.shared_memory")
+
+#: tritonserver's ``kClientShmDisabledErrorStr`` (UNSUPPORTED: HTTP 501, gRPC UNIMPLEMENTED).
+CLIENT_SHM_DISABLED = (
+    "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
+)
+#: Keys of the Python backend's own regions (tritonserver ``kTritonSharedMemoryRegionPrefix``);
+#: clients may not register them.
+RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
+#: ``SIZE_MAX`` of a 64-bit tritonserver: offsets and sizes wrap at it.
+SIZE_MAX = 2**64 - 1
+#: Bytes of a ``cudaIpcMemHandle_t``.
+CUDA_IPC_HANDLE_SIZE = 64
+
+
+class MemoryKind(enum.Enum):
+    """The two kinds of client shared memory."""
+
+    SYSTEM = "system"
+    CUDA = "cuda"
+
+
+@dataclass(frozen=True, slots=True)
+class RegionStatus:
+    """One registered region, as the status endpoints list it (``key`` and ``offset`` for
+    system regions, ``device_id`` for CUDA ones)."""
+
+    name: str
+    kind: MemoryKind
+    byte_size: int
+    key: str = ""
+    offset: int = 0
+    device_id: int = 0
+
+
+def disabled_error() -> TritonXError:
+    """Triton's answer to register/unregister when ``--allow-client-shm`` is false."""
+    return TritonXError(CLIENT_SHM_DISABLED, Code.UNSUPPORTED)
+
+
+# ---------------------------------------------------------------------------------- regions
+
+
+class _Region:
+    """A registered region; subclasses read and write its bytes."""
+
+    kind: MemoryKind
+
+    def __init__(self, name: str, byte_size: int) -> None:
+        self.name = name
+        self.byte_size = byte_size
+        #: leases held by requests in flight
+        self.users = 0
+        #: unregistered while in use: removed when the last lease goes
+        self.awaiting_unregister = False
+
+    def status(self) -> RegionStatus:
+        raise NotImplementedError
+
+    def read(self, offset: int, size: int) -> memoryview:
+        """``size`` bytes at ``offset`` (within the region) as a read-only buffer."""
+        raise NotImplementedError
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        """Copy ``data`` (a contiguous uint8 array) to ``offset`` (within the region)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Unmap / close the region (the manager calls it once, when it is removed)."""
+        raise NotImplementedError
+
+
+class _SystemRegion(_Region):
+    kind = MemoryKind.SYSTEM
+
+    def __init__(self, name: str, key: str, offset: int, byte_size: int, mapped: mmap.mmap):
+        super().__init__(name, byte_size)
+        self.key = key
+        self.offset = offset
+        self._mmap = mapped
+        # mmap offsets must be page aligned: the mapping starts at the page holding
+        # ``offset`` and the region is the part of it from there
+        delta = offset % mmap.ALLOCATIONGRANULARITY
+        self._view = memoryview(mapped)[delta : delta + byte_size]
+
+    def status(self) -> RegionStatus:
+        return RegionStatus(self.name, self.kind, self.byte_size, key=self.key, offset=self.offset)
+
+    def read(self, offset: int, size: int) -> memoryview:
+        return self._view[offset : offset + size].toreadonly()
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        target = np.frombuffer(self._view, np.uint8, count=data.size, offset=offset)
+        target[...] = data  # numpy copies through a temporary when the two overlap
+
+    def close(self) -> None:
+        try:
+            self._view.release()
+        except BufferError:  # a write in progress holds it: the mmap stays until it ends
+            pass
+        try:
+            self._mmap.close()
+        except BufferError:
+            # a tensor still views the mapping (a model kept an input): it is unmapped
+            # when the last such view is gone, never while one can read it
+            log.debug("shared memory region '%s' stays mapped until its views are gone", self.name)
+
+
+class _CudaRegion(_Region):
+    kind = MemoryKind.CUDA
+
+    def __init__(
+        self, name: str, device_id: int, byte_size: int, pointer: int, cuda: _Cuda
+    ) -> None:
+        super().__init__(name, byte_size)
+        self.device_id = device_id
+        self.pointer = pointer
+        self._cuda = cuda
+
+    def status(self) -> RegionStatus:
+        return RegionStatus(self.name, self.kind, self.byte_size, device_id=self.device_id)
+
+    def read(self, offset: int, size: int) -> memoryview:
+        host = np.empty(size, np.uint8)
+        if size:
+            try:
+                self._cuda.to_host(self.device_id, host, self.pointer + offset)
+            except RuntimeError as exc:
+                raise self._copy_error(exc) from None
+        return host.data.toreadonly()
+
+    def write(self, offset: int, data: np.ndarray) -> None:
+        if data.size:
+            try:
+                self._cuda.to_device(self.device_id, self.pointer + offset, data)
+            except RuntimeError as exc:
+                raise self._copy_error(exc) from None
+
+    def _copy_error(self, exc: RuntimeError) -> TritonXError:
+        return TritonXError(
+            f"failed to copy CUDA shared memory region '{self.name}': {exc}", Code.INTERNAL
+        )
+
+    def close(self) -> None:
+        self._cuda.close_ipc(self.device_id, self.pointer)
+
+
+# ---------------------------------------------------------------------------------- CUDA
+
+
+class CudaUnavailable(Exception):
+    """CUDA cannot be used here (the reason is the message)."""
+
+
+class _Cuda:
+    """The few CUDA runtime/driver calls shared memory needs, through ``cuda-python``
+    (``cuda.bindings``, or the older ``cuda.cudart`` layout); imported on first use."""
+
+    def __init__(self) -> None:
+        try:
+            from cuda.bindings import driver, runtime
+        except ImportError:
+            try:
+                from cuda import cuda as driver  # cuda-python < 12.6
+                from cuda import cudart as runtime
+            except ImportError:
+                raise CudaUnavailable(
+                    "the 'cuda-python' package is not installed on the server"
+                ) from None
+        self.rt: Any = runtime
+        self.drv: Any = driver
+        err, count = runtime.cudaGetDeviceCount()
+        if err != runtime.cudaError_t.cudaSuccess:
+            name = getattr(err, "name", str(err))
+            raise CudaUnavailable(f"no usable CUDA device on the server: {name}")
+        if not count:
+            raise CudaUnavailable("no CUDA device is visible to the server")
+        self.device_count = int(count)
+
+    def check(self, result: Any, what: str) -> Any:
+        """The values of a cuda-python call's result tuple; raises on a CUDA error."""
+        err, *values = result if isinstance(result, tuple) else (result,)
+        if err != self.rt.cudaError_t.cudaSuccess:
+            _, text = self.rt.cudaGetErrorString(err)
+            detail = text.decode() if isinstance(text, bytes) else str(text)
+            raise RuntimeError(f"{what}: {detail}")
+        return values[0] if len(values) == 1 else values
+
+    def open_ipc(self, raw_handle: bytes, device_id: int) -> tuple[int, int]:
+        """Open ``raw_handle`` on ``device_id``: (device pointer, allocation size)."""
+        rt = self.rt
+        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
+        handle = rt.cudaIpcMemHandle_t()
+        ctypes.memmove(handle.getPtr(), raw_handle, CUDA_IPC_HANDLE_SIZE)
+        flags = getattr(rt, "cudaIpcMemLazyEnablePeerAccess", 1)
+        pointer = int(self.check(rt.cudaIpcOpenMemHandle(handle, flags), "cudaIpcOpenMemHandle"))
+        try:
+            err, _base, size = self.drv.cuMemGetAddressRange(self.drv.CUdeviceptr(pointer))
+            if err != self.drv.CUresult.CUDA_SUCCESS:
+                raise RuntimeError(f"cuMemGetAddressRange failed: {err}")
+        except BaseException:
+            self.close_ipc(device_id, pointer)
+            raise
+        return pointer, int(size)
+
+    def close_ipc(self, device_id: int, pointer: int) -> None:
+        self.check(self.rt.cudaSetDevice(device_id), "cudaSetDevice")
+        self.check(self.rt.cudaIpcCloseMemHandle(pointer), "cudaIpcCloseMemHandle")
+
+    def to_host(self, device_id: int, host: np.ndarray, pointer: int) -> None:
+        rt = self.rt
+        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
+        kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        self.check(rt.cudaMemcpy(host.ctypes.data, pointer, host.nbytes, kind), "cudaMemcpy")
+
+    def to_device(self, device_id: int, pointer: int, host: np.ndarray) -> None:
+        rt = self.rt
+        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
+        kind = rt.cudaMemcpyKind.cudaMemcpyHostToDevice
+        self.check(rt.cudaMemcpy(pointer, host.ctypes.data, host.nbytes, kind), "cudaMemcpy")
+
+
+# ---------------------------------------------------------------------------------- manager
+
+
+def _validate_key(name: str, key: str) -> None:
+    """tritonserver's ``ValidateSharedMemoryKey``."""
+    stripped = key.lstrip("/")
+    if not stripped:
+        raise invalid_arg(
+            f"cannot register shared memory region '{name}' - invalid shm key '{key}'"
+        )
+    if stripped.startswith(RESERVED_KEY_PREFIX):
+        raise invalid_arg(
+            f"cannot register shared memory region '{name}' with key '{key}' as the key "
+            f"contains the reserved prefix '{RESERVED_KEY_PREFIX}'"
+        )
+
+
+def _shm_open(key: str) -> int:
+    """``shm_open(key, O_RDWR)`` as tritonserver calls it (the libc call
+    ``multiprocessing.shared_memory`` uses, so both agree on names)."""
+    import _posixshmem  # CPython's binding of shm_open, present on every POSIX build
+
+    return int(_posixshmem.shm_open(key, os.O_RDWR, 0o600))
+
+
+class SharedMemoryManager:
+    """The server's registry of client shared-memory regions (thread-safe: requests may be
+    decoded in worker threads).
+
+    :param allow_client_shm: ``--allow-client-shm``; the transports refuse register and
+        unregister with :func:`disabled_error` when it is false (status stays allowed).
+    """
+
+    def __init__(self, allow_client_shm: bool = False) -> None:
+        self.allow_client_shm = allow_client_shm
+        self._regions: dict[str, _Region] = {}
+        self._lock = threading.Lock()
+        self._cuda: _Cuda | None = None
+        self._cuda_error = ""
+
+    # ------------------------------------------------------------------ registration
+
+    def register_system(self, name: str, key: str, offset: int, byte_size: int) -> None:
+        """Map ``byte_size`` bytes at ``offset`` of the POSIX shared-memory object ``key``
+        as region ``name``.
+
+        :raises TritonXError: INVALID_ARG for a reserved or empty key, a range beyond the
+            object or an empty range; ALREADY_EXISTS for a name in use; INTERNAL when the
+            object cannot be opened.
+        """
+        _validate_key(name, key)
+        with self._lock:
+            if name in self._regions:
+                raise TritonXError(
+                    f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS
+                )
+            try:
+                fd = _shm_open(key)
+            except OSError:
+                raise TritonXError(
+                    f"Unable to open shared memory region: '{key}'", Code.INTERNAL
+                ) from None
+            try:
+                try:
+                    size = os.fstat(fd).st_size
+                except OSError:
+                    raise TritonXError(
+                        f"Invalid shared memory region: '{key}'", Code.INTERNAL
+                    ) from None
+                if offset > SIZE_MAX or byte_size > SIZE_MAX or offset + byte_size > size:
+                    raise invalid_arg(
+                        f"failed to register shared memory region '{name}': invalid args"
+                    )
+                if byte_size == 0:  # mmap of 0 bytes fails with EINVAL in tritonserver
+                    raise invalid_arg(
+                        f"failed to register shared memory region '{name}': unable to process "
+                        "address spaceInvalid argument"
+                    )
+                start = offset - offset % mmap.ALLOCATIONGRANULARITY
+                try:
+                    mapped = mmap.mmap(
+                        fd,
+                        offset - start + byte_size,
+                        mmap.MAP_SHARED,
+                        mmap.PROT_READ | mmap.PROT_WRITE,
+                        offset=start,
+                    )
+                except OSError as exc:
+                    raise invalid_arg(
+                        f"failed to register shared memory region '{name}': unable to process "
+                        f"address space{exc.strerror or exc}"
+                    ) from None
+            finally:
+                os.close(fd)
+            self._regions[name] = _SystemRegion(name, key, offset, byte_size, mapped)
+
+    def cuda_available(self) -> bool:
+        """Whether CUDA regions can be registered (cuda-python and a device are present);
+        probes once."""
+        try:
+            self._cuda_runtime()
+        except CudaUnavailable:
+            return False
+        return True
+
+    def _cuda_runtime(self) -> _Cuda:
+        if self._cuda is None:
+            if self._cuda_error:
+                raise CudaUnavailable(self._cuda_error)
+            try:
+                self._cuda = _Cuda()
+            except CudaUnavailable as exc:
+                self._cuda_error = str(exc)
+                raise
+            except Exception as exc:  # a broken CUDA install: say so, never crash
+                self._cuda_error = f"the CUDA runtime failed to initialize ({exc})"
+                raise CudaUnavailable(self._cuda_error) from None
+        return self._cuda
+
+    def register_cuda(self, name: str, raw_handle: bytes, device_id: int, byte_size: int) -> None:
+        """Open the CUDA IPC handle ``raw_handle`` (a 64-byte ``cudaIpcMemHandle_t``) on
+        ``device_id`` as region ``name`` of ``byte_size`` bytes.
+
+        :raises TritonXError: INVALID_ARG "... GPUs not supported" when CUDA is not usable
+            here, INVALID_ARG for a handle that does not open or a size beyond the
+            allocation, ALREADY_EXISTS for a name in use.
+        """
+        with self._lock:
+            if name in self._regions:
+                raise TritonXError(
+                    f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS
+                )
+        try:
+            cuda = self._cuda_runtime()
+        except CudaUnavailable as exc:
+            raise invalid_arg(
+                f"failed to register CUDA shared memory region: '{name}', GPUs not supported "
+                f"({exc})"
+            ) from None
+        if len(raw_handle) != CUDA_IPC_HANDLE_SIZE:
+            raise invalid_arg("'raw_handle' must be a valid base64 encoded cudaIpcMemHandle_t")
+        if not 0 <= device_id < cuda.device_count:
+            log.error("failed to open CUDA IPC handle: no CUDA device %d", device_id)
+            raise invalid_arg("failed to register shared memory region: invalid args")
+        try:
+            pointer, size = cuda.open_ipc(raw_handle, device_id)
+        except Exception as exc:  # the detail is logged, the client gets Triton's text
+            log.error("failed to open CUDA IPC handle: %s", exc)
+            raise invalid_arg("failed to register shared memory region: invalid args") from None
+        if byte_size > size:
+            cuda.close_ipc(device_id, pointer)
+            raise invalid_arg(f"failed to register shared memory region '{name}': invalid args")
+        with self._lock:
+            if name in self._regions:  # registered meanwhile by another request
+                cuda.close_ipc(device_id, pointer)
+                raise TritonXError(
+                    f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS
+                )
+            self._regions[name] = _CudaRegion(name, device_id, byte_size, pointer, cuda)
+
+    # ------------------------------------------------------------------ status / unregister
+
+    def status(self, kind: MemoryKind, name: str = "") -> list[RegionStatus]:
+        """Every region of ``kind`` (by name), or the one named ``name``.
+
+        :raises TritonXError: NOT_FOUND for an unknown name or one of the other kind.
+        """
+        with self._lock:
+            if not name:
+                return [r.status() for _, r in sorted(self._regions.items()) if r.kind is kind]
+            region = self._regions.get(name)
+        if region is None:
+            label = "cuda" if kind is MemoryKind.CUDA else "system"
+            raise not_found(f"Unable to find {label} shared memory region: '{name}'")
+        if region.kind is not kind:
+            if region.kind is MemoryKind.CUDA:
+                raise not_found(
+                    f"The region named '{name}' is registered as CUDA shared memory, not "
+                    "system shared memory"
+                )
+            raise not_found(
+                f"The region named '{name}' is registered as system shared memory, not CUDA "
+                "shared memory"
+            )
+        return [region.status()]
+
+    def unregister(self, kind: MemoryKind, name: str = "") -> None:
+        """Remove region ``name`` of ``kind`` (every region of ``kind`` when ``name`` is
+        empty); a region in use is removed when its last request finishes. Unknown names
+        and regions of the other kind are left alone (no error, as tritonserver)."""
+        with self._lock:
+            names = [name] if name else [n for n, r in self._regions.items() if r.kind is kind]
+            closing: list[_Region] = []
+            for region_name in names:
+                region = self._regions.get(region_name)
+                if region is None or region.kind is not kind:
+                    continue
+                if region.users:
+                    region.awaiting_unregister = True
+                    log.debug(
+                        "shared memory region '%s' will be unregistered after in-flight "
+                        "requests complete",
+                        region_name,
+                    )
+                    continue
+                del self._regions[region_name]
+                closing.append(region)
+        failed = [r.name for r in closing if not _close(r)]
+        if failed:
+            label = "cuda" if kind is MemoryKind.CUDA else "system"
+            raise TritonXError(
+                f"Failed to unregister the following {label} shared memory regions: "
+                + "".join(f"{n} ," for n in failed),
+                Code.INTERNAL,
+            )
+
+    def close(self) -> None:
+        """Unregister every region (server shutdown)."""
+        for kind in MemoryKind:
+            try:
+                self.unregister(kind)
+            except TritonXError as exc:
+                log.warning("%s", exc.message)
+
+    # ------------------------------------------------------------------ use by requests
+
+    def lease(self, name: str, offset: int, byte_size: int) -> Lease:
+        """Take a lease on ``byte_size`` bytes at ``offset`` of region ``name`` for one
+        request (tritonserver's ``GetMemoryInfo``); release it with :meth:`Lease.release`.
+
+        ``offset`` and ``byte_size`` are unsigned 64-bit values as clients send them
+        (negative gRPC int64 values wrap, as in tritonserver).
+
+        :raises TritonXError: NOT_FOUND for an unknown region, INVALID_ARG for a range
+            outside it.
+        """
+        offset %= 2**64
+        byte_size %= 2**64
+        with self._lock:
+            region = self._regions.get(name)
+            if region is None:
+                raise not_found(f"Unable to find shared memory region: '{name}'")
+            if offset >= region.byte_size:
+                raise invalid_arg(f"Invalid offset for shared memory region: '{name}'")
+            if byte_size > SIZE_MAX - offset:
+                raise invalid_arg(
+                    f"Integer overflow detected: byte_size ({byte_size}) + offset ({offset}) "
+                    f"exceeds maximum value ({SIZE_MAX}) for region '{name}'"
+                )
+            if offset + byte_size > region.byte_size:
+                raise invalid_arg(f"Invalid offset + byte size for shared memory region: '{name}'")
+            region.users += 1
+        return Lease(self, region, offset, byte_size)
+
+    def _release(self, region: _Region) -> None:
+        with self._lock:
+            region.users -= 1
+            if region.users or not region.awaiting_unregister:
+                return
+            if self._regions.get(region.name) is region:
+                del self._regions[region.name]
+        if not _close(region):
+            log.warning("failed to unregister shared memory region '%s'", region.name)
+
+
+def _close(region: _Region) -> bool:
+    try:
+        region.close()
+    except Exception as exc:  # munmap / cudaIpcCloseMemHandle failed
+        log.debug("closing shared memory region '%s': %s", region.name, exc)
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------------- requests
+
+
+class Lease:
+    """One request's hold on a range of a region (from :meth:`SharedMemoryManager.lease`)."""
+
+    __slots__ = ("_manager", "_region", "byte_size", "offset", "released")
+
+    def __init__(
+        self, manager: SharedMemoryManager, region: _Region, offset: int, byte_size: int
+    ) -> None:
+        self._manager = manager
+        self._region = region
+        self.offset = offset
+        self.byte_size = byte_size
+        self.released = False
+
+    @property
+    def region_name(self) -> str:
+        return self._region.name
+
+    def read(self) -> memoryview:
+        """The leased bytes, read-only (a view on a system region, a host copy of a CUDA
+        one)."""
+        return self._region.read(self.offset, self.byte_size)
+
+    def write(self, data: np.ndarray) -> None:
+        """Copy ``data`` (contiguous uint8, at most :attr:`byte_size` bytes) to the range."""
+        self._region.write(self.offset, data)
+
+    def release(self) -> None:
+        """Give the lease back (idempotent); the region is unmapped now if it was
+        unregistered meanwhile and this was its last lease."""
+        if not self.released:
+            self.released = True
+            self._manager._release(self._region)
+
+
+class SharedMemoryUse:
+    """The regions one inference request reads inputs from and writes outputs to.
+
+    Transports create it while decoding (:meth:`input`, :meth:`output`), write the outputs
+    with :meth:`write_output` while encoding, and call :meth:`release` when the response is
+    sent (or the request failed), whatever happened.
+    """
+
+    __slots__ = ("_leases", "manager", "outputs")
+
+    def __init__(self, manager: SharedMemoryManager | None) -> None:
+        #: the server's registry (None for a frontend used without one: no region exists)
+        self.manager = manager
+        self._leases: list[Lease] = []
+        #: output name → where it goes
+        self.outputs: dict[str, Lease] = {}
+
+    def _lease(self, region: str, offset: int, byte_size: int) -> Lease:
+        if self.manager is None:
+            raise not_found(f"Unable to find shared memory region: '{region}'")
+        lease = self.manager.lease(region, offset, byte_size)
+        self._leases.append(lease)
+        return lease
+
+    def input(self, region: str, offset: int, byte_size: int) -> memoryview:
+        """The bytes of an input in shared memory (read-only; no copy for system regions)."""
+        return self._lease(region, offset, byte_size).read()
+
+    def output(self, name: str, region: str, offset: int, byte_size: int) -> None:
+        """Send output ``name`` to shared memory instead of the response."""
+        self.outputs[name] = self._lease(region, offset, byte_size)
+
+    def write_output(self, name: str, array: np.ndarray) -> None:
+        """Write output ``name`` (little-endian elements, or Triton's length-prefixed BYTES
+        form for object/string arrays) into its range.
+
+        :raises TritonXError: INTERNAL when the range is too small for it (Triton's text).
+        """
+        lease = self.outputs[name]
+        data = tensor_bytes(array)
+        if data.size > lease.byte_size:
+            raise TritonXError(
+                f"shared memory size specified with the request for output '{name}' "
+                f"({lease.byte_size} bytes) should be at least {data.size} bytes to hold the "
+                "results",
+                Code.INTERNAL,
+            )
+        if data.size:
+            lease.write(data)
+
+    def release(self) -> None:
+        """Release every lease (idempotent)."""
+        for lease in self._leases:
+            lease.release()
+
+
+def tensor_bytes(array: np.ndarray) -> np.ndarray:
+    """An output's wire bytes as a contiguous uint8 array (a view when the array is already
+    contiguous little-endian; BYTES tensors serialized)."""
+    if array.dtype.kind in "OSU":
+        return np.frombuffer(serialize_bytes_tensor(array), np.uint8)
+    if array.dtype.byteorder == ">":
+        array = array.astype(array.dtype.newbyteorder("<"))
+    return np.ascontiguousarray(array).reshape(-1).view(np.uint8)
+
+
+def decode_raw_handle(b64: str) -> bytes:
+    """The bytes of an HTTP CUDA register request's ``raw_handle.b64`` (empty when it is
+    not base64: :meth:`SharedMemoryManager.register_cuda` then refuses it)."""
+    try:
+        return base64.b64decode(b64)
+    except ValueError:
+        return b""
+
+
+class Decoded(Protocol):
+    """A transport's decoded request: what it holds of shared memory."""
+
+    shm: SharedMemoryUse | None
+
+
+D = TypeVar("D", bound=Decoded)
+
+
+async def decode_in_thread(decode: Callable[..., D], *args: Any) -> D:
+    """``decode(*args)`` in a worker thread. Should the caller be cancelled while it runs,
+    the regions the decoded request leased are released when the thread is done (nothing
+    else will ever see that request)."""
+    task = asyncio.ensure_future(asyncio.to_thread(decode, *args))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_release_orphan)
+        raise
+
+
+def _release_orphan(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled() and task.exception() is None:
+        use = task.result().shm
+        if use is not None:
+            use.release()
+
+
+__all__ = [
+    "CLIENT_SHM_DISABLED",
+    "CUDA_IPC_HANDLE_SIZE",
+    "Lease",
+    "MemoryKind",
+    "RegionStatus",
+    "SharedMemoryManager",
+    "SharedMemoryUse",
+    "decode_in_thread",
+    "decode_raw_handle",
+    "disabled_error",
+    "tensor_bytes",
+]
