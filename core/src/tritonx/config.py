@@ -99,6 +99,21 @@ class ServerSettings:
     metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
     rate_limit_resource: tuple[str, ...] = ()
+    #: ``--trace-config level=...``: ``TIMESTAMPS`` and/or ``TENSORS``; empty: tracing off
+    trace_level: tuple[str, ...] = ()
+    #: ``--trace-config rate=``: trace one request in this many
+    trace_rate: int = 1000
+    #: ``--trace-config count=``: traces to take, -1 for no limit
+    trace_count: int = -1
+    #: ``--trace-config triton,log-frequency=``: write every that many traces to
+    #: ``<trace_file>.<n>``; 0 writes ``trace_file`` at shutdown
+    trace_log_frequency: int = 0
+    #: ``--trace-config triton,file=``: the trace file of ``triton`` mode
+    trace_file: str = ""
+    #: ``--trace-config mode=``: ``triton`` (JSON trace file) or ``opentelemetry`` (OTLP/HTTP)
+    trace_mode: str = "triton"
+    #: ``--trace-config opentelemetry,<key>=<value>`` pairs (url, resource, bsp_*)
+    trace_opentelemetry: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

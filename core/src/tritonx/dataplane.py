@@ -22,6 +22,8 @@ from tritonx.errors import Code, TritonXError, invalid_arg, unavailable, unsuppo
 from tritonx.handle import ServerHandle
 from tritonx.plugins import Registries
 from tritonx.stats import ModelStats
+from tritonx.trace import TraceManager
+from tritonx.trace_settings import config_from_settings
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -43,6 +45,8 @@ EXTENSIONS: tuple[str, ...] = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 
 DECOUPLED_MESSAGES = {
@@ -111,6 +115,8 @@ class DataPlane:
         #: The Prometheus registry served on ``/metrics``; backends may register collectors
         #: (e.g. python models' custom metrics) through ``LoadContext.server``.
         self.metrics_registry = CollectorRegistry(auto_describe=True)
+        #: Trace settings and sampling (the trace extension); transports sample requests.
+        self.tracer = TraceManager(config_from_settings(settings))
 
     # ------------------------------------------------------------------ models (server side)
 
@@ -254,6 +260,16 @@ class DataPlane:
         entry = self._accept(
             request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
         )
+        trace = request.trace
+        if trace is None:
+            return await self._infer(entry, request)
+        trace.start(request.model_name, entry.version, request.id)
+        try:
+            return await self._infer(entry, request)
+        finally:
+            trace.end()
+
+    async def _infer(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
         cache = self._cache if entry.cached else None
         if cache is not None:
             hit, key = await cache.lookup(request, entry)
@@ -283,22 +299,29 @@ class DataPlane:
         (the last with ``final=True``) for decoupled ones. Once the request is accepted,
         errors are yielded as responses carrying ``error``; validation errors raise."""
         entry = self._accept(request, model)
-        scheduler = entry.scheduler
-        assert scheduler is not None
-        if not scheduler.decoupled:
-            cache = self._cache if entry.cached else None
-            if cache is not None:
-                hit, key = await cache.lookup(request, entry)
-                if hit is not None:
-                    yield hit
-                    return
-            response = await self._submit(entry, request)
-            if cache is not None:
-                await cache.insert(key, entry, response)
-            yield response
-            return
-        async for response in scheduler.stream(request):
-            yield response
+        trace = request.trace
+        if trace is not None:
+            trace.start(request.model_name, entry.version, request.id)
+        try:
+            scheduler = entry.scheduler
+            assert scheduler is not None
+            if not scheduler.decoupled:
+                cache = self._cache if entry.cached else None
+                if cache is not None:
+                    hit, key = await cache.lookup(request, entry)
+                    if hit is not None:
+                        yield hit
+                        return
+                response = await self._submit(entry, request)
+                if cache is not None:
+                    await cache.insert(key, entry, response)
+                yield response
+                return
+            async for response in scheduler.stream(request):
+                yield response
+        finally:
+            if trace is not None:
+                trace.end()
 
     # ------------------------------------------------------------------ repository
 
