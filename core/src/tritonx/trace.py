@@ -436,6 +436,12 @@ class TraceManager:
         #: whether any setting may sample: the transports' one check per request
         self.active = False
         self._refresh()
+        if config.level and not self._global.valid and self._global.invalid_reason:
+            log.warning(
+                "tracing is set to %s but no trace is taken: %s",
+                "|".join(level_names(config.level)),
+                self._global.invalid_reason,
+            )
 
     # ------------------------------------------------------------------ settings
 

@@ -285,7 +285,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self.dataplane, grpc_error)
+        stream = _Stream(self.dataplane, grpc_error, metadata)
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
@@ -318,9 +318,11 @@ class _Stream:
     Cancelling the call (client cancel or disconnect) cancels every in-flight request.
     """
 
-    def __init__(self, dataplane: DataPlane, grpc_error: bool) -> None:
+    def __init__(self, dataplane: DataPlane, grpc_error: bool, metadata: Any = ()) -> None:
         self.dataplane = dataplane
         self.grpc_error = grpc_error
+        #: the call's metadata (an OpenTelemetry ``traceparent`` may be in it)
+        self.metadata = metadata
         self.queue: asyncio.Queue[
             tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
         ] = asyncio.Queue()
@@ -438,7 +440,12 @@ class _Stream:
     ) -> None:
         decoded = await _decode(request, version)
         tracer = self.dataplane.tracer
-        trace = tracer.sample(request.model_name) if tracer.active else None
+        trace = None
+        if tracer.active:
+            headers = None
+            if tracer.exporter is not None:
+                headers = {k: v for k, v in self.metadata if isinstance(v, str)}
+            trace = tracer.sample(request.model_name, headers)
         if trace is None:
             await self._infer_with(request, decoded, served, previous, done, None)
             return
