@@ -408,6 +408,38 @@ async def test_trace_file_http_grpc_and_stream(
     assert stamp["COMPUTE_END"] > stamp["COMPUTE_OUTPUT_START"]
 
 
+async def test_decoupled_stream_trace(repo: ModelRepositoryBuilder, tmp_path: Path) -> None:
+    """A decoupled model's responses each get GRPC_SEND_START/END; the trace is written once
+    the last one is sent."""
+    repo.add_identity(
+        "rep",
+        dims=[4],
+        parameters={"repeat": "3"},
+        extra="model_transaction_policy { decoupled: true }\n",
+    )
+    file = tmp_path / "trace.json"
+    server = await serve(repo, trace_level=("TIMESTAMPS",), trace_rate=1, trace_file=str(file))
+    try:
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        tensor = grpcclient.InferInput("INPUT0", [4], "FP32")
+        tensor.set_data_from_numpy(np.ones(4, np.float32))
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            yield {"model_name": "rep", "inputs": [tensor], "request_id": "dec"}
+
+        answers = [a async for a, e in grpc.stream_infer(requests()) if e is None]
+        assert len(answers) == 3
+        await grpc.close()
+    finally:
+        await server.stop()
+    (trace,) = read_traces(file).values()
+    assert trace["header"]["model_name"] == "rep" and trace["header"]["request_id"] == "dec"
+    names = trace["names"]
+    assert names[:4] == ["GRPC_WAITREAD_START", "GRPC_WAITREAD_END", "REQUEST_START", "QUEUE_START"]
+    assert names.count("GRPC_SEND_START") == 3 and names.count("GRPC_SEND_END") == 3
+    assert names.count("REQUEST_END") == 1 and names.count("INFER_RESPONSE_COMPLETE") == 1
+
+
 async def test_ensemble_and_bls_children_have_parent_ids(
     repo: ModelRepositoryBuilder, tmp_path: Path
 ) -> None:

@@ -258,9 +258,10 @@ class RequestTrace:
 
     def report(self, activity: str, ns: int) -> None:
         """A timestamp activity (QUEUE_START, COMPUTE_START...) at ``ns``
-        (``time.perf_counter_ns()``)."""
+        (``time.perf_counter_ns()``). Ignored once the request has ended (a decoupled
+        model's last response can beat its execution's timings to the event loop)."""
         trace = self._trace
-        if not trace.level & TIMESTAMPS:
+        if not trace.level & TIMESTAMPS or not self.started:
             return
         if trace.otel is not None:
             trace.otel.activity(self, activity, ns)
@@ -274,7 +275,7 @@ class RequestTrace:
 
     def report_tensors(self, activity: str, tensors: Mapping[str, np.ndarray]) -> None:
         """Tensors at TENSOR_QUEUE_INPUT / TENSOR_BACKEND_OUTPUT (level TENSORS)."""
-        if not self.tensors:
+        if not self.tensors or not self.started:
             return
         for name, array in tensors.items():
             self._entries.append(
@@ -288,8 +289,8 @@ class RequestTrace:
         of it and its transport are done."""
         if not self.started:
             return
-        self.started = False
         self.report("REQUEST_END", _now())
+        self.started = False
         self._trace.release()
 
 

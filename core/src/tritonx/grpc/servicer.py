@@ -329,26 +329,38 @@ class _Stream:
         self.tasks: set[asyncio.Task[None]] = set()
         self.reading = True
         self.previous: asyncio.Future[None] | None = None
-        #: traced requests' messages not yet written (message id → trace), and the last
-        #: message of each such request (trace id → message): its write finishes the trace
+        #: traced requests' messages not yet written (message id → trace)
         self.traced: dict[int, Trace] = {}
-        self.last: dict[int, tuple[Trace, Any]] = {}
+        #: traced requests with messages in flight: trace id → [trace, messages not yet
+        #: written, still producing]; a trace is finished once both are done
+        self.open: dict[int, list[Any]] = {}
 
     def written(self, message: Any) -> None:
-        """A message was written: GRPC_SEND_END of its trace, finished with its last one."""
+        """A message was written: GRPC_SEND_END of its trace (finished after its last)."""
         trace = self.traced.pop(id(message), None)
         if trace is not None:
             trace.capture("GRPC_SEND_END", time.perf_counter_ns())
-            last = self.last.get(id(trace))
-            if last is not None and last[1] is message:
-                del self.last[id(trace)]
+            entry = self.open[id(trace)]
+            entry[1] -= 1
+            if entry[1] == 0 and not entry[2]:
+                del self.open[id(trace)]
                 trace.finish()
 
-    def drop_traces(self) -> None:
-        """The call ended: finish the traces whose last message was never written."""
-        for trace, _ in self.last.values():
+    def produced(self, trace: Trace) -> None:
+        """The request has no more messages to queue: finish its trace now if every one of
+        them was written."""
+        entry = self.open.get(id(trace))
+        if entry is None or entry[1] == 0:
+            self.open.pop(id(trace), None)
             trace.finish()
-        self.last.clear()
+        else:
+            entry[2] = False
+
+    def drop_traces(self) -> None:
+        """The call ended: finish the traces whose messages were never all written."""
+        for trace, _, _ in self.open.values():
+            trace.finish()
+        self.open.clear()
         self.traced.clear()
 
     async def read(self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest]) -> None:
@@ -452,11 +464,11 @@ class _Stream:
         trace.capture("GRPC_WAITREAD_START", waited[0])
         trace.capture("GRPC_WAITREAD_END", waited[1])
         decoded.request.trace = trace.root
+        self.open[id(trace)] = [trace, 0, True]
         try:
             await self._infer_with(request, decoded, served, previous, done, trace)
         finally:
-            if id(trace) not in self.last:  # nothing left to write: done with it
-                trace.finish()
+            self.produced(trace)
 
     async def _infer_with(
         self,
@@ -475,8 +487,7 @@ class _Stream:
                     trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                 trace.capture("GRPC_SEND_START", time.perf_counter_ns())
                 self.traced[id(item[0])] = trace
-                if last:
-                    self.last[id(trace)] = (trace, item[0])
+                self.open[id(trace)][1] += 1
             queue_put(item)
 
         stream = self.dataplane.infer_stream(decoded.request, model=served)
@@ -491,6 +502,8 @@ class _Stream:
             return
         async for result in stream:
             if result.empty and not decoded.enable_empty_final_response:
+                if trace is not None and result.final:
+                    trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                 continue
             put(await self._message(request, decoded, served, result, result.final), result.final)
 
