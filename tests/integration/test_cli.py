@@ -130,7 +130,7 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
     [
         ("--grpc-infer-response-compression-level", "high"),
         ("--http-header-forward-pattern", "x-.*"),
-        ("--trace-config", "level=TIMESTAMPS"),
+        ("--backend-directory", "/opt/tritonserver/backends"),
         ("--model-namespacing=true",),
         ("--allow-sagemaker",),
     ],

@@ -6,7 +6,15 @@ the in-process :class:`Server`.
 
 from __future__ import annotations
 
-from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext, ModelInstance
+from tritonx.backend import (
+    AutoCompleteContext,
+    Backend,
+    ComputeTimer,
+    InstanceSpec,
+    LoadContext,
+    ModelInstance,
+    compute_timer,
+)
 from tritonx.batching import concat_inputs, split_outputs
 from tritonx.cache import ResponseCache
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
@@ -48,6 +56,7 @@ __all__ = [
     "BackendRegistry",
     "CacheRegistry",
     "Code",
+    "ComputeTimer",
     "DataType",
     "EditableModelConfig",
     "InferenceRequest",
@@ -75,6 +84,7 @@ __all__ = [
     "ServerSettings",
     "TensorSpec",
     "TritonXError",
+    "compute_timer",
     "concat_inputs",
     "hookimpl",
     "split_outputs",

@@ -16,7 +16,10 @@ The contract:
 * Per-request errors go in ``InferenceResponse.failed(err)``; an exception raised from
   ``execute`` fails every request of that call (INTERNAL unless it is a TritonXError).
 * The core validates inputs against the config (names, datatypes, shapes, batch size), drops
-  outputs the client did not ask for, and measures timings: backends do none of that.
+  outputs the client did not ask for, and measures timings: backends do none of that. A
+  backend that can tell when its input preparation ended and its output extraction began
+  marks both on :func:`compute_timer` (optional; without marks the whole ``execute`` counts
+  as compute infer, Triton's ``compute_input`` / ``compute_output`` stay 0).
 * A plugin's entry-point module must not import its framework at import time: import it
   inside ``load`` (``tritonx.testing.BackendContract`` checks this).
 """
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 import abc
 import logging
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +40,53 @@ from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
     from tritonx.handle import ServerHandle
+
+
+class ComputeTimer:
+    """The phases of one ``execute``, as Triton's statistics and traces split it.
+
+    ``compute_input`` runs from the start of ``execute`` to :meth:`input_done` (inputs
+    gathered and converted for the framework), ``compute_infer`` from there to
+    :meth:`output_started` (the framework ran), ``compute_output`` from there to the end of
+    ``execute`` (outputs converted and split into responses). A backend marks them on the
+    timer :func:`compute_timer` returns, from the thread ``execute`` runs in; unmarked phases
+    count as ``compute_infer``. Timestamps are ``time.perf_counter_ns()`` values (the
+    system's monotonic clock, so a worker process may pass its own).
+    """
+
+    __slots__ = ("input_end_ns", "output_start_ns")
+
+    def __init__(self) -> None:
+        self.input_end_ns = 0
+        self.output_start_ns = 0
+
+    def input_done(self, ns: int | None = None) -> None:
+        """The inputs are ready for the framework (now, or at ``ns``)."""
+        self.input_end_ns = time.perf_counter_ns() if ns is None else ns
+
+    def output_started(self, ns: int | None = None) -> None:
+        """The framework returned; output extraction begins (now, or at ``ns``)."""
+        self.output_start_ns = time.perf_counter_ns() if ns is None else ns
+
+    def reset(self) -> None:
+        """Forget the marks (the core calls it before each ``execute``)."""
+        self.input_end_ns = 0
+        self.output_start_ns = 0
+
+
+_timers = threading.local()
+
+
+def compute_timer() -> ComputeTimer:
+    """The :class:`ComputeTimer` of the ``execute`` running in this thread.
+
+    The core resets it before each ``execute`` and reads it after; outside an ``execute``
+    (a backend exercised on its own) the marks are simply never read.
+    """
+    timer: ComputeTimer | None = getattr(_timers, "timer", None)
+    if timer is None:
+        timer = _timers.timer = ComputeTimer()
+    return timer
 
 
 @dataclass(frozen=True, slots=True)

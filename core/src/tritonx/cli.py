@@ -19,6 +19,14 @@ import click
 from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
 from tritonx.errors import PluginError, TritonXError
 from tritonx.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
+from tritonx.trace_settings import (
+    DeprecatedTraceFlags,
+    TraceConfig,
+    TraceConfigError,
+    build_trace_config,
+    level_names,
+    otel_missing,
+)
 
 log = logging.getLogger("tritonx.cli")
 
@@ -43,6 +51,29 @@ class TritonBool(click.ParamType):
 
 
 BOOL = TritonBool()
+
+
+class IntBool(click.ParamType):
+    """tritonserver's ``ParseIntBoolOption`` (``--log-verbose``): an integer, or true (1) /
+    false (0)."""
+
+    name = "integer"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text == "true":
+            return 1
+        if text == "false":
+            return 0
+        try:
+            number = int(text)
+        except ValueError:
+            self.fail(f"'{value}' is not an integer (or true/false)", param, ctx)
+        if number < 0:
+            self.fail(f"'{value}' must be 0 or more", param, ctx)
+        return number
 
 
 def bool_option(name: str, default: bool, help: str) -> Any:
@@ -86,12 +117,6 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--grpc-infer-response-compression-level",
     "--grpc-max-connection-age",
     "--grpc-max-connection-age-grace",
-    "--trace-config",
-    "--trace-file",
-    "--trace-level",
-    "--trace-rate",
-    "--trace-count",
-    "--trace-log-frequency",
     "--backend-directory",
     "--repoagent-directory",
     "--cache-directory",
@@ -423,7 +448,11 @@ def cli() -> None:
     "and outputs in shared memory).",
 )
 @click.option(
-    "--log-verbose", type=int, default=0, show_default=True, help="Verbose logging level."
+    "--log-verbose",
+    type=IntBool(),
+    default=0,
+    show_default=True,
+    help="Verbose logging level: 0 off, 1 or more adds verbose lines (true = 1, false = 0).",
 )
 @bool_option("--log-info", True, "Log informational messages.")
 @bool_option("--log-warning", True, "Log warnings.")
@@ -434,20 +463,49 @@ def cli() -> None:
     default="default",
     show_default=True,
 )
-@click.option("--log-file", default=None, help="Write the log to this file.")
+@click.option("--log-file", default=None, help="Append the log to this file instead of stderr.")
+@click.option(
+    "--trace-config",
+    multiple=True,
+    metavar="[<mode>,]<setting>=<value>",
+    help="Tracing (repeatable). Global settings: level=OFF|TIMESTAMPS|TENSORS, rate=<n> "
+    "(trace 1 request in n; 1000), count=<n> (traces to take; -1: no limit), "
+    "mode=triton|opentelemetry. triton,file=<path>: the JSON trace file; "
+    "triton,log-frequency=<n>: write every n traces to <file>.<k> (0: at shutdown). "
+    "opentelemetry,url=<url>, opentelemetry,resource=<key>=<value> and "
+    "opentelemetry,bsp_<setting>=<n> export OTLP/HTTP spans (needs tritonx[otel]).",
+)
+@click.option("--trace-file", default=None, help="Deprecated: --trace-config triton,file=.")
+@click.option(
+    "--trace-level", multiple=True, help="Deprecated: --trace-config level= (repeatable)."
+)
+@click.option("--trace-rate", default=None, help="Deprecated: --trace-config rate=.")
+@click.option("--trace-count", default=None, help="Deprecated: --trace-config count=.")
+@click.option(
+    "--trace-log-frequency",
+    default=None,
+    help="Deprecated: --trace-config triton,log-frequency=.",
+)
 @not_implemented_options
 def serve(**opts: Any) -> None:
     """Serve models over HTTP (:8000), gRPC (:8001) and metrics (:8002)."""
     from tritonx import logs
 
-    logs.configure(
-        verbose=opts["log_verbose"],
-        info=opts["log_info"],
-        warning=opts["log_warning"],
-        error=opts["log_error"],
-        log_format=opts["log_format"],
-        log_file=opts["log_file"],
-    )
+    log_format = "ISO8601" if opts["log_format"].lower() == "iso8601" else "default"
+    try:
+        logs.configure(
+            verbose=opts["log_verbose"],
+            info=opts["log_info"],
+            warning=opts["log_warning"],
+            error=opts["log_error"],
+            log_format=log_format,
+            log_file=opts["log_file"],
+        )
+    except OSError as exc:
+        raise click.UsageError(
+            f"--log-file: cannot open '{opts['log_file']}': {exc.strerror or exc}"
+        ) from None
+    trace = trace_config(opts)
     mode = opts["model_control_mode"].lower()
     if opts["load_model"] and mode != "explicit":
         raise click.UsageError("--load-model requires --model-control-mode=explicit")
@@ -547,10 +605,50 @@ def serve(**opts: Any) -> None:
         rate_limit=opts["rate_limit"],
         rate_limit_resource=tuple(opts["rate_limit_resource"]),
         allow_client_shm=opts["allow_client_shm"],
+        trace_level=trace_level_names(trace.level),
+        trace_rate=trace.rate,
+        trace_count=trace.count,
+        trace_log_frequency=trace.log_frequency,
+        trace_file=trace.file,
+        trace_mode=trace.mode,
+        trace_opentelemetry=trace.options,
     )
     check_tls(settings)
     _tune_malloc()
     sys.exit(run_server(settings))
+
+
+def trace_config(opts: dict[str, Any]) -> TraceConfig:
+    """The tracing configuration of ``--trace-config`` and the deprecated ``--trace-*`` flags
+    (their warnings printed as tritonserver prints them).
+
+    :raises click.UsageError: with tritonserver's "Bad option" message, or when
+        ``opentelemetry`` mode lacks its packages.
+    """
+    deprecated = DeprecatedTraceFlags(
+        file=opts["trace_file"],
+        level=tuple(opts["trace_level"]),
+        rate=opts["trace_rate"],
+        count=opts["trace_count"],
+        log_frequency=opts["trace_log_frequency"],
+    )
+    try:
+        config, warnings = build_trace_config(opts["trace_config"], deprecated)
+    except TraceConfigError as exc:
+        raise click.UsageError(str(exc)) from None
+    for line in warnings:
+        click.echo(line, err=True)
+    if config.mode == "opentelemetry":
+        missing = otel_missing()
+        if missing is not None:
+            raise click.UsageError(missing)
+    return config
+
+
+def trace_level_names(level: int) -> tuple[str, ...]:
+    """``ServerSettings.trace_level`` for level bits (() when OFF)."""
+    names = level_names(level)
+    return () if names == ["OFF"] else tuple(names)
 
 
 def check_tls(settings: ServerSettings) -> None:

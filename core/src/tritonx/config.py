@@ -102,6 +102,21 @@ class ServerSettings:
     #: ``--allow-client-shm``: clients may register and unregister system / CUDA shared
     #: memory regions (``tritonx.shared_memory``); false answers those calls UNSUPPORTED
     allow_client_shm: bool = False
+    #: ``--trace-config level=...``: ``TIMESTAMPS`` and/or ``TENSORS``; empty: tracing off
+    trace_level: tuple[str, ...] = ()
+    #: ``--trace-config rate=``: trace one request in this many
+    trace_rate: int = 1000
+    #: ``--trace-config count=``: traces to take, -1 for no limit
+    trace_count: int = -1
+    #: ``--trace-config triton,log-frequency=``: write every that many traces to
+    #: ``<trace_file>.<n>``; 0 writes ``trace_file`` at shutdown
+    trace_log_frequency: int = 0
+    #: ``--trace-config triton,file=``: the trace file of ``triton`` mode
+    trace_file: str = ""
+    #: ``--trace-config mode=``: ``triton`` (JSON trace file) or ``opentelemetry`` (OTLP/HTTP)
+    trace_mode: str = "triton"
+    #: ``--trace-config opentelemetry,<key>=<value>`` pairs (url, resource, bsp_*)
+    trace_opentelemetry: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,8 @@ from tritonx.handle import ServerHandle
 from tritonx.plugins import Registries
 from tritonx.shared_memory import SharedMemoryManager
 from tritonx.stats import ModelStats
+from tritonx.trace import TraceManager
+from tritonx.trace_settings import config_from_settings
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -46,6 +48,8 @@ EXTENSIONS: tuple[str, ...] = (
     "binary_tensor_data",
     "parameters",
     "statistics",
+    "trace",
+    "logging",
 )
 
 DECOUPLED_MESSAGES = {
@@ -116,6 +120,8 @@ class DataPlane:
         self.metrics_registry = CollectorRegistry(auto_describe=True)
         #: The client shared-memory regions (system and CUDA) both transports read and write.
         self.shared_memory = SharedMemoryManager(settings.allow_client_shm)
+        #: Trace settings and sampling (the trace extension); transports sample requests.
+        self.tracer = TraceManager(config_from_settings(settings))
 
     # ------------------------------------------------------------------ models (server side)
 
@@ -264,6 +270,16 @@ class DataPlane:
         entry = self._accept(
             request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
         )
+        trace = request.trace
+        if trace is None:
+            return await self._infer(entry, request)
+        trace.start(request.model_name, entry.version, request.id)
+        try:
+            return await self._infer(entry, request)
+        finally:
+            trace.end()
+
+    async def _infer(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
         cache = self._cache if entry.cached else None
         if cache is not None:
             hit, key = await cache.lookup(request, entry)
@@ -303,22 +319,29 @@ class DataPlane:
         cancels the request: it is dropped if it has not started, and a decoupled model's
         further responses are discarded while ``request.is_cancelled()`` tells it to stop."""
         entry = self._accept(request, model)
-        scheduler = entry.scheduler
-        assert scheduler is not None
-        if not scheduler.decoupled:
-            cache = self._cache if entry.cached else None
-            if cache is not None:
-                hit, key = await cache.lookup(request, entry)
-                if hit is not None:
-                    yield hit
-                    return
-            response = await self._submit(entry, request)
-            if cache is not None:
-                await cache.insert(key, entry, response)
-            yield response
-            return
-        async for response in scheduler.stream(request):
-            yield response
+        trace = request.trace
+        if trace is not None:
+            trace.start(request.model_name, entry.version, request.id)
+        try:
+            scheduler = entry.scheduler
+            assert scheduler is not None
+            if not scheduler.decoupled:
+                cache = self._cache if entry.cached else None
+                if cache is not None:
+                    hit, key = await cache.lookup(request, entry)
+                    if hit is not None:
+                        yield hit
+                        return
+                response = await self._submit(entry, request)
+                if cache is not None:
+                    await cache.insert(key, entry, response)
+                yield response
+                return
+            async for response in scheduler.stream(request):
+                yield response
+        finally:
+            if trace is not None:
+                trace.end()
 
     # ------------------------------------------------------------------ repository
 

@@ -50,17 +50,27 @@ class ServerHandle:
         """Run ``coro`` on the server's loop from another thread; returns its future."""
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
+    async def infer(
+        self, request: InferenceRequest, *, parent: InferenceRequest | None = None
+    ) -> InferenceResponse:
         """Run one request on another model; raises :class:`tritonx.TritonXError` on failure.
 
         Decoupled models must be called with :meth:`infer_stream`.
+
+        :param parent: the request this call is made for (a BLS call from ``execute``): when
+            that request is traced, this one gets a child trace (``parent_id`` = its id), as
+            python_backend's ``pb_utils.InferenceRequest(..., trace=request.trace())``.
         """
+        _link(request, parent)
         return await self._dataplane.infer(request)
 
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
+    def infer_stream(
+        self, request: InferenceRequest, *, parent: InferenceRequest | None = None
+    ) -> AsyncIterator[InferenceResponse]:
         """Yield the responses of one request (any number, the last ``final``, for decoupled
         models; exactly one otherwise). Errors after acceptance come as responses with
-        ``error`` set."""
+        ``error`` set. ``parent`` as in :meth:`infer`."""
+        _link(request, parent)
         return self._dataplane.infer_stream(request)
 
     def model_ready(self, name: str, version: int | None = None) -> bool:
@@ -83,3 +93,10 @@ class ServerHandle:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name``; allowed only in explicit model control mode."""
         await self._dataplane.unload_model(name, unload_dependents)
+
+
+def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:
+    if parent is not None and request.trace is None:
+        trace = parent.trace
+        if trace is not None:
+            request.trace = trace.spawn_child()

@@ -153,6 +153,7 @@ class Server:
         self._runners.clear()
         if self._dataplane is not None:
             self._dataplane.live = False
+            await self._dataplane.tracer.aclose()  # the trace file's last traces, queued spans
 
     async def serve_forever(self) -> None:
         """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""

@@ -64,22 +64,25 @@ class ModelStats:
             if lat.first_response is not None:
                 lat.first_response.observe(ns / 1e6)
 
-    def record_request_execution(self, queue_ns: int, infer_ns: int) -> None:
-        """One request's queue time and its share of an execution."""
+    def record_request_execution(
+        self, queue_ns: int, input_ns: int, infer_ns: int, output_ns: int
+    ) -> None:
+        """One request's queue time and the compute phases of the execution it was in
+        (every request of a batch gets the batch's phases, as in Triton; a backend that does
+        not mark its phases has 0 input and output time, counted all the same: perf_analyzer
+        requires the three counts to be equal)."""
         self.queue.add(queue_ns)
-        # Inputs and outputs are handed over by reference: zero-time phases, counted like
-        # compute_infer (perf_analyzer requires the three counts to be equal).
-        self.compute_input.add(0)
+        self.compute_input.add(input_ns)
         self.compute_infer.add(infer_ns)
-        self.compute_output.add(0)
+        self.compute_output.add(output_ns)
         lat = self.latency
         if lat is not None:
             now = _now()
             for window, value in (
                 (lat.queue, queue_ns),
-                (lat.compute_input, 0),
+                (lat.compute_input, input_ns),
                 (lat.compute_infer, infer_ns),
-                (lat.compute_output, 0),
+                (lat.compute_output, output_ns),
             ):
                 if window is not None:
                     window.observe(value / 1000, now)

@@ -11,11 +11,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from tritonx.errors import TritonXError
+
+if TYPE_CHECKING:
+    from tritonx.trace import RequestTrace
 
 #: Request flags, as Triton's ``TRITONSERVER_RequestFlag``.
 SEQUENCE_START = 1
@@ -70,6 +73,9 @@ class InferenceRequest:
     batch_size: int = 1
     #: True once :meth:`cancel` was called (from any thread).
     cancelled: bool = False
+    #: The request's trace when it is traced (set by the transport that sampled it, or from
+    #: a parent request's ``trace.spawn_child()``); None otherwise.
+    trace: RequestTrace | None = None
 
     def cancel(self) -> None:
         """Mark the request cancelled: its client is gone, its answer will not be read."""

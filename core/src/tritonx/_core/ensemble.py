@@ -533,6 +533,8 @@ class EnsembleScheduler:
         """Run a (validated) request of a non-decoupled ensemble; the future (a task:
         cancelling it cancels the steps still running) gets its response."""
         loop = self._loop or asyncio.get_running_loop()
+        if request.trace is not None:
+            request.trace.report("QUEUE_START", time.perf_counter_ns())
         task = loop.create_task(self._unary(request))
         self._track()
         task.add_done_callback(self._untrack)
@@ -556,6 +558,8 @@ class EnsembleScheduler:
     async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
         """Run a request of a decoupled ensemble; yield its responses until the final one."""
         start = time.perf_counter_ns()
+        if request.trace is not None:
+            request.trace.report("QUEUE_START", start)
         responses: asyncio.Queue[InferenceResponse] = asyncio.Queue()
         run = _Run(self, request, responses.put_nowait)
         self._runs.add(run)
@@ -593,7 +597,7 @@ class EnsembleScheduler:
             return
         # Triton: no queue of its own; the compute times are those of the steps
         stats.record_success(elapsed)
-        stats.record_request_execution(0, run.compute_ns)
+        stats.record_request_execution(0, 0, run.compute_ns, 0)
         stats.record_execution(max(run.batch_size, 1), 0, run.compute_ns, 0)
         stats.last_inference_ms = int(time.time() * 1000)
 
@@ -754,6 +758,7 @@ class _Run:
             flags=request.flags,
             priority=request.priority,
             timeout_us=request.timeout_us,
+            trace=request.trace.spawn_child() if request.trace is not None else None,
         )
         if request.cancelled:
             step_request.cancel()

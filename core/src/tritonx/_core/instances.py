@@ -26,7 +26,7 @@ from tritonx._core.batcher import (
     cancelled_error,
 )
 from tritonx._core.rate_limiter import RateLimiter, Ticket
-from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.backend import Backend, LoadContext, ModelInstance, compute_timer
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
@@ -36,6 +36,52 @@ log = logging.getLogger("tritonx.scheduler")
 
 #: Seconds instance threads get to unload at stop when no execution is running.
 UNLOAD_GRACE_S = 5.0
+
+#: One execution's (start, compute input end, compute output start, end), perf_counter ns.
+Times = tuple[int, int, int, int]
+
+
+def run_execute(
+    instance: ModelInstance, requests: list[InferenceRequest]
+) -> tuple[Sequence[InferenceResponse] | None, TritonXError | None, Times]:
+    """Call ``instance.execute(requests)`` and time it, with the phases the backend marked
+    on its :func:`~tritonx.backend.compute_timer` (unmarked: all compute infer)."""
+    timer = compute_timer()
+    timer.reset()
+    error: TritonXError | None = None
+    responses: Sequence[InferenceResponse] | None = None
+    start = time.perf_counter_ns()
+    try:
+        responses = instance.execute(requests)
+    except BaseException as exc:
+        error = TritonXError.wrap(exc)
+    end = time.perf_counter_ns()
+    input_end = timer.input_end_ns
+    if not start <= input_end <= end:
+        input_end = start
+    output_start = timer.output_start_ns
+    if not input_end <= output_start <= end:
+        output_start = end
+    return responses, error, (start, input_end, output_start, end)
+
+
+def trace_queued(request: InferenceRequest, ns: int) -> None:
+    """A traced request entered a queue: QUEUE_START (and its inputs at level TENSORS)."""
+    trace = request.trace
+    if trace is not None:
+        trace.report("QUEUE_START", ns)
+        trace.report_tensors("TENSOR_QUEUE_INPUT", request.inputs)
+
+
+def trace_compute(request: InferenceRequest, times: Times) -> None:
+    """A traced request was executed: the four COMPUTE timestamps."""
+    trace = request.trace
+    if trace is not None:
+        start, input_end, output_start, end = times
+        trace.report("COMPUTE_START", start)
+        trace.report("COMPUTE_INPUT_END", input_end)
+        trace.report("COMPUTE_OUTPUT_START", output_start)
+        trace.report("COMPUTE_END", end)
 
 
 class InstanceScheduler:
@@ -177,6 +223,8 @@ class InstanceScheduler:
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
         pending = Pending(request, future, self._seq)
         self.batcher.put(pending)
+        if request.trace is not None:
+            trace_queued(request, pending.enqueue_ns)
         self._seq += 1
         self._track()
         future.add_done_callback(self._untrack)
@@ -207,6 +255,9 @@ class InstanceScheduler:
         request.response_sender = ResponseSender(deliver)
         pending = Pending(request, responses, -1)
         self.batcher.put(pending)
+        trace = request.trace
+        if trace is not None:
+            trace_queued(request, pending.enqueue_ns)
         self._track()
         failed: str | None = None
         ended = False
@@ -216,6 +267,8 @@ class InstanceScheduler:
                 if response is None:
                     ended = True
                     return
+                if trace is not None and response.error is None:
+                    trace.report_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
                 if response.error is not None and failed is None:
                     failed = pending.rejected or BACKEND
                 ended = response.final
@@ -311,14 +364,7 @@ class InstanceScheduler:
             if not batch:
                 return
             requests = [p.request for p in batch]
-        start = time.perf_counter_ns()
-        error: TritonXError | None = None
-        responses: Sequence[InferenceResponse] | None = None
-        try:
-            responses = instance.execute(requests)
-        except BaseException as exc:
-            error = TritonXError.wrap(exc)
-        end = time.perf_counter_ns()
+        responses, error, times = run_execute(instance, requests)
         assert self._loop is not None
         if self.decoupled:
             if error is not None:
@@ -326,7 +372,7 @@ class InstanceScheduler:
                     sender = request.response_sender
                     if sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
-            self._loop.call_soon_threadsafe(self._record, batch, start, end)
+            self._loop.call_soon_threadsafe(self._record, batch, times)
             return
         if error is None and (responses is None or len(responses) != len(requests)):
             got = "None" if responses is None else str(len(responses))
@@ -340,7 +386,7 @@ class InstanceScheduler:
         name, version = self.config.name, self.version
         for request, response in zip(requests, responses, strict=True):
             self._finish(response, name, version, request.id, request.requested_outputs)
-        self._loop.call_soon_threadsafe(self._resolve, batch, responses, start, end)
+        self._loop.call_soon_threadsafe(self._resolve, batch, responses, times)
 
     def _drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
         """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
@@ -369,24 +415,30 @@ class InstanceScheduler:
             if keep and any(n not in keep for n in outputs):
                 response.outputs = {n: outputs[n] for n in keep if n in outputs}
 
-    def _record(self, batch: list[Pending], start: int, end: int) -> None:
+    def _record(self, batch: list[Pending], times: Times) -> None:
         stats = self.stats
         size = 0
-        infer = end - start
+        start, input_end, output_start, end = times
+        compute_input = input_end - start
+        compute_infer = output_start - input_end
+        compute_output = end - output_start
         for p in batch:
             size += max(p.request.batch_size, 1)
-            stats.record_request_execution(start - p.enqueue_ns, infer)
-        stats.record_execution(size, 0, infer, 0)
+            stats.record_request_execution(
+                start - p.enqueue_ns, compute_input, compute_infer, compute_output
+            )
+            if p.request.trace is not None:
+                trace_compute(p.request, times)
+        stats.record_execution(size, compute_input, compute_infer, compute_output)
         stats.last_inference_ms = int(time.time() * 1000)
 
     def _resolve(
         self,
         batch: list[Pending],
         responses: Sequence[InferenceResponse],
-        start: int,
-        end: int,
+        times: Times,
     ) -> None:
-        self._record(batch, start, end)
+        self._record(batch, times)
         for pending, response in zip(batch, responses, strict=True):
             self._resolve_one(pending, response)
 
@@ -394,6 +446,9 @@ class InstanceScheduler:
         elapsed = time.perf_counter_ns() - pending.enqueue_ns
         if response.error is None:
             self.stats.record_success(elapsed)
+            trace = pending.request.trace
+            if trace is not None:
+                trace.report_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
         else:
             self.stats.record_failure(pending.rejected or BACKEND, elapsed)
         if not self.preserve_ordering:

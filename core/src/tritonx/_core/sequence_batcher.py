@@ -38,7 +38,15 @@ from typing import Any
 import numpy as np
 
 from tritonx._core.batcher import DynamicBatcher, Pending, cancelled_error
-from tritonx._core.instances import BACKEND, CANCELED, REJECTED, InstanceScheduler
+from tritonx._core.instances import (
+    BACKEND,
+    CANCELED,
+    REJECTED,
+    InstanceScheduler,
+    Times,
+    run_execute,
+    trace_compute,
+)
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.sequence import SequenceSettings, sequence_settings
 from tritonx.backend import Backend, LoadContext, ModelInstance
@@ -770,14 +778,7 @@ class SequenceScheduler(InstanceScheduler):
 
     def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
         requests = [p.request for p in batch]
-        start = time.perf_counter_ns()
-        error: TritonXError | None = None
-        responses: Sequence[InferenceResponse] | None = None
-        try:
-            responses = instance.execute(requests)
-        except BaseException as exc:
-            error = TritonXError.wrap(exc)
-        end = time.perf_counter_ns()
+        responses, error, times = run_execute(instance, requests)
         loop = self._loop
         assert loop is not None
         if self.decoupled:
@@ -787,7 +788,7 @@ class SequenceScheduler(InstanceScheduler):
                     if pending.deliver is not None and sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
             self.sequences.completed(batch, None)
-            loop.call_soon_threadsafe(self._record, batch, start, end)
+            loop.call_soon_threadsafe(self._record, batch, times)
             return
         if error is None and (responses is None or len(responses) != len(requests)):
             got = "None" if responses is None else str(len(responses))
@@ -804,19 +805,22 @@ class SequenceScheduler(InstanceScheduler):
             if pending.deliver is not None:
                 request = pending.request
                 self._finish(response, name, version, request.id, request.requested_outputs)
-        loop.call_soon_threadsafe(self._resolve, batch, responses, start, end)
+        loop.call_soon_threadsafe(self._resolve, batch, responses, times)
 
-    def _record(self, batch: list[Pending], start: int, end: int) -> None:
+    def _record(self, batch: list[Pending], times: Times) -> None:
         """Statistics of one execution: every row counts in the batch size it ran with,
         only real requests (not fillers) in ``inference_count`` and per-request times."""
         stats = self.stats
-        infer = end - start
+        start, input_end, output_start, end = times
+        phases = (input_end - start, output_start - input_end, end - output_start)
         real = 0
         for pending in batch:
             if pending.deliver is not None:
                 real += 1
-                stats.record_request_execution(start - pending.enqueue_ns, infer)
-        stats.record_execution(len(batch), 0, infer, 0)
+                stats.record_request_execution(start - pending.enqueue_ns, *phases)
+                if pending.request.trace is not None:
+                    trace_compute(pending.request, times)
+        stats.record_execution(len(batch), *phases)
         stats.inference_count -= len(batch) - real
         stats.last_inference_ms = int(time.time() * 1000)
 
@@ -824,10 +828,9 @@ class SequenceScheduler(InstanceScheduler):
         self,
         batch: list[Pending],
         responses: Sequence[InferenceResponse],
-        start: int,
-        end: int,
+        times: Times,
     ) -> None:
-        self._record(batch, start, end)
+        self._record(batch, times)
         for pending, response in zip(batch, responses, strict=True):
             if pending.deliver is not None:
                 self._resolve_one(pending, response)

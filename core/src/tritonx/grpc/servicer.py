@@ -1,8 +1,8 @@
 """``inference.GRPCInferenceService`` over grpc.aio: a thin adapter over :class:`DataPlane`.
 
 Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics,
-model-repository and shared-memory RPCs. The trace and logging RPCs keep the generated base
-class's UNIMPLEMENTED answer.
+model-repository and shared-memory RPCs, and the trace and logging extensions
+(``TraceSetting``, ``LogSettings``).
 
 A failed RPC sets its status with :func:`tritonx.grpc.errors.fail` and returns ``None`` (grpc
 sends no message with a non-OK status): nothing raised, so no traceback keeps the request
@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, TypeAlias
 
@@ -25,6 +26,7 @@ from tritonx.grpc.decode import DecodedRequest, Offload, decode_infer_request
 from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_error
 from tritonx.grpc.errors import STATUS, detached, fail
 from tritonx.grpc.memory import rejected
+from tritonx.grpc.observability import log_settings, trace_setting
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.shared_memory import (
     MemoryKind,
@@ -33,6 +35,7 @@ from tritonx.shared_memory import (
     disabled_error,
 )
 from tritonx.stats import Duration, ModelStats
+from tritonx.trace import Trace
 from tritonx.types import InferenceResponse
 from tritonx.wire import parse_version
 
@@ -284,6 +287,27 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise disabled_error()
         return shm
 
+    # ------------------------------------------------------------------ trace and logging
+
+    async def TraceSetting(
+        self, request: service_pb2.TraceSettingRequest, context: Context
+    ) -> service_pb2.TraceSettingResponse:
+        """Update (given settings; an empty value list clears a model's own value) and return
+        the global or a model's trace settings."""
+        try:
+            return trace_setting(self.dataplane, request)
+        except TritonXError as exc:
+            return fail(context, exc)
+
+    async def LogSettings(
+        self, request: service_pb2.LogSettingsRequest, context: Context
+    ) -> service_pb2.LogSettingsResponse:
+        """Update (given settings) and return the server's log settings."""
+        try:
+            return log_settings(request)
+        except TritonXError as exc:
+            return fail(context, exc)
+
     # ------------------------------------------------------------------ inference
 
     async def ModelInfer(
@@ -293,6 +317,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
         When the client cancels the RPC or its deadline passes, grpc.aio cancels this handler;
         the data plane then cancels the request, which is dropped if it has not run yet."""
+        read_ns = time.perf_counter_ns()
         try:
             version = parse_version(request.model_version)
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
@@ -300,6 +325,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise unsupported(DECOUPLED_MESSAGES["grpc"])
             decoded = await _decode(request, version, self.dataplane.shared_memory)
             try:
+                trace = _sample(self.dataplane, request.model_name, context)
+                if trace is not None:
+                    return await self._infer_traced(decoded, served, trace, read_ns, context)
                 result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
                 response = service_pb2.ModelInferResponse()
                 if heavy_response(result):
@@ -325,6 +353,34 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             rejected()
             return fail(context, exc)
 
+    async def _infer_traced(
+        self,
+        decoded: DecodedRequest,
+        served: ServedModel,
+        trace: Trace,
+        read_ns: int,
+        context: Context,
+    ) -> service_pb2.ModelInferResponse:
+        """:meth:`ModelInfer` of a sampled request. grpc has read the request before the
+        handler runs, so GRPC_WAITREAD_START/END both mark the handler's start;
+        GRPC_SEND_END is taken when the call completes."""
+        trace.capture("GRPC_WAITREAD_START", read_ns)
+        trace.capture("GRPC_WAITREAD_END", read_ns)
+        decoded.request.trace = trace.root
+        finished = False
+        try:
+            result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
+            response = service_pb2.ModelInferResponse()
+            encode_infer_response(response, result, decoded, served.config, served.labels)
+            trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+            trace.capture("GRPC_SEND_START", time.perf_counter_ns())
+            context.add_done_callback(lambda _: _sent(trace))
+            finished = True
+            return response
+        finally:
+            if not finished:
+                trace.finish()
+
     async def ModelStreamInfer(
         self,
         request_iterator: AsyncIterable[service_pb2.ModelInferRequest],
@@ -335,7 +391,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self.dataplane, grpc_error)
+        stream = _Stream(self.dataplane, grpc_error, metadata)
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
@@ -347,10 +403,13 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                     fail(context, error)  # ends the stream with this status
                     return
                 yield message
+                if stream.traced:
+                    stream.written(message)
             await reader  # re-raise a reader failure, if any
         finally:
             reader.cancel()
             stream.cancel()
+            stream.drop_traces()
 
 
 class _Stream:
@@ -367,25 +426,68 @@ class _Stream:
     models see ``is_cancelled()`` while their further responses are discarded.
     """
 
-    def __init__(self, dataplane: DataPlane, grpc_error: bool) -> None:
+    def __init__(self, dataplane: DataPlane, grpc_error: bool, metadata: Any = ()) -> None:
         self.dataplane = dataplane
         self.grpc_error = grpc_error
+        #: the call's metadata (an OpenTelemetry ``traceparent`` may be in it)
+        self.metadata = metadata
         self.queue: asyncio.Queue[
             tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
         ] = asyncio.Queue()
         self.tasks: set[asyncio.Task[None]] = set()
         self.reading = True
         self.previous: asyncio.Future[None] | None = None
+        #: traced requests' messages not yet written (message id → trace)
+        self.traced: dict[int, Trace] = {}
+        #: traced requests with messages in flight: trace id → [trace, messages not yet
+        #: written, still producing]; a trace is finished once both are done
+        self.open: dict[int, list[Any]] = {}
+
+    def written(self, message: Any) -> None:
+        """A message was written: GRPC_SEND_END of its trace (finished after its last)."""
+        trace = self.traced.pop(id(message), None)
+        if trace is not None:
+            trace.capture("GRPC_SEND_END", time.perf_counter_ns())
+            entry = self.open[id(trace)]
+            entry[1] -= 1
+            if entry[1] == 0 and not entry[2]:
+                del self.open[id(trace)]
+                trace.finish()
+
+    def produced(self, trace: Trace) -> None:
+        """The request has no more messages to queue: finish its trace now if every one of
+        them was written."""
+        entry = self.open.get(id(trace))
+        if entry is None or entry[1] == 0:
+            self.open.pop(id(trace), None)
+            trace.finish()
+        else:
+            entry[2] = False
+
+    def drop_traces(self) -> None:
+        """The call ended: finish the traces whose messages were never all written."""
+        for trace, _, _ in self.open.values():
+            trace.finish()
+        self.open.clear()
+        self.traced.clear()
 
     async def read(self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest]) -> None:
         try:
-            async for request in request_iterator:
-                self.start(request)
+            iterator = aiter(request_iterator)
+            while True:
+                wait_start = time.perf_counter_ns()
+                try:
+                    request = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                self.start(request, (wait_start, time.perf_counter_ns()))
         finally:
             self.reading = False
             self._maybe_end()
 
-    def start(self, request: service_pb2.ModelInferRequest) -> None:
+    def start(
+        self, request: service_pb2.ModelInferRequest, waited: tuple[int, int] = (0, 0)
+    ) -> None:
         loop = asyncio.get_running_loop()
         version: int | None = None
         try:
@@ -400,7 +502,7 @@ class _Stream:
         if not (isinstance(target, ServedModel) and target.decoupled):
             previous, done = self.previous, loop.create_future()
             self.previous = done
-        task = loop.create_task(self.run(request, version, target, previous, done))
+        task = loop.create_task(self.run(request, version, target, previous, done, waited))
         self.tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -425,6 +527,7 @@ class _Stream:
         target: ServedModel | TritonXError,
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
+        waited: tuple[int, int] = (0, 0),
     ) -> None:
         put = self.queue.put_nowait
         try:
@@ -432,7 +535,7 @@ class _Stream:
                 error = target  # never raised: it holds no frame
             else:
                 try:
-                    await self._infer(request, version, target, previous, done)
+                    await self._infer(request, version, target, previous, done, waited)
                     return
                 except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
                     if not isinstance(exc, TritonXError):
@@ -453,27 +556,68 @@ class _Stream:
         served: ServedModel,
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
+        waited: tuple[int, int] = (0, 0),
     ) -> None:
-        put = self.queue.put_nowait
         decoded = await _decode(request, version, self.dataplane.shared_memory)
         try:
-            stream = self.dataplane.infer_stream(decoded.request, model=served)
-            if done is not None:  # ordinary model: exactly one response, in order
-                messages: list[tuple[Any, TritonXError | None]] = []
-                async for result in stream:
-                    messages.append(await self._message(request, decoded, served, result, True))
-                if previous is not None:
-                    await previous
-                for item in messages:
-                    put(item)
+            tracer = self.dataplane.tracer
+            trace = None
+            if tracer.active:
+                headers = None
+                if tracer.exporter is not None:
+                    headers = {k: v for k, v in self.metadata if isinstance(v, str)}
+                trace = tracer.sample(request.model_name, headers)
+            if trace is None:
+                await self._infer_with(request, decoded, served, previous, done, None)
                 return
-            async for result in stream:
-                if result.empty and not decoded.enable_empty_final_response:
-                    continue
-                put(await self._message(request, decoded, served, result, result.final))
+            trace.capture("GRPC_WAITREAD_START", waited[0])
+            trace.capture("GRPC_WAITREAD_END", waited[1])
+            decoded.request.trace = trace.root
+            self.open[id(trace)] = [trace, 0, True]
+            try:
+                await self._infer_with(request, decoded, served, previous, done, trace)
+            finally:
+                self.produced(trace)
         finally:
-            if decoded.shm is not None:
+            if decoded.shm is not None:  # outputs are written: regions may go
                 decoded.shm.release()
+
+    async def _infer_with(
+        self,
+        request: service_pb2.ModelInferRequest,
+        decoded: DecodedRequest,
+        served: ServedModel,
+        previous: asyncio.Future[None] | None,
+        done: asyncio.Future[None] | None,
+        trace: Trace | None,
+    ) -> None:
+        queue_put = self.queue.put_nowait
+
+        def put(item: tuple[Any, TritonXError | None], last: bool) -> None:
+            if trace is not None:
+                if last:
+                    trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+                trace.capture("GRPC_SEND_START", time.perf_counter_ns())
+                self.traced[id(item[0])] = trace
+                self.open[id(trace)][1] += 1
+            queue_put(item)
+
+        stream = self.dataplane.infer_stream(decoded.request, model=served)
+        if done is not None:  # ordinary model: exactly one response, in order
+            messages: list[tuple[Any, TritonXError | None]] = []
+            async for result in stream:
+                messages.append(await self._message(request, decoded, served, result, True))
+            if previous is not None:
+                await previous
+            for index, item in enumerate(messages):
+                put(item, index == len(messages) - 1)
+            return
+        async for result in stream:
+            if result.empty and not decoded.enable_empty_final_response:
+                if trace is not None and result.final:
+                    trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+                continue
+            put(await self._message(request, decoded, served, result, result.final), result.final)
 
     async def _message(
         self,
@@ -514,6 +658,22 @@ class _Stream:
                 return stream_error(request, error), error
         infer.parameters["triton_final_response"].bool_param = final
         return message, None
+
+
+def _sample(dataplane: DataPlane, model: str, context: Context) -> Trace | None:
+    """A trace for this request when tracing is on and it is sampled (one check when off)."""
+    tracer = dataplane.tracer
+    if not tracer.active:
+        return None
+    headers = None
+    if tracer.exporter is not None:
+        headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
+    return tracer.sample(model, headers)
+
+
+def _sent(trace: Trace) -> None:
+    trace.capture("GRPC_SEND_END", time.perf_counter_ns())
+    trace.finish()
 
 
 async def _decode(

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import logging
 import re
+import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -44,10 +45,12 @@ from tritonx.http.errors import (
     response_for,
 )
 from tritonx.http.listener import Connection
+from tritonx.http.observability import log_settings, trace_setting
 from tritonx.http.shared_memory import shared_memory_route
 from tritonx.security import Restrictions
 from tritonx.shared_memory import decode_in_thread
 from tritonx.stats import Duration, ModelStats
+from tritonx.trace import Trace
 from tritonx.types import InferenceResponse, TensorSpec
 from tritonx.wire import parse_version
 
@@ -159,6 +162,8 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
     aiohttp, so the client still reads the answer.
     """
     path = request.raw_path.split("?", 1)[0]
+    if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1
+        log.debug("HTTP request: %s %s", request.method, path)
     try:
         exact = _EXACT.get(path)
         if exact is not None:
@@ -445,11 +450,36 @@ async def all_stats(request: web.Request) -> web.StreamResponse:
     return _json({"model_stats": _stats_json(_dataplane(request).model_statistics())})
 
 
+async def global_trace_setting(request: web.Request) -> web.StreamResponse:
+    """``GET|POST /v2/trace/setting``: the global trace settings (trace extension)."""
+    return await _trace_setting(request, "")
+
+
+async def _trace_setting(request: web.Request, model: str) -> web.StreamResponse:
+    if request.method not in ("GET", "POST"):
+        return method_not_allowed()
+    dp = _dataplane(request)
+    if model and not dp.model_ready(model):  # checked before the body is read, as Triton
+        raise invalid_arg(f"Request for unknown model : {model}")
+    update = await _read_json(request) if request.method == "POST" else None
+    return _json(trace_setting(dp, model, update))
+
+
+async def logging_settings(request: web.Request) -> web.StreamResponse:
+    """``GET|POST /v2/logging``: the server's log settings (logging extension)."""
+    if request.method not in ("GET", "POST"):
+        return method_not_allowed()
+    update = await _read_json(request) if request.method == "POST" else None
+    return _json(log_settings(update))
+
+
 _EXACT: dict[str, Handler] = {
     "/v2": server_metadata,
     "/v2/health/live": health_live,
     "/v2/health/ready": health_ready,
     "/v2/models/stats": all_stats,
+    "/v2/trace/setting": global_trace_setting,
+    "/v2/logging": logging_settings,
 }
 
 
@@ -462,6 +492,8 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
     action = match.group(3)
     if action == "infer":
         return await infer(request, model, version_str)
+    if action == "trace/setting" and match.group(2) is None:
+        return await _trace_setting(request, model)
     if action in ("generate", "generate_stream", "trace/setting"):
         return not_found()
     if request.method != "GET":
@@ -544,6 +576,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     """``POST /v2/models/<m>[/versions/<v>]/infer``: JSON and binary-extension inference."""
     if request.method != "POST":
         return method_not_allowed()
+    recv_start = time.perf_counter_ns()
     dp = _dataplane(request)
     settings = request.app[SETTINGS_KEY]
     limit = settings.http_max_input_size
@@ -553,6 +586,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         raise unsupported(DECOUPLED_MESSAGES["http"])
     config = served.config
     body = await read_body(request, limit, settings.http_body_timeout_secs)
+    recv_end = time.perf_counter_ns()
     header_length = _header_length(request, len(body))
     shm = dp.shared_memory
     if header_length == 0:
@@ -570,11 +604,14 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if connection is not None and not connection.on_lost(request.task.cancel):
         decoded.request.cancel()  # gone already (while the body was read or decoded)
     try:
-        try:
-            response = await dp.infer(decoded.request, protocol="http", model=served)
-        finally:
-            if connection is not None:
-                connection.on_lost(None)
+        tracer = dp.tracer
+        if tracer.active:
+            trace = tracer.sample(model, request.headers if tracer.exporter is not None else None)
+            if trace is not None:
+                trace.capture("HTTP_RECV_START", recv_start)
+                trace.capture("HTTP_RECV_END", recv_end)
+                return await _infer_traced(request, dp, served, decoded, trace)
+        response = await dp.infer(decoded.request, protocol="http", model=served)
         encoding = response_encoding(request.headers.get("Accept-Encoding"))
         if heavy_response(response):
             payload, headers = await asyncio.to_thread(
@@ -583,9 +620,32 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         else:
             payload, headers = _encode(response, decoded, config, served.labels, encoding)
     finally:
+        if connection is not None:
+            connection.on_lost(None)
         if decoded.shm is not None:  # outputs are written: the regions may be unregistered
             decoded.shm.release()
     return web.Response(body=payload, headers=headers)
+
+
+async def _infer_traced(
+    request: web.Request, dp: DataPlane, served: Any, decoded: DecodedRequest, trace: Trace
+) -> web.StreamResponse:
+    """:func:`infer` for a sampled request: its trace gets the HTTP timestamps, and the
+    response is sent here so that HTTP_SEND_START/END frame the write."""
+    decoded.request.trace = trace.root
+    try:
+        response = await dp.infer(decoded.request, protocol="http", model=served)
+        encoding = response_encoding(request.headers.get("Accept-Encoding"))
+        payload, headers = _encode(response, decoded, served.config, served.labels, encoding)
+        trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+        reply = web.Response(body=payload, headers=headers)
+        trace.capture("HTTP_SEND_START", time.perf_counter_ns())
+        await reply.prepare(request)
+        await reply.write_eof()
+        trace.capture("HTTP_SEND_END", time.perf_counter_ns())
+        return reply
+    finally:
+        trace.finish()
 
 
 def _encode(

@@ -218,18 +218,53 @@ class OnnxModelInstance(ModelInstance):
             )
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
-        """Run ``requests``: batched when possible, one by one otherwise."""
+        """Run ``requests``: batched when possible, one by one otherwise.
+
+        Marks Triton's compute phases on :func:`tritonx.compute_timer`: input (stacking and
+        converting inputs into feeds), infer (``session.run``), output (converting and
+        splitting the results).
+        """
+        timer = tritonx.compute_timer()
         if len(requests) > 1 and self._batching and self._same_shapes(requests):
             try:
-                outputs = self._run(tritonx.concat_inputs(requests), self._wanted(requests))
+                inputs = tritonx.concat_inputs(requests)
+                wanted = self._wanted(requests)
+                feeds = self._feeds(inputs)
+                timer.input_done()
+                results = self._infer(feeds, wanted)
+                timer.output_started()
+                outputs = self._convert(inputs, wanted, results)
             except Exception:
                 pass  # run them one by one, so only the failing request gets the error
             else:
                 return tritonx.split_outputs(requests, outputs)
-        responses: list[InferenceResponse] = []
+        # one by one: prepare every request's feeds, then run them, then convert the results
+        prepared: list[tuple[Any, Any] | BaseException] = []
         for request in requests:
             try:
-                outputs = self._run(request.inputs, self._wanted([request]))
+                wanted = self._wanted([request])
+                prepared.append((wanted, self._feeds(request.inputs)))
+            except Exception as exc:
+                prepared.append(exc)
+        timer.input_done()
+        ran: list[Any] = []
+        for item in prepared:
+            if isinstance(item, BaseException):
+                ran.append(item)
+                continue
+            try:
+                ran.append(self._infer(item[1], item[0]))
+            except Exception as exc:
+                ran.append(exc)
+        timer.output_started()
+        responses: list[InferenceResponse] = []
+        for request, item, results in zip(requests, prepared, ran, strict=True):
+            if isinstance(results, BaseException):
+                responses.append(InferenceResponse.failed(_as_error(results)))
+                continue
+            assert not isinstance(item, BaseException)
+            try:
+                outputs = self._convert(request.inputs, item[0], results)
             except Exception as exc:
                 responses.append(InferenceResponse.failed(_as_error(exc)))
             else:
@@ -265,11 +300,8 @@ class OnnxModelInstance(ModelInstance):
             names.update(name for name, _, _ in self._state_outputs)
         return [o for o in self._outputs_all if o[0] in names] or self._outputs_all
 
-    def _run(
-        self,
-        inputs: Mapping[str, np.ndarray],
-        wanted: Sequence[tuple[str, DataType, tuple[int, ...]]],
-    ) -> dict[str, np.ndarray]:
+    def _feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, Any]:
+        """Inputs as ONNX Runtime takes them (strings, BF16 OrtValues, scalars)."""
         feeds: dict[str, Any] = {}
         for name, array in inputs.items():
             dt = self._input_types.get(name)
@@ -281,19 +313,33 @@ class OnnxModelInstance(ModelInstance):
                 feeds[name] = bf16_to_ort(self._ort, array)
             else:
                 feeds[name] = array
+        if self._ortvalues and any(not isinstance(v, self._ort.OrtValue) for v in feeds.values()):
+            feeds = {
+                n: v
+                if isinstance(v, self._ort.OrtValue)
+                else self._ort.OrtValue.ortvalue_from_numpy(v)
+                for n, v in feeds.items()
+            }
+        return feeds
+
+    def _infer(
+        self, feeds: dict[str, Any], wanted: Sequence[tuple[str, DataType, tuple[int, ...]]]
+    ) -> list[Any]:
+        """``session.run`` (with OrtValues when an output is BF16)."""
         names = [n for n, _, _ in wanted]
         if self._ortvalues:
-            if any(not isinstance(v, self._ort.OrtValue) for v in feeds.values()):
-                feeds = {
-                    n: v
-                    if isinstance(v, self._ort.OrtValue)
-                    else self._ort.OrtValue.ortvalue_from_numpy(v)
-                    for n, v in feeds.items()
-                }
-            values = self._session.run_with_ort_values(names, feeds, self._run_options)
-            results = [ortvalue_to_numpy(v) for v in values]
-        else:
-            results = self._session.run(names, feeds, self._run_options)
+            return list(self._session.run_with_ort_values(names, feeds, self._run_options))
+        return list(self._session.run(names, feeds, self._run_options))
+
+    def _convert(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        wanted: Sequence[tuple[str, DataType, tuple[int, ...]]],
+        results: list[Any],
+    ) -> dict[str, np.ndarray]:
+        """The run's results as numpy arrays of the configured shapes."""
+        if self._ortvalues:
+            results = [ortvalue_to_numpy(v) for v in results]
         batch = next(iter(inputs.values())).shape[0] if self._batching and inputs else None
         outputs: dict[str, np.ndarray] = {}
         for (name, dt, dims), array in zip(wanted, results, strict=True):

@@ -1,0 +1,534 @@
+"""Trace settings: what ``--trace-config`` and the trace extension (``/v2[/models/<m>]/trace/
+setting``, gRPC ``TraceSetting``) read and change, with tritonserver's rules and messages
+(server ``src/command_line_parser.cc``, ``src/tracer.cc``, ``src/http_server.cc``
+``HandleTrace``, ``src/grpc/grpc_server.cc``).
+
+A setting holds a level (``TIMESTAMPS`` and/or ``TENSORS`` bits, 0 = ``OFF``), a sampling rate,
+a count of traces still to take (-1: no limit), a log frequency, the trace file and the mode
+(``triton`` or ``opentelemetry``). The global setting starts from the command line; a model's
+setting copies whatever it does not specify from the global one and follows later global
+updates for those fields.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from tritonx.errors import Code, TritonXError, invalid_arg
+
+#: Trace level bits (``TRITONSERVER_InferenceTraceLevel``); 0 is OFF.
+TIMESTAMPS = 0x4
+TENSORS = 0x8
+
+TRITON = "triton"
+OPENTELEMETRY = "opentelemetry"
+MODES = (TRITON, OPENTELEMETRY)
+
+#: tritonserver's ``TraceManager::MIN_TRACE_COUNT_VALUE``.
+MIN_TRACE_COUNT = -1
+UINT32_MAX = 2**32 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+#: Settings of ``--trace-config <setting>=<value>`` (no mode: global ones).
+GLOBAL_KEYS = ("level", "rate", "count", "mode")
+#: Settings of ``--trace-config triton,<setting>=<value>``.
+TRITON_KEYS = ("file", "log-frequency")
+#: Settings of ``--trace-config opentelemetry,<setting>=<value>``.
+OPENTELEMETRY_KEYS = (
+    "url",
+    "resource",
+    "bsp_max_queue_size",
+    "bsp_schedule_delay",
+    "bsp_max_export_batch_size",
+)
+#: The batch span processor's defaults and the environment variables that override them
+#: (tritonserver ``ProcessOpenTelemetryBatchSpanProcessorArgs``).
+BSP_DEFAULTS = (
+    ("bsp_max_queue_size", "OTEL_BSP_MAX_QUEUE_SIZE", "2048"),
+    ("bsp_schedule_delay", "OTEL_BSP_SCHEDULE_DELAY", "5000"),
+    ("bsp_max_export_batch_size", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "512"),
+)
+
+
+def level_names(level: int) -> list[str]:
+    """The ``trace_level`` array the trace extension returns: ``["OFF"]`` or the set bits."""
+    if not level:
+        return ["OFF"]
+    names = []
+    if level & TIMESTAMPS:
+        names.append("TIMESTAMPS")
+    if level & TENSORS:
+        names.append("TENSORS")
+    return names
+
+
+def stoi(text: str) -> int:
+    """C++ ``std::stoi``: leading blanks, a sign, then digits (anything after them is
+    ignored). Raises ValueError (``invalid_argument``) or OverflowError (``out_of_range``)."""
+    i, n = 0, len(text)
+    while i < n and text[i] in " \t\n\v\f\r":
+        i += 1
+    start = i
+    if i < n and text[i] in "+-":
+        i += 1
+    digits = i
+    while i < n and text[i].isdigit() and text[i].isascii():
+        i += 1
+    if i == digits:
+        raise ValueError(text)
+    value = int(text[start:i])
+    if not INT32_MIN <= value <= INT32_MAX:
+        raise OverflowError(text)
+    return value
+
+
+# ---------------------------------------------------------------------------------- settings
+
+
+@dataclass(frozen=True)
+class TraceConfig:
+    """The start-up trace configuration (``--trace-config`` and the deprecated flags).
+
+    :param level: level bits (:data:`TIMESTAMPS`, :data:`TENSORS`; 0 = OFF).
+    :param rate: sample one request in ``rate`` (0: only requests carrying an OpenTelemetry
+        context, in that mode).
+    :param count: traces still to take; -1: no limit.
+    :param log_frequency: write the collected traces to ``<file>.<n>`` every that many
+        traces; 0: to ``<file>`` at shutdown.
+    :param file: the trace file (``triton`` mode).
+    :param mode: ``triton`` or ``opentelemetry``.
+    :param options: the mode's own settings as ``(key, value)`` pairs in the order given
+        (``opentelemetry``: url, resource, bsp_*).
+    """
+
+    level: int = 0
+    rate: int = 1000
+    count: int = -1
+    log_frequency: int = 0
+    file: str = ""
+    mode: str = TRITON
+    options: tuple[tuple[str, str], ...] = ()
+
+
+def config_from_settings(settings: Any) -> TraceConfig:
+    """The :class:`TraceConfig` of a ``ServerSettings`` (its ``trace_*`` fields).
+
+    :raises TritonXError: INVALID_ARG for a level name other than TIMESTAMPS / TENSORS / OFF.
+    """
+    level = 0
+    for name in settings.trace_level:
+        upper = str(name).upper()
+        if upper == "OFF":
+            level = 0
+            break
+        if upper not in ("TIMESTAMPS", "TENSORS"):
+            raise invalid_arg(f"invalid value for trace level option: {name}")
+        level |= TIMESTAMPS if upper == "TIMESTAMPS" else TENSORS
+    return TraceConfig(
+        level=level,
+        rate=settings.trace_rate,
+        count=settings.trace_count,
+        log_frequency=settings.trace_log_frequency,
+        file=settings.trace_file,
+        mode=settings.trace_mode,
+        options=tuple(settings.trace_opentelemetry),
+    )
+
+
+@dataclass
+class NewSetting:
+    """A trace-extension update (tritonserver ``TraceManager::NewSetting``): a field left
+    None is unchanged, a ``clear_*`` flag drops a model's own value (back to the global one)."""
+
+    level: int | None = None
+    rate: int | None = None
+    count: int | None = None
+    log_frequency: int | None = None
+    clear_level: bool = False
+    clear_rate: bool = False
+    clear_count: bool = False
+    clear_log_frequency: bool = False
+
+    @property
+    def empty(self) -> bool:
+        return (
+            self.level is None
+            and self.rate is None
+            and self.count is None
+            and self.log_frequency is None
+            and not (
+                self.clear_level or self.clear_rate or self.clear_count or self.clear_log_frequency
+            )
+        )
+
+
+def parse_levels(values: Iterable[str], setting: NewSetting) -> None:
+    """The ``trace_level`` values of an update: ``OFF`` alone, or TIMESTAMPS and/or TENSORS
+    (other strings are ignored, as tritonserver does)."""
+    values = list(values)
+    level = 0
+    for text in values:
+        if text == "OFF":
+            if len(values) != 1:
+                raise invalid_arg("Expect only one trace level 'OFF' is specified")
+            setting.level = 0
+        elif text == "TIMESTAMPS":
+            level |= TIMESTAMPS
+            setting.level = level
+        elif text == "TENSORS":
+            level |= TENSORS
+            setting.level = level
+
+
+def parse_uint(name: str, text: str) -> int:
+    """``trace_rate`` / ``log_frequency`` of an update (``std::stoi`` into a uint32, as
+    tritonserver: a negative value wraps)."""
+    try:
+        return stoi(text) & UINT32_MAX
+    except ValueError:
+        raise invalid_arg(f"Unable to parse '{name}', got: {text}") from None
+    except OverflowError:
+        raise invalid_arg(
+            f"Unable to parse '{name}', value is out of range [ 0, {UINT32_MAX} ], got: {text}"
+        ) from None
+
+
+def parse_count(text: str, grpc: bool = False) -> int:
+    """``trace_count`` of an update: an int32 of at least -1."""
+    try:
+        count = stoi(text)
+    except ValueError:
+        raise invalid_arg(f"Unable to parse 'trace_count', got: {text}") from None
+    except OverflowError:
+        raise invalid_arg(
+            f"Unable to parse 'trace_count', value is out of range [ {MIN_TRACE_COUNT}, "
+            f"{INT32_MAX} ], got: {text}"
+        ) from None
+    if count < MIN_TRACE_COUNT:
+        sep = " " if grpc else ""
+        raise invalid_arg(
+            f"Unable to parse 'trace_count'. Expecting value >= {MIN_TRACE_COUNT}, got:{sep}{text}"
+        )
+    return count
+
+
+# ---------------------------------------------------------------------------------- CLI
+
+
+class TraceConfigError(ValueError):
+    """A ``--trace-config`` (or deprecated ``--trace-*``) value tritonx refuses."""
+
+
+def _cli_int(text: str, low: int = INT32_MIN, high: int = INT32_MAX) -> int:
+    try:
+        value = stoi(text)
+    except ValueError:
+        raise TraceConfigError(f"Invalid option value. Got {text}") from None
+    except OverflowError:
+        raise TraceConfigError(f"Provided option value is out of bound. Got {text}") from None
+    if not low <= value <= high:
+        raise TraceConfigError(f"Provided option value is out of bound. Got {text}")
+    return value
+
+
+def _cli_uint32(text: str) -> int:
+    stripped = text.strip()
+    if not stripped or not stripped.isdigit() or not stripped.isascii():
+        raise TraceConfigError(f"Invalid option value. Got {text}")
+    value = int(stripped)
+    if value > UINT32_MAX:
+        raise TraceConfigError(f"Provided option value is out of bound. Got {text}")
+    return value
+
+
+def parse_level_option(text: str) -> int:
+    """tritonserver's ``ParseTraceLevelOption`` (case-insensitive)."""
+    arg = text.lower()
+    if arg in ("false", "off"):
+        return 0
+    if arg in ("true", "on", "min", "max", "timestamps"):
+        return TIMESTAMPS
+    if arg == "tensors":
+        return TENSORS
+    raise TraceConfigError(f"invalid value for trace level option: {arg}")
+
+
+def parse_mode_option(text: str) -> str:
+    """tritonserver's ``ParseTraceModeOption`` (case-insensitive)."""
+    arg = text.lower()
+    if arg in MODES:
+        return arg
+    raise TraceConfigError(
+        f'invalid value for trace mode option: {arg}. Available options are "triton" and '
+        '"opentelemetry"'
+    )
+
+
+def split_trace_config(arg: str) -> tuple[str, str, str]:
+    """``[<mode>,]<setting>=<value>`` → (mode or "" for global, setting, value), with
+    tritonserver's ``ParseTraceConfigOption`` messages."""
+    comma = arg.find(",")
+    mode = ""
+    if comma > 0:
+        mode = parse_mode_option(arg[:comma])
+    elif comma == 0:
+        raise TraceConfigError(
+            "No trace mode specified. --trace-config option format is "
+            f"<trace mode>,<setting>=<value> or <setting>=<value>. Got {arg}"
+        )
+    equals = arg.find("=", comma + 1)
+    if equals < 0:
+        raise TraceConfigError(
+            f"--trace-config option format is '<trace mode>,<setting>=<value>'. Got {arg}"
+        )
+    setting, value = arg[comma + 1 : equals], arg[equals + 1 :]
+    if not setting or not value:
+        raise TraceConfigError(
+            f"--trace-config option format is '<trace mode>,<setting>=<value>'. Got {arg}"
+        )
+    return mode, setting, value
+
+
+@dataclass
+class DeprecatedTraceFlags:
+    """The deprecated ``--trace-file/--trace-level/--trace-rate/--trace-count/
+    --trace-log-frequency`` values (None or empty: not given)."""
+
+    file: str | None = None
+    level: Sequence[str] = ()
+    rate: str | None = None
+    count: str | None = None
+    log_frequency: str | None = None
+    #: warnings to print (tritonserver prints them on stderr)
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_trace_config(
+    values: Sequence[str], deprecated: DeprecatedTraceFlags | None = None
+) -> tuple[TraceConfig, list[str]]:
+    """The :class:`TraceConfig` of ``--trace-config`` values plus the deprecated flags,
+    following tritonserver's ``PostProcessTraceArgs``; returns it with the warnings to show.
+
+    Unlike tritonserver, a setting name it does not know is refused rather than ignored.
+
+    :raises TraceConfigError: with tritonserver's message (``Bad option: ...``).
+    """
+    old = deprecated or DeprecatedTraceFlags()
+    warnings: list[str] = []
+    level, rate, count, log_frequency, file, mode = 0, 1000, -1, 0, "", TRITON
+    explicit_off = False
+
+    def deprecated_flag(flag: str, replacement: str) -> None:
+        warnings.append(
+            f"Warning: '--{flag}' has been deprecated and will be removed in future "
+            f"releases. Please use '--trace-config {replacement} instead."
+        )
+
+    if old.file is not None:
+        deprecated_flag("trace-file", "triton,file=<filepath>")
+        file = old.file
+    for text in old.level:
+        deprecated_flag("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>")
+        try:
+            parsed = parse_level_option(text)
+        except TraceConfigError as exc:
+            raise TraceConfigError(f'Bad option: "--trace-level".\n{exc}') from None
+        explicit_off |= parsed == 0
+        level |= parsed
+    for flag, given, replacement in (
+        ("trace-rate", old.rate, "rate=<rate value>"),
+        ("trace-count", old.count, "count=<count value>"),
+        ("trace-log-frequency", old.log_frequency, "triton,log-frequency=<log frequency value>"),
+    ):
+        if given is None:
+            continue
+        deprecated_flag(flag, replacement)
+        try:
+            if flag == "trace-rate":
+                rate = _cli_int(given, 0)
+            elif flag == "trace-count":
+                count = _cli_int(given, MIN_TRACE_COUNT)
+            else:
+                log_frequency = _cli_int(given, 0)
+        except TraceConfigError as exc:
+            raise TraceConfigError(f'Bad option: "--{flag}".\n{exc}') from None
+
+    groups: dict[str, list[tuple[str, str]]] = {"": [], TRITON: [], OPENTELEMETRY: []}
+    for arg in values:
+        try:
+            group, setting, value = split_trace_config(arg)
+        except TraceConfigError as exc:
+            raise TraceConfigError(f'Bad option: "--trace-config".\n{exc}') from None
+        known = {"": GLOBAL_KEYS, TRITON: TRITON_KEYS, OPENTELEMETRY: OPENTELEMETRY_KEYS}[group]
+        if setting not in known:
+            where = f"{group} " if group else "global "
+            raise TraceConfigError(
+                f'Bad option: "--trace-config {arg}".\nunknown {where}trace setting '
+                f"'{setting}' (known: {', '.join(known)})"
+            )
+        groups[group].append((setting, value))
+
+    for setting, value in groups[""]:
+        try:
+            if setting == "rate":
+                if old.rate is not None:
+                    warnings.append(
+                        "Warning: Overriding deprecated '--trace-rate' in favor of provided "
+                        "rate value in --trace-config!"
+                    )
+                rate = _cli_int(value, 0)
+            elif setting == "level":
+                if old.level:
+                    warnings.append(
+                        "Warning: Overriding deprecated '--trace-level' in favor of provided "
+                        "level in --trace-config!"
+                    )
+                parsed = parse_level_option(value)
+                explicit_off |= parsed == 0
+                level |= parsed
+            elif setting == "mode":
+                mode = parse_mode_option(value)
+            elif setting == "count":
+                if old.count is not None:
+                    warnings.append(
+                        "Warning: Overriding deprecated '--trace-count' in favor of provided "
+                        "count in --trace-config!"
+                    )
+                count = _cli_int(value, MIN_TRACE_COUNT)
+        except TraceConfigError as exc:
+            raise TraceConfigError(f'Bad option: "--trace-config {setting}".\n{exc}') from None
+
+    options: list[tuple[str, str]] = []
+    if mode == OPENTELEMETRY:
+        if old.file is not None:
+            warnings.append(
+                "Warning: '--trace-file' is deprecated and will be ignored with opentelemetry "
+                "tracing mode. "
+            )
+        if old.log_frequency is not None:
+            warnings.append(
+                "Warning: '--trace-log-frequency' is deprecated and will be ignored with "
+                "opentelemetry tracing mode."
+            )
+        for setting, _ in groups[TRITON]:
+            warnings.append(
+                f"Warning: '--trace-config triton,{setting}' is ignored in opentelemetry "
+                "tracing mode."
+            )
+        bsp_given: set[str] = set()
+        for setting, value in groups[OPENTELEMETRY]:
+            if setting.startswith("bsp_"):
+                try:
+                    value = str(_cli_uint32(value))
+                except TraceConfigError as exc:
+                    raise TraceConfigError(
+                        f'Bad option: "--trace-config opentelemetry,{setting}".\n{exc}'
+                    ) from None
+                bsp_given.add(setting)
+            elif setting == "resource" and "=" not in value:
+                raise TraceConfigError(
+                    f'Bad option: "--trace-config opentelemetry,resource".\nexpected '
+                    f"resource=<key>=<value>, got {value}"
+                )
+            options.append((setting, value))
+        for setting, env, default in BSP_DEFAULTS:
+            if setting in bsp_given:
+                continue
+            env_value = os.environ.get(env, default)
+            try:
+                options.append((setting, str(_cli_uint32(env_value))))
+            except TraceConfigError as exc:
+                raise TraceConfigError(f'Bad option: "{env}".\n{exc}') from None
+    else:
+        for setting, _ in groups[OPENTELEMETRY]:
+            warnings.append(
+                f"Warning: '--trace-config opentelemetry,{setting}' is ignored in triton "
+                "tracing mode."
+            )
+        for setting, value in groups[TRITON]:
+            try:
+                if setting == "file":
+                    if old.file is not None:
+                        warnings.append(
+                            "Warning: Overriding deprecated '--trace-file' in favor of "
+                            "provided file in --trace-config!"
+                        )
+                    file = value
+                else:
+                    if old.log_frequency is not None:
+                        warnings.append(
+                            "Warning: Overriding deprecated '--trace-log-frequency' in favor "
+                            "of provided log-frequency in --trace-config!"
+                        )
+                    log_frequency = _cli_int(value, 0)
+            except TraceConfigError as exc:
+                raise TraceConfigError(
+                    f'Bad option: "--trace-config triton,{setting}".\n{exc}'
+                ) from None
+    if explicit_off:
+        level = 0
+    config = TraceConfig(
+        level=level,
+        rate=rate,
+        count=count,
+        log_frequency=log_frequency,
+        file=file,
+        mode=mode,
+        options=tuple(options),
+    )
+    return config, warnings
+
+
+def check_trace_config(config: TraceConfig) -> None:
+    """Validate a :class:`TraceConfig` given in-process (the CLI builds valid ones).
+
+    :raises TritonXError: INVALID_ARG naming the field.
+    """
+    if config.level & ~(TIMESTAMPS | TENSORS):
+        raise invalid_arg(f"trace level bits {config.level:#x} are not TIMESTAMPS/TENSORS")
+    if config.mode not in MODES:
+        raise invalid_arg(
+            f'invalid value for trace mode option: {config.mode}. Available options are "triton"'
+            ' and "opentelemetry"'
+        )
+    if not 0 <= config.rate <= UINT32_MAX:
+        raise invalid_arg(f"trace rate {config.rate} is out of range [ 0, {UINT32_MAX} ]")
+    if not MIN_TRACE_COUNT <= config.count <= INT32_MAX:
+        raise invalid_arg(f"trace count {config.count} is out of range [ -1, {INT32_MAX} ]")
+    if not 0 <= config.log_frequency <= UINT32_MAX:
+        raise invalid_arg(f"trace log frequency {config.log_frequency} is out of range")
+    for key, _ in config.options:
+        if key not in OPENTELEMETRY_KEYS:
+            raise invalid_arg(
+                f"unknown opentelemetry trace setting '{key}' (known: "
+                f"{', '.join(OPENTELEMETRY_KEYS)})"
+            )
+
+
+def otel_missing() -> str | None:
+    """Why ``opentelemetry`` mode cannot run here (a missing package), or None."""
+    try:
+        import opentelemetry.exporter.otlp.proto.http.trace_exporter
+        import opentelemetry.sdk.trace  # noqa: F401
+    except ImportError as exc:
+        return (
+            "--trace-config mode=opentelemetry needs the opentelemetry-sdk and "
+            "opentelemetry-exporter-otlp-proto-http packages (pip install 'tritonx[otel]'): "
+            f"{exc}"
+        )
+    return None
+
+
+def unsupported_in_mode(message: str) -> TritonXError:
+    """An UNSUPPORTED error (used for settings a mode cannot honour)."""
+    return TritonXError(message, Code.UNSUPPORTED)
+
+
+def warn(lines: Iterable[str]) -> None:
+    """Print tritonserver's parser warnings on stderr."""
+    for line in lines:
+        print(line, file=sys.stderr)
