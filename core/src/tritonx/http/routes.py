@@ -443,7 +443,11 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
     action = match.group(3)
     if action == "infer":
         return await infer(request, model, version_str)
-    if action in ("generate", "generate_stream", "trace/setting"):
+    if action in ("generate", "generate_stream"):
+        from tritonx.http.generate import generate  # imports this module: import it late
+
+        return await generate(request, model, version_str, streaming=action == "generate_stream")
+    if action == "trace/setting":
         return not_found()
     if request.method != "GET":
         return method_not_allowed()
