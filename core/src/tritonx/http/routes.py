@@ -492,9 +492,13 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
     action = match.group(3)
     if action == "infer":
         return await infer(request, model, version_str)
+    if action in ("generate", "generate_stream"):
+        from tritonx.http.generate import generate  # imports this module: import it late
+
+        return await generate(request, model, version_str, streaming=action == "generate_stream")
     if action == "trace/setting" and match.group(2) is None:
         return await _trace_setting(request, model)
-    if action in ("generate", "generate_stream", "trace/setting"):
+    if action == "trace/setting":
         return not_found()
     if request.method != "GET":
         return method_not_allowed()
