@@ -40,8 +40,10 @@ TRITON_VERSION = "2.73.0"
 #: The protocol extensions this server implements (``/v2`` ``extensions``).
 EXTENSIONS: tuple[str, ...] = (
     "classification",
+    "sequence",
     "model_repository",
     "model_repository(unload_dependents)",
+    "schedule_policy",
     "model_configuration",
     "system_shared_memory",
     "cuda_shared_memory",

@@ -57,9 +57,22 @@ def test_health_and_server_metadata(client: Any) -> None:
     md = client.get_server_metadata()
     assert md["name"] == "triton"
     assert md["version"]
-    assert {"binary_tensor_data", "classification", "model_repository", "statistics"} <= set(
-        md["extensions"]
-    )
+    # tritonserver's list (core src/server.cc), in its order: every extension tritonx serves
+    assert md["extensions"] == [
+        "classification",
+        "sequence",
+        "model_repository",
+        "model_repository(unload_dependents)",
+        "schedule_policy",
+        "model_configuration",
+        "system_shared_memory",
+        "cuda_shared_memory",
+        "binary_tensor_data",
+        "parameters",
+        "statistics",
+        "trace",
+        "logging",
+    ]
 
 
 def test_model_metadata_config_ready(client: Any) -> None:
