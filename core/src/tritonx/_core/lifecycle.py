@@ -46,6 +46,7 @@ from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
+from tritonx._core.warmup import warm_up
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.classification import LabelCache
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
@@ -890,6 +891,7 @@ class ModelManager:
             async with self._load_slots:
                 started = time.monotonic()
                 await scheduler.start()
+                await warm_up(scheduler, config, prepared.model_dir, v)
                 ventry.load_seconds = time.monotonic() - started
         except Exception as exc:
             err = TritonXError.wrap(exc)
