@@ -726,6 +726,8 @@ class ModelManager:
         versions = cfg.version_folders(folder)
         first = versions[min(versions)] if versions else None
         cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
+        cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
+        selected, missing = cfg.versions_to_load(config, versions)
         backend = None if is_ensemble(config) else self._backend(config.backend, name, folder)
         if backend is not None and not self.settings.disable_auto_complete_config:
             filename = config.default_model_filename or backend.default_model_filename
@@ -753,14 +755,6 @@ class ModelManager:
                 "model '%s' enables response_cache but the server has no cache "
                 "(--cache-config <cache>,<key>=<value>): responses are not cached",
                 name,
-            )
-        selected = cfg.select_versions(config.version_policy, versions)
-        missing: list[int] = []
-        if config.version_policy.WhichOneof("policy_choice") == "specific":
-            missing = [v for v in config.version_policy.specific.versions if v not in versions]
-        if not selected and not missing:
-            raise invalid_arg(
-                f"at least one version must be available under the version policy of model '{name}'"
             )
         return Prepared(config, folder, versions, selected, missing, backend)
 
