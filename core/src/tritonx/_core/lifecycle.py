@@ -371,7 +371,16 @@ class ModelManager:
             (bytes, or base64 text from HTTP) as Triton's load request carries them.
         """
         self._check_explicit()
-        request = LoadRequest.parse(name, parameters)
+        check_model_name(name)
+        try:
+            request = LoadRequest.parse(name, parameters)
+        except TritonXError as exc:
+            # Triton reads the load parameters while polling the model: the reason goes to
+            # the log, the caller gets the poll failure
+            log.error("Poll failed for model directory '%s': %s", name, exc.message)
+            raise TritonXError(
+                f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
+            ) from exc
         session = LoadSession()
         task = self._session_load(session, name, request, explicit=True)
         await session.wait()
@@ -760,7 +769,7 @@ class ModelManager:
 
     def check(self, name: str, repo: Repository) -> Prepared:
         """Read and complete a model's config and resolve its backend and agents; load and
-        run nothing (``tritonx check-repository``)."""
+        run nothing (``tritonx check``)."""
         folder = repo.localize(name)
         raw = self._read_config(name, folder, None)
         AgentChain.resolve(name, raw, self.registries.repoagents)
