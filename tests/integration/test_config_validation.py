@@ -455,3 +455,52 @@ def test_strict_model_config_warnings(
     assert result.returncode == 1  # the repository does not exist
     lines = [line for line in result.stderr.splitlines() if line.startswith("Warning:")]
     assert lines == warnings
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_model_control_example_sequence(protocol: str) -> None:
+    """The calls of tritonclient's ``simple_{http,grpc}_model_control.py`` examples, replayed
+    against the bundled example repository in explicit mode."""
+    pytest.importorskip("onnxruntime")
+    from tritonx.config import EXAMPLE_REPOSITORY
+
+    settings = loopback_settings(
+        EXAMPLE_REPOSITORY, model_control_mode="explicit", allow_metrics=False
+    )
+    pm = make_plugin_manager(only=("backend_onnx", "backend_python"))
+    thread = ServerThread(Server(settings, plugin_manager=pm))
+    thread.start()
+    module = httpclient if protocol == "http" else grpcclient
+    url = thread.server.http_url if protocol == "http" else thread.server.grpc_url
+    client = module.InferenceServerClient(url)
+    try:
+        index = client.get_model_repository_index()
+        names = [m["name"] for m in index] if protocol == "http" else [m.name for m in index.models]
+        on_disk = sorted(p.name for p in EXAMPLE_REPOSITORY.iterdir() if p.is_dir())
+        assert sorted(names) == on_disk
+        client.load_model("simple")
+        assert client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model(
+                "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}'
+            )
+        assert "failed to load" in err.value.message()
+        client.load_model("simple", config='{"max_batch_size":"16"}')
+        config = client.get_model_config("simple")
+        assert (
+            config["max_batch_size"] if protocol == "http" else config.config.max_batch_size
+        ) == 16
+        client.unload_model("simple")
+        assert not client.is_model_ready("simple")
+        if protocol == "grpc":
+            with pytest.raises(InferenceServerException) as err:
+                client.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"})
+            assert err.value.status() == "StatusCode.INTERNAL"
+            assert "failed to poll from model repository" in err.value.message()
+            assert client.is_server_live()
+        with pytest.raises(InferenceServerException) as err:
+            client.load_model("wrong_model_name")
+        assert "failed to load" in err.value.message()
+    finally:
+        client.close()
+        thread.stop()
