@@ -15,8 +15,9 @@ import pytest
 from tritonx.testing import ModelRepositoryBuilder
 
 pytest.importorskip("onnx")
-from onnx import TensorProto  # noqa: E402
-from tritonx_backend_onnx.models import identity  # noqa: E402
+from onnx import TensorProto
+
+from tritonx_backend_onnx.models import identity
 
 # the identity test backend as an installed plugin whose load() leaves a trace: check must
 # never load an instance
@@ -132,6 +133,24 @@ def test_good_repository_table_and_json(
     assert config["dynamic_batching"]["preferred_batch_size"] == [4]
     assert config["input"][0]["dims"] == [3]
     assert out["echo"]["repository"] == str(model_repository.root)
+    # --backend-config reaches the backend's auto-complete, as with serve
+    result = check(
+        env, "--json", "--backend-config", "onnxruntime,default-max-batch-size=2",
+        str(model_repository.root),
+    )  # fmt: skip
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert out["onnx_auto"]["config"]["max_batch_size"] == 2
+
+
+def test_no_repository_checks_the_bundled_examples(env: dict[str, str]) -> None:
+    from tritonx.config import EXAMPLE_REPOSITORY
+
+    env = {**env, "TRITONX_PLUGINS": "backend_onnx,backend_python"}
+    result = check(env, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert sorted(out) == sorted(p.name for p in EXAMPLE_REPOSITORY.iterdir() if p.is_dir())
+    assert out["simple"]["config"]["max_batch_size"] == 8
 
 
 def test_bad_repository_reasons_and_exit_code(

@@ -31,6 +31,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 from onnx import TensorProto, helper  # noqa: E402
+
 from tritonx_backend_onnx.models import identity, make_model  # noqa: E402
 
 RECORDER = """
