@@ -497,3 +497,56 @@ model_warmup [ { name: "w" batch_size: 1 inputs { key: "IN" value: {
         row = await index_row(server, "ens")
         assert row["state"] == "UNAVAILABLE"
         assert "model_warmup can not be specified for ensemble 'ens'" in row["reason"]
+
+
+DECOUPLED = """
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        params = json.loads(args["model_config"])["parameters"]
+        self.log = params["LOG"]["string_value"]
+
+    def execute(self, requests):
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "INPUT0").as_numpy()
+            sender = request.get_response_sender()
+            with open(self.log, "a") as f:
+                f.write(json.dumps({"values": data.reshape(-1).tolist()}) + "\\n")
+            if data.any():
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUTPUT0", data)]))
+                sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+            else:
+                sender.send(
+                    pb_utils.InferenceResponse(error=pb_utils.TritonError("zeros refused")),
+                    flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL,
+                )
+        return None
+"""
+
+
+async def test_decoupled_model_warmup(
+    model_repository: ModelRepositoryBuilder, plugin_manager: Any, tmp_path: Path
+) -> None:
+    for name, source in (("dec_ok", "random_data: true"), ("dec_bad", "zero_data: true")):
+        model_repository.add(
+            name,
+            backend="python",
+            inputs=[("INPUT0", "FP32", [4])],
+            outputs=[("OUTPUT0", "FP32", [4])],
+            parameters={"LOG": str(tmp_path / f"{name}.jsonl")},
+            versions={1: {"model.py": DECOUPLED}},
+            extra="model_transaction_policy { decoupled: true }\n"
+            + warmup_block(sample("s", {"INPUT0": f"data_type: TYPE_FP32 dims: [4] {source}"})),
+        )
+    async with serve(model_repository, plugin_manager) as server:
+        assert server.model_ready("dec_ok")
+        assert len(executions(tmp_path / "dec_ok.jsonl")) == 1
+        assert not server.model_ready("dec_bad")
+        row = await index_row(server, "dec_bad")
+        assert row["reason"].endswith("failed to run warmup sample 's': zeros refused; ")
