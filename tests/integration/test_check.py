@@ -160,6 +160,9 @@ def test_bad_repository_reasons_and_exit_code(
     model_repository.add("nobackend", config='name: "nobackend" backend: "zzz"')
     model_repository.add_identity("negative", max_batch_size=-1)
     model_repository.add_identity("noversion", versions=())
+    model_repository.add_identity(
+        "noagent", extra='model_repository_agents { agents [ { name: "nope" } ] }\n'
+    )
     model_repository.add(
         "ens_bad",
         config="""
@@ -198,6 +201,9 @@ ensemble_scheduling { step [ { model_name: "nope" model_version: -1
     )
     assert out["ens_missing"]["error"] == (
         "ensemble ens_missing contains models that are not available or ambiguous: nope"
+    )
+    assert out["noagent"]["error"].startswith(
+        "unable to find repository agent 'nope' for model 'noagent'"
     )
     assert "config" not in out["negative"]
 
