@@ -245,7 +245,19 @@ CASES: list[tuple[str, str, str]] = [
         "instance group invalid_cpu_0 of model invalid_cpu has kind KIND_CPU but specifies one "
         "or more GPUs",
     ),
+    (
+        "invalid_gpu",
+        IO + "instance_group [ { kind: KIND_GPU gpus: [ 42 ] } ]\n",
+        "instance group invalid_gpu_0 of model invalid_gpu specifies invalid or unsupported gpu "
+        "id 42. GPUs with at least the minimum required CUDA compute compatibility of 6.000000 "
+        "are: ",
+    ),
     # special cases: the runtime field (the backend library lookup)
+    (
+        "python_runtime",
+        'backend: "python"\n' + IO + 'runtime: "model.py"\n',
+        "unable to find Python backend based backend library 'model.py' for model 'python_runtime'",
+    ),
     (
         "invalid_runtime",
         IO + 'runtime: "__invalid_runtime__"\n',
@@ -261,12 +273,18 @@ CASES: list[tuple[str, str, str]] = [
 
 def build(repo: ModelRepositoryBuilder) -> None:
     for name, body, _ in CASES:
-        repo.add(name, config=f'name: "{name}"\nbackend: "identity"\n{body}')
+        backend = "" if body.startswith("backend:") else 'backend: "identity"\n'
+        repo.add(name, config=f'name: "{name}"\n{backend}{body}')
     # the runtime that names the backend's own library is honoured
     repo.add(
         "own_runtime", config=f'name: "own_runtime"\nbackend: "identity"\n{IO}'
         'runtime: "libtriton_identity.so"\n'
     )  # fmt: skip
+    # a Python-based backend's runtime: the backend plugin is its implementation
+    repo.add(
+        "pybased_runtime",
+        config=f'name: "pybased_runtime"\nbackend: "identity"\n{IO}runtime: "model.py"\n',
+    )
     # Triton's pair check: a typed backend with a platform that is not its own
     repo.add(
         "invalid_platform",
@@ -360,6 +378,7 @@ def test_runtime_naming_the_backends_own_library_is_honoured(
     index: dict[str, tuple[str, str]],
 ) -> None:
     assert index["own_runtime"][0] == "READY"
+    assert index["pybased_runtime"][0] == "READY"
 
 
 def test_order_of_checks(

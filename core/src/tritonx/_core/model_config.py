@@ -400,15 +400,29 @@ def _validate_batch_io(config: ModelConfigPb) -> None:
             seen.add(target)
 
 
+#: ``runtime`` of Triton's Python-based backends (``<backends>/<name>/model.py``).
+PYTHON_RUNTIME = "model.py"
+
+
 def check_runtime(config: ModelConfigPb) -> None:
-    """The ``runtime`` field: tritonx backends are plugins, so the only library a model may
-    name is its backend's own (``libtriton_<backend>.so``), which is what serves it anyway.
-    Anything else is refused with Triton's backend-library messages."""
+    """The ``runtime`` field: tritonx backends are plugins, so a model may only name its
+    backend's own library (``libtriton_<backend>.so``) or, as for Triton's Python-based
+    backends, ``model.py``: the plugin serves it either way. Anything else is refused with
+    Triton's backend-library messages."""
     runtime = config.runtime
     if not runtime or config.platform == ENSEMBLE:
         return
     own = f"libtriton_{config.backend}.so"
     if runtime == own:
+        return
+    if runtime == PYTHON_RUNTIME:
+        # a Python-based backend's model.py: a tritonx backend plugin is that implementation;
+        # the python backend itself has none (Triton's message)
+        if config.backend == "python":
+            raise invalid_arg(
+                f"unable to find Python backend based backend library '{runtime}' for model "
+                f"'{config.name}': the python backend is not a Python-based backend"
+            )
         return
     if "/" in runtime or "\\" in runtime or runtime in (".", ".."):
         raise invalid_arg(
@@ -540,9 +554,14 @@ def _validate_instance_groups(config: ModelConfigPb) -> None:
                     "more GPUs"
                 )
         elif group.kind == kinds.KIND_GPU:
-            if gpus == 0:
+            if not group.gpus:
+                if gpus == 0:
+                    raise invalid_arg(
+                        f"instance group {g} of model {m} has kind KIND_GPU but no GPUs are "
+                        "available"
+                    )
                 raise invalid_arg(
-                    f"instance group {g} of model {m} has kind KIND_GPU but no GPUs are available"
+                    f"instance group {g} of model {m} has kind KIND_GPU but specifies no GPUs"
                 )
             for gpu in group.gpus:
                 if not 0 <= gpu < gpus:
