@@ -184,29 +184,6 @@ def test_missing_repository_fails_start_up(tmp_path: Path, env: dict[str, str]) 
     assert f"failed to stat file {tmp_path / 'nope'}" in result.stderr
 
 
-def test_check_repository(model_repository: ModelRepositoryBuilder, env: dict[str, str]) -> None:
-    model_repository.add_identity("echo")
-    result = subprocess.run(
-        tritonx("check-repository", str(model_repository.root)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert "| echo  | 1        | OK (identity) |" in result.stdout
-    model_repository.add("nobackend", config='name: "nobackend" backend: "zzz"')
-    result = subprocess.run(
-        tritonx("check-repository", str(model_repository.root)),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode == 1
-    assert "ERROR: unable to find backend library for backend 'zzz'" in result.stdout
-
-
 def test_help_lists_tritonserver_flags() -> None:
     result = subprocess.run(tritonx("serve", "--help"), capture_output=True, text=True, timeout=60)
     for flag in textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""The ``tritonx`` command: ``serve`` (tritonserver's flags), ``plugins``, ``check-repository``."""
+"""The ``tritonx`` command: ``serve`` (tritonserver's flags), ``plugins``, ``check``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import click
@@ -505,6 +504,7 @@ def serve(**opts: Any) -> None:
         raise click.UsageError(
             f"--log-file: cannot open '{opts['log_file']}': {exc.strerror or exc}"
         ) from None
+    strict_model_config_warnings(opts)
     trace = trace_config(opts)
     mode = opts["model_control_mode"].lower()
     if opts["load_model"] and mode != "explicit":
@@ -672,6 +672,24 @@ def check_tls(settings: ServerSettings) -> None:
             raise click.UsageError(exc.message) from None
 
 
+def strict_model_config_warnings(opts: dict[str, Any]) -> None:
+    """tritonserver's warnings (on stderr) for the deprecated ``--strict-model-config``."""
+    source = click.get_current_context().get_parameter_source("strict_model_config")
+    given = source is not None and source is not click.core.ParameterSource.DEFAULT
+    if given:
+        click.echo(
+            "Warning: '--strict-model-config' has been deprecated! Please use "
+            "'--disable-auto-complete-config' instead.",
+            err=True,
+        )
+    if opts["disable_auto_complete_config"] and given and not opts["strict_model_config"]:
+        click.echo(
+            "Warning: Overriding deprecated '--strict-model-config' from False to True in "
+            "favor of '--disable-auto-complete-config'!",
+            err=True,
+        )
+
+
 def run_server(settings: ServerSettings) -> int:
     """Run the server until SIGINT/SIGTERM; returns the process exit code."""
     try:
@@ -729,37 +747,76 @@ def plugins(show_all: bool) -> None:
     click.echo(json.dumps(entries, indent=2))
 
 
-@cli.command("check-repository")
-@click.argument(
-    "repositories", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True)
+@cli.command("check")
+@click.argument("repositories", nargs=-1, type=str)
+@click.option("--json", "as_json", is_flag=True, default=False, help="Print the results as JSON.")
+@click.option(
+    "--disable-auto-complete-config",
+    is_flag=True,
+    default=False,
+    help="Check as 'serve --disable-auto-complete-config' would load.",
 )
-@click.option("--disable-auto-complete-config", is_flag=True, default=False)
-def check_repository(repositories: tuple[Path, ...], disable_auto_complete_config: bool) -> None:
-    """Parse every model's config, resolve backends and agents; load nothing."""
+@click.option(
+    "--backend-config",
+    multiple=True,
+    help="<backend>,<key>=<value> (repeatable), as for serve (auto-complete reads some).",
+)
+def check(
+    repositories: tuple[str, ...],
+    as_json: bool,
+    disable_auto_complete_config: bool,
+    backend_config: tuple[str, ...],
+) -> None:
+    """Check model repositories offline: every model's completed config, or the exact
+    reason 'serve' would fail to load it. Loads no instance. Exit code 1 if any would fail.
+
+    With no REPOSITORIES, checks the bundled example repository."""
+    from tritonx._core.check import check_repositories
     from tritonx._core.lifecycle import ModelManager
     from tritonx.plugins import collect, make_plugin_manager
     from tritonx.server import format_table
 
     settings = ServerSettings(
-        model_repository=tuple(str(r) for r in repositories),
+        model_repository=tuple(repositories) or (str(EXAMPLE_REPOSITORY),),
         disable_auto_complete_config=disable_auto_complete_config,
+        backend_config=parse_keyed_config(backend_config, "--backend-config"),
     )
-    manager = ModelManager(settings, collect(make_plugin_manager()))
-    sources, duplicates = manager.scan(strict=True)
-    rows: list[tuple[str, str, str]] = []
-    for name in sorted(set(sources) | set(duplicates)):
-        if name in duplicates:
-            rows.append((name, "-", "ERROR: model appears in two or more repositories"))
-            continue
-        try:
-            prepared = manager.check(name, sources[name])
-        except TritonXError as exc:
-            rows.append((name, "-", f"ERROR: {exc.message}"))
-            continue
-        backend = prepared.config.backend or prepared.config.platform
-        rows.append((name, ",".join(str(v) for v in prepared.selected), f"OK ({backend})"))
-    click.echo(format_table(("Model", "Versions", "Status"), rows), nl=False)
-    if any(r[2].startswith("ERROR") for r in rows):
+    try:
+        manager = ModelManager(settings, collect(make_plugin_manager()))
+        results = check_repositories(manager)
+    except (TritonXError, PluginError) as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(1)
+    finally:
+        if "manager" in locals():
+            asyncio.run(manager.shutdown())
+    if as_json:
+        click.echo(json.dumps([r.to_json() for r in results], indent=2))
+    else:
+        rows: list[tuple[str, ...]] = []
+        for r in results:
+            if r.ok:
+                cells = r.summary()
+                rows.append(
+                    (
+                        r.name,
+                        ",".join(str(v) for v in r.versions),
+                        "OK",
+                        cells["backend"],
+                        cells["max_batch_size"],
+                        cells["inputs"],
+                        cells["outputs"],
+                        cells["instances"],
+                    )
+                )
+            else:
+                rows.append((r.name, "-", f"ERROR: {r.error.strip()}", "", "", "", "", ""))
+        header = (
+            "Model", "Versions", "Status", "Backend", "Max batch", "Inputs", "Outputs",
+            "Instances",
+        )  # fmt: skip
+        click.echo(format_table(header, rows), nl=False)
+    if any(not r.ok for r in results):
         sys.exit(1)
 
 

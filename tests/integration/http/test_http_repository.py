@@ -87,7 +87,8 @@ def test_load_with_file_override(client: Any) -> None:
     client.load_model("c", config=json.dumps(config), files=files)
     assert client.is_model_ready("c")
     assert echo(client, "c") == [1, 2]
-    # the file override needs a config
+    # the file override needs a config: as Triton (qa/L0_lifecycle), a poll failure whose
+    # reason is logged
     with pytest.raises(InferenceServerException) as err:
         client.load_model("c", files={"file:1/x": b"x"})
     assert err.value.status() == "500"  # as Triton: checked while polling the model

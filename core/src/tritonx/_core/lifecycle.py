@@ -47,6 +47,7 @@ from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
+from tritonx._core.warmup import warm_up
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.classification import LabelCache
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
@@ -371,7 +372,12 @@ class ModelManager:
             (bytes, or base64 text from HTTP) as Triton's load request carries them.
         """
         self._check_explicit()
-        request = LoadRequest.parse(name, parameters)
+        check_model_name(name)
+        try:
+            request = LoadRequest.parse(name, parameters)
+        except TritonXError as exc:
+            # Triton reads the load parameters while polling the model: the poll failure
+            raise poll_failed(name, exc.message) from exc
         session = LoadSession()
         task = self._session_load(session, name, request, explicit=True)
         await session.wait()
@@ -735,6 +741,8 @@ class ModelManager:
         versions = cfg.version_folders(folder)
         first = versions[min(versions)] if versions else None
         cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
+        cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
+        selected, missing = cfg.versions_to_load(config, versions)
         backend = None if is_ensemble(config) else self._backend(config.backend, name, folder)
         if backend is not None and not self.settings.disable_auto_complete_config:
             filename = config.default_model_filename or backend.default_model_filename
@@ -763,19 +771,11 @@ class ModelManager:
                 "(--cache-config <cache>,<key>=<value>): responses are not cached",
                 name,
             )
-        selected = cfg.select_versions(config.version_policy, versions)
-        missing: list[int] = []
-        if config.version_policy.WhichOneof("policy_choice") == "specific":
-            missing = [v for v in config.version_policy.specific.versions if v not in versions]
-        if not selected and not missing:
-            raise invalid_arg(
-                f"at least one version must be available under the version policy of model '{name}'"
-            )
         return Prepared(config, folder, versions, selected, missing, backend)
 
     def check(self, name: str, repo: Repository) -> Prepared:
         """Read and complete a model's config and resolve its backend and agents; load and
-        run nothing (``tritonx check-repository``)."""
+        run nothing (``tritonx check``)."""
         folder = repo.localize(name)
         raw = self._read_config(name, folder, None)
         AgentChain.resolve(name, raw, self.registries.repoagents)
@@ -909,6 +909,7 @@ class ModelManager:
             async with self._load_slots:
                 started = time.monotonic()
                 await scheduler.start()
+                await warm_up(scheduler, config, prepared.model_dir, v)
                 ventry.load_seconds = time.monotonic() - started
         except Exception as exc:
             err = TritonXError.wrap(exc)

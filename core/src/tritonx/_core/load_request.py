@@ -39,7 +39,10 @@ class LoadRequest:
 
     @classmethod
     def parse(cls, name: str, parameters: Mapping[str, Any] | None) -> LoadRequest:
-        """Check the model name and the parameters of Triton's load request."""
+        """Check the model name and the parameters of Triton's load request.
+
+        Triton reads the parameters while it polls the model: the load API answers any error
+        raised here as :func:`poll_failed` (``ModelManager.load``)."""
         check_model_name(name)
         config_json: str | None = None
         files: dict[str, bytes] = {}
@@ -56,17 +59,9 @@ class LoadRequest:
                 raise invalid_arg(
                     f"Unrecognized load parameter '{key}' with type '{_type_name(value)}'"
                 )
-        # Triton checks these while it polls the model: the load answers "failed to poll"
         if files and config_json is None:
-            raise poll_failed(
-                name, "Load parameter 'config' must be specified for model file override"
-            )
-        config = None
-        if config_json is not None:
-            try:
-                config = parse_config_json(config_json)
-            except TritonXError as exc:
-                raise poll_failed(name, exc.message) from exc
+            raise invalid_arg("Load parameter 'config' must be specified for model file override")
+        config = None if config_json is None else parse_config_json(config_json)
         return cls(config, files)
 
 

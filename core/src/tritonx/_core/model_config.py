@@ -251,16 +251,42 @@ def normalize_instance_groups(config: ModelConfigPb, default_cpu_count: int = 1)
             group.count = max(1, default_cpu_count) if group.kind == kinds.KIND_CPU else 1
 
 
-def validate(config: ModelConfigPb, dir_name: str) -> None:
-    """Triton's ``ValidateModelConfig``, IO and instance-group checks, with its messages."""
-    name = config.name
-    if not name:
-        raise invalid_arg("model configuration must specify 'name'")
+def validate_at_poll(config: ModelConfigPb, dir_name: str, *, strict: bool = False) -> None:
+    """What Triton checks when it polls a model, before any backend is involved: normalize
+    (``GetNormalizedModelConfig``), ``ValidateModelConfig``, with ``strict`` (auto-complete
+    disabled) also ``ValidateModelIOConfig``, then the directory name and the ``runtime``
+    field (the backend library lookup)."""
+    normalize(config)
+    validate_model_config(config)
+    if strict:
+        validate_io(config)
     if config.name != dir_name:
         raise invalid_arg(
             f"unexpected directory name '{dir_name}' for model '{config.name}', "
             "directory name must equal model name"
         )
+    check_runtime(config)
+
+
+def validate(config: ModelConfigPb, dir_name: str) -> None:
+    """Every check of a completed config: ``ValidateModelConfig``, the directory name,
+    ``ValidateModelIOConfig`` and ``ValidateInstanceGroup`` (Triton's order and messages)."""
+    validate_model_config(config)
+    if config.name != dir_name:
+        raise invalid_arg(
+            f"unexpected directory name '{dir_name}' for model '{config.name}', "
+            "directory name must equal model name"
+        )
+    check_runtime(config)
+    validate_io(config)
+    _validate_instance_groups(config)
+
+
+def validate_model_config(config: ModelConfigPb) -> None:
+    """Triton's ``ValidateModelConfig`` with its messages (IO and instance groups apart)."""
+    name = config.name
+    if not name:
+        raise invalid_arg("model configuration must specify 'name'")
     if not config.backend and config.platform != ENSEMBLE:
         raise invalid_arg(f"unexpected platform type '{config.platform}' for {name}")
     if config.backend and config.platform == ENSEMBLE:
@@ -275,6 +301,8 @@ def validate(config: ModelConfigPb, dir_name: str) -> None:
         )
     if config.max_batch_size < 0:
         raise invalid_arg(f"'max_batch_size' must be non-negative value for {name}")
+    if not config.HasField("version_policy"):
+        raise invalid_arg(f"must specify 'version policy' for {name}")
     if config.HasField("dynamic_batching"):
         _validate_dynamic_batching(config)
     if config.HasField("sequence_batching"):
@@ -290,10 +318,122 @@ def validate(config: ModelConfigPb, dir_name: str) -> None:
             f"Response Cache does not currently support model {name} with 'decoupled' "
             "transaction policy. Please disable the response cache."
         )
-    for what, tensors in (("input", config.input), ("output", config.output)):
-        for t in tensors:
-            _validate_io_shape(config, what, t)
-    _validate_instance_groups(config)
+
+
+def validate_io(config: ModelConfigPb) -> None:
+    """Triton's ``ValidateModelIOConfig``: every input and output, then ``batch_input`` /
+    ``batch_output``; messages end with " for <model>". tritonx runs no batch inputs or
+    outputs, so a config that passes Triton's checks but has them is refused."""
+    name = config.name
+    platform = config.platform
+    for t in config.input:
+        _validate_io_shape(config, "input", t)
+        if t.format in (_FORMAT_NHWC, _FORMAT_NCHW) and len(t.dims) != 3:
+            raise invalid_arg(f"model input NHWC/NCHW require 3 dims for {name}")
+        _validate_trt_only_io(t, platform, "input", name)
+    for t in config.output:
+        _validate_io_shape(config, "output", t)
+        _validate_trt_only_io(t, platform, "output", name)
+    _validate_batch_io(config)
+    if len(config.batch_input) or len(config.batch_output):
+        raise TritonXError(
+            f"batch inputs and batch outputs (model '{name}') are not supported by tritonx: "
+            "no tritonx backend receives 'batch_input' tensors or scatters 'batch_output' "
+            "ones; remove them from the config",
+            Code.UNSUPPORTED,
+        )
+
+
+_FORMAT_NHWC = model_config_pb2.ModelInput.Format.FORMAT_NHWC
+_FORMAT_NCHW = model_config_pb2.ModelInput.Format.FORMAT_NCHW
+
+
+def _validate_trt_only_io(t: Any, platform: str, what: str, name: str) -> None:
+    if platform != "tensorrt_plan" and t.is_shape_tensor:
+        raise invalid_arg(f"shape tensors are only supported for TensorRT platform for {name}")
+    if t.is_non_linear_format_io:
+        if platform != "tensorrt_plan":
+            raise invalid_arg(
+                f"Non-linear IO format is only supported for the TensorRT platform for {name}"
+            )
+        if len(t.dims) != 3:
+            raise invalid_arg(f"Non-linear IO format {what} requires 3 dims for {name}")
+
+
+def _validate_batch_io(config: ModelConfigPb) -> None:
+    """Triton's ``ValidateBatchIO`` (messages get " for <model>" as in ``ValidateModelIOConfig``)."""
+    suffix = f" for {config.name}"
+    inputs = {t.name for t in config.input}
+    outputs = {t.name for t in config.output}
+    bi_kinds = model_config_pb2.BatchInput.Kind
+    fp32, int32 = model_config_pb2.DataType.TYPE_FP32, model_config_pb2.DataType.TYPE_INT32
+    for bi in config.batch_input:
+        kind = bi_kinds.Name(bi.kind)
+        if len(bi.source_input) != 1:
+            raise invalid_arg(
+                f"batch input kind '{kind}' expects 1 source input, got "
+                f"{len(bi.source_input)}{suffix}"
+            )
+        if bi.data_type not in (int32, fp32):
+            raise invalid_arg(f"batch input data type must be TYPE_INT32 or TYPE_FP32{suffix}")
+        for source in bi.source_input:
+            if source not in inputs:
+                raise invalid_arg(f"unknown source input name '{source}'{suffix}")
+    bo_kinds = model_config_pb2.BatchOutput.Kind
+    for bo in config.batch_output:
+        if len(bo.source_input) != 1:
+            raise invalid_arg(
+                f"batch output kind '{bo_kinds.Name(bo.kind)}' expects 1 source input, got "
+                f"{len(bo.source_input)}{suffix}"
+            )
+        for source in bo.source_input:
+            if source not in inputs:
+                raise invalid_arg(f"unknown source input name '{source}'{suffix}")
+        seen: set[str] = set()
+        for target in bo.target_name:
+            if target not in outputs:
+                raise invalid_arg(f"unknown target output name '{target}'{suffix}")
+            if target in seen:
+                raise invalid_arg(
+                    f"target output name '{target}' can only be specified once{suffix}"
+                )
+            seen.add(target)
+
+
+#: ``runtime`` of Triton's Python-based backends (``<backends>/<name>/model.py``).
+PYTHON_RUNTIME = "model.py"
+
+
+def check_runtime(config: ModelConfigPb) -> None:
+    """The ``runtime`` field: tritonx backends are plugins, so a model may only name its
+    backend's own library (``libtriton_<backend>.so``) or, as for Triton's Python-based
+    backends, ``model.py``: the plugin serves it either way. Anything else is refused with
+    Triton's backend-library messages."""
+    runtime = config.runtime
+    if not runtime or config.platform == ENSEMBLE:
+        return
+    own = f"libtriton_{config.backend}.so"
+    if runtime == own:
+        return
+    if runtime == PYTHON_RUNTIME:
+        # a Python-based backend's model.py: a tritonx backend plugin is that implementation;
+        # the python backend itself has none (Triton's message)
+        if config.backend == "python":
+            raise invalid_arg(
+                f"unable to find Python backend based backend library '{runtime}' for model "
+                f"'{config.name}': the python backend is not a Python-based backend"
+            )
+        return
+    if "/" in runtime or "\\" in runtime or runtime in (".", ".."):
+        raise invalid_arg(
+            f"backend library name '{runtime}' escapes backend directory of backend "
+            f"'{config.backend}', for model '{config.name}', check model config runtime field"
+        )
+    raise invalid_arg(
+        f"unable to find backend library '{runtime}' for model '{config.name}': tritonx "
+        f"backends are plugins and 'runtime' may only name backend '{config.backend}''s "
+        f"own library '{own}' (or be left empty)"
+    )
 
 
 _TYPED_BACKENDS = ("tensorflow", "tensorrt", "onnxruntime")
@@ -358,19 +498,43 @@ def _validate_io_shape(config: ModelConfigPb, what: str, t: Any) -> None:
                     f"variable-size dimension{suffix}"
                 )
         dims, shape = list(t.dims), list(t.reshape.shape)
-        if -1 not in dims and -1 not in shape:
-            count = 1
-            for d in dims:
-                count *= d
-            target = 1
-            for d in shape:
-                target *= d
-            if count != target and not (not shape and count == 1):
+        dims_size, reshape_size = _element_count(dims), _element_count(shape)
+        # the same element count, or both variable-size; an empty reshape needs dims of 1
+        if dims_size != reshape_size and (reshape_size != 0 or dims_size != 1):
+            raise invalid_arg(f"{p}has different size for dims and reshape{suffix}")
+        if dims_size == -1:
+            # compare the element counts of the runs between variable-size dimensions
+            dims_runs, shape_runs = _runs(dims), _runs(shape)
+            if len(dims_runs) != len(shape_runs):
+                raise invalid_arg(
+                    f"{p}has different number of variable-size dimensions for dims and "
+                    f"reshape{suffix}"
+                )
+            if dims_runs != shape_runs:
                 raise invalid_arg(f"{p}has different size for dims and reshape{suffix}")
-        elif dims.count(-1) != shape.count(-1):
-            raise invalid_arg(
-                f"{p}has different number of variable-size dimensions for dims and reshape{suffix}"
-            )
+
+
+def _element_count(dims: list[int]) -> int:
+    """Triton's ``GetElementCount``: -1 when any dimension is variable, 0 for no dims."""
+    if -1 in dims:
+        return -1
+    count = 0
+    for index, d in enumerate(dims):
+        count = d if index == 0 else count * d
+    return count
+
+
+def _runs(dims: list[int]) -> list[int]:
+    """Element counts of the runs of fixed dimensions around each -1."""
+    runs, current = [], 1
+    for d in dims:
+        if d == -1:
+            runs.append(current)
+            current = 1
+        else:
+            current *= d
+    runs.append(current)
+    return runs
 
 
 def _validate_instance_groups(config: ModelConfigPb) -> None:
@@ -390,9 +554,14 @@ def _validate_instance_groups(config: ModelConfigPb) -> None:
                     "more GPUs"
                 )
         elif group.kind == kinds.KIND_GPU:
-            if gpus == 0:
+            if not group.gpus:
+                if gpus == 0:
+                    raise invalid_arg(
+                        f"instance group {g} of model {m} has kind KIND_GPU but no GPUs are "
+                        "available"
+                    )
                 raise invalid_arg(
-                    f"instance group {g} of model {m} has kind KIND_GPU but no GPUs are available"
+                    f"instance group {g} of model {m} has kind KIND_GPU but specifies no GPUs"
                 )
             for gpu in group.gpus:
                 if not 0 <= gpu < gpus:
@@ -498,6 +667,24 @@ def version_folders(model_dir: Path) -> dict[int, Path]:
             continue
         versions[int(name)] = entry
     return versions
+
+
+def versions_to_load(
+    config: ModelConfigPb, available: dict[int, Path]
+) -> tuple[list[int], list[int]]:
+    """(the versions to load, the ``specific`` ones whose folder is missing); Triton's
+    error when the policy leaves nothing to load."""
+    policy = config.version_policy
+    selected = select_versions(policy, available)
+    missing: list[int] = []
+    if policy.WhichOneof("policy_choice") == "specific":
+        missing = [v for v in policy.specific.versions if v not in available]
+    if not selected and not missing:
+        raise invalid_arg(
+            "at least one version must be available under the version policy of model "
+            f"'{config.name}'"
+        )
+    return selected, missing
 
 
 def select_versions(policy: ModelConfigPb, available: Iterable[int]) -> list[int]:

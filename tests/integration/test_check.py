@@ -1,0 +1,262 @@
+"""``tritonx check``: the real command in a subprocess over good and bad repositories; the
+table, ``--json``, exit codes, and that it agrees with what ``serve`` does (same messages)
+without loading any instance."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tritonx.testing import ModelRepositoryBuilder
+
+pytest.importorskip("onnx")
+from onnx import TensorProto
+
+from tritonx_backend_onnx.models import identity
+
+# the identity test backend as an installed plugin whose load() leaves a trace: check must
+# never load an instance
+ECHO = """
+import os
+from pathlib import Path
+
+from tritonx.testing import identity
+from tritonx.testing.identity import tritonx_register_backends  # noqa: F401
+
+_load = identity.IdentityBackend.load
+
+
+def _traced(self, ctx):
+    Path(os.environ["LOAD_TRACE"]).write_text("loaded")
+    return _load(self, ctx)
+
+
+identity.IdentityBackend.load = _traced
+"""
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "backend_echo.py").write_text(ECHO)
+    info = site / "tritonx_backend_echo-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
+    environ["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
+    )
+    environ["TRITONX_PLUGINS"] = "backend_echo,backend_onnx"
+    environ["LOAD_TRACE"] = str(tmp_path / "trace")
+    return environ
+
+
+def check(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "tritonx", "check", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def good_models(repo: ModelRepositoryBuilder) -> None:
+    repo.add_identity("echo", dims=[4], max_batch_size=8)
+    # no config.pbtxt: ONNX auto-complete reads the model file
+    repo.add(
+        "onnx_auto",
+        write_config=False,
+        versions={1: {"model.onnx": identity(TensorProto.FLOAT, [None, 3])}, 2: {}},
+    )
+    repo.add(
+        "ens",
+        config="""
+name: "ens"
+platform: "ensemble"
+max_batch_size: 8
+input [ { name: "IN", data_type: TYPE_FP32, dims: [4] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [4] } ]
+ensemble_scheduling { step [ { model_name: "echo" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+""",
+    )
+
+
+def test_good_repository_table_and_json(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str], tmp_path: Path
+) -> None:
+    good_models(model_repository)
+    result = check(env, str(model_repository.root))
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = result.stdout.splitlines()
+    assert [c.strip() for c in lines[1].split("|")[1:-1]] == [
+        "Model", "Versions", "Status", "Backend", "Max batch", "Inputs", "Outputs", "Instances",
+    ]  # fmt: skip
+    rows = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in lines[3:-1]
+    }
+    assert rows["echo"] == [
+        "1",
+        "OK",
+        "identity",
+        "8",
+        "INPUT0:FP32[4]",
+        "OUTPUT0:FP32[4]",
+        "1xKIND_CPU",
+    ]
+    # auto-complete: the batch dimension became max_batch_size 4 (ORT's default), 2 CPU
+    # instances (ORT's default count), latest version only
+    assert rows["onnx_auto"] == [
+        "2", "OK", "onnxruntime_onnx/onnxruntime", "4", "INPUT0:FP32[3]", "OUTPUT0:FP32[3]",
+        "2xKIND_CPU",
+    ]  # fmt: skip
+    assert rows["ens"] == ["1", "OK", "ensemble", "8", "IN:FP32[4]", "OUT:FP32[4]", "-"]
+    assert not (tmp_path / "trace").exists()  # no instance was loaded
+
+    result = check(env, "--json", str(model_repository.root))
+    assert result.returncode == 0, result.stderr
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert out["onnx_auto"]["status"] == "OK" and out["onnx_auto"]["versions"] == [2]
+    config = out["onnx_auto"]["config"]
+    assert config["max_batch_size"] == 4
+    assert config["dynamic_batching"]["preferred_batch_size"] == [4]
+    assert config["input"][0]["dims"] == [3]
+    assert out["echo"]["repository"] == str(model_repository.root)
+    # --backend-config reaches the backend's auto-complete, as with serve
+    result = check(
+        env, "--json", "--backend-config", "onnxruntime,default-max-batch-size=2",
+        str(model_repository.root),
+    )  # fmt: skip
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert out["onnx_auto"]["config"]["max_batch_size"] == 2
+
+
+def test_no_repository_checks_the_bundled_examples(env: dict[str, str]) -> None:
+    from tritonx.config import EXAMPLE_REPOSITORY
+
+    env = {**env, "TRITONX_PLUGINS": "backend_onnx,backend_python"}
+    result = check(env, "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert sorted(out) == sorted(p.name for p in EXAMPLE_REPOSITORY.iterdir() if p.is_dir())
+    assert out["simple"]["config"]["max_batch_size"] == 8
+
+
+def test_bad_repository_reasons_and_exit_code(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str], tmp_path: Path
+) -> None:
+    good_models(model_repository)
+    model_repository.add("nobackend", config='name: "nobackend" backend: "zzz"')
+    model_repository.add_identity("negative", max_batch_size=-1)
+    model_repository.add_identity("noversion", versions=())
+    model_repository.add_identity(
+        "noagent", extra='model_repository_agents { agents [ { name: "nope" } ] }\n'
+    )
+    model_repository.add(
+        "ens_bad",
+        config="""
+name: "ens_bad"
+platform: "ensemble"
+max_batch_size: 16
+input [ { name: "IN", data_type: TYPE_FP32, dims: [4] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [4] } ]
+ensemble_scheduling { step [ { model_name: "echo" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+""",
+    )
+    model_repository.add(
+        "ens_missing",
+        config="""
+name: "ens_missing"
+platform: "ensemble"
+input [ { name: "IN", data_type: TYPE_FP32, dims: [4] } ]
+output [ { name: "OUT", data_type: TYPE_FP32, dims: [4] } ]
+ensemble_scheduling { step [ { model_name: "nope" model_version: -1
+  input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } } ] }
+""",
+    )
+    result = check(env, "--json", str(model_repository.root))
+    assert result.returncode == 1
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert {n for n, m in out.items() if m["status"] == "OK"} == {"echo", "onnx_auto", "ens"}
+    assert out["nobackend"]["error"].startswith("unable to find backend library for backend 'zzz'")
+    assert out["negative"]["error"] == "'max_batch_size' must be non-negative value for negative"
+    assert out["noversion"]["error"] == (
+        "at least one version must be available under the version policy of model 'noversion'"
+    )
+    assert out["ens_bad"]["error"] == (
+        "ensemble ens_bad allows maximum batch size 16, but it contains model echo which only "
+        "allows maximum batch size to be 8"
+    )
+    assert out["ens_missing"]["error"] == (
+        "ensemble ens_missing contains models that are not available or ambiguous: nope"
+    )
+    assert out["noagent"]["error"].startswith(
+        "unable to find repository agent 'nope' for model 'noagent'"
+    )
+    assert "config" not in out["negative"]
+
+    table = check(env, str(model_repository.root))
+    assert table.returncode == 1
+    assert (
+        "| negative    | -        | ERROR: 'max_batch_size' must be non-negative value for negative"
+        in table.stdout
+    )
+    assert not (tmp_path / "trace").exists()
+
+
+def test_same_reason_as_serve_and_other_failures(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str], tmp_path: Path
+) -> None:
+    model_repository.add_identity("negative", max_batch_size=-1)
+    serve = subprocess.run(
+        [
+            sys.executable, "-m", "tritonx", "serve", "--model-repository",
+            str(model_repository.root), "--allow-http=false", "--allow-grpc=false",
+            "--allow-metrics=false",
+        ],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert serve.returncode == 1
+    result = check(env, "--json", str(model_repository.root))
+    reason = json.loads(result.stdout)[0]["error"]
+    assert reason in serve.stderr
+    # strict mode: a model without config.pbtxt fails as serve would
+    model_repository.add(
+        "onnx_auto",
+        write_config=False,
+        versions={1: {"model.onnx": identity(TensorProto.FLOAT, [None, 3])}},
+    )
+    out = {
+        m["name"]: m
+        for m in json.loads(
+            check(
+                env, "--json", "--disable-auto-complete-config", str(model_repository.root)
+            ).stdout
+        )
+    }
+    assert "model configuration is not provided for model 'onnx_auto'" in out["onnx_auto"]["error"]
+    # the same model in two repositories; a repository that does not exist
+    second = ModelRepositoryBuilder(tmp_path / "second")
+    second.add_identity("negative")
+    out = {
+        m["name"]: m
+        for m in json.loads(
+            check(env, "--json", str(model_repository.root), str(second.root)).stdout
+        )
+    }
+    assert out["negative"]["error"] == "model appears in two or more repositories"
+    missing = check(env, str(tmp_path / "nope"))
+    assert missing.returncode == 1
+    assert f"failed to stat file {tmp_path / 'nope'}" in missing.stderr
