@@ -46,7 +46,9 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_listening(proc: subprocess.Popen[bytes], port: int, what: str, timeout: float = 60) -> None:
+def wait_listening(
+    proc: subprocess.Popen[bytes], port: int, what: str, timeout: float = 60
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -138,6 +140,49 @@ def s3_emulator() -> Iterator[Emulator]:
                 "AWS_DEFAULT_REGION": "us-east-1",
             },
         )
+    finally:
+        stop(proc)
+
+
+@dataclass
+class AuthS3:
+    """A moto S3 server that checks signatures, with one IAM user allowed everything."""
+
+    endpoint: str
+    key_id: str
+    secret: str
+
+
+@pytest.fixture(scope="session")
+def s3_auth_emulator() -> Iterator[AuthS3]:
+    """moto_server with ``INITIAL_NO_AUTH_ACTION_COUNT=3``: the first three requests create
+    the user, its key and its policy; every later one must be signed with a known key."""
+    pytest.importorskip("s3fs")
+    boto3 = pytest.importorskip("boto3")
+    command = which("moto_server")
+    if command is None:
+        pytest.skip("moto_server not found: pip install 'moto[server]'")
+    port = free_port()
+    proc = start(
+        [command, "-H", "127.0.0.1", "-p", str(port)],
+        port,
+        "moto_server",
+        env={**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "3"},
+    )
+    try:
+        endpoint = f"http://127.0.0.1:{port}"
+        iam = boto3.client(
+            "iam",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id="bootstrap",
+            aws_secret_access_key="bootstrap",
+        )
+        iam.create_user(UserName="reader")
+        key = iam.create_access_key(UserName="reader")["AccessKey"]
+        policy = '{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}'
+        iam.put_user_policy(UserName="reader", PolicyName="all", PolicyDocument=policy)
+        yield AuthS3(f"127.0.0.1:{port}", key["AccessKeyId"], key["SecretAccessKey"])
     finally:
         stop(proc)
 
@@ -262,15 +307,37 @@ class Bucket:
     def model_url(self, model: str) -> str:
         return f"{self.url}/{model}"
 
-    def put(self, key: str, data: bytes) -> None:
-        """Write one object (``key`` relative to the repository prefix)."""
+    def put(self, key: str, data: bytes, public: bool = False) -> None:
+        """Write one object (``key`` relative to the repository prefix); ``public``: S3's
+        ``public-read`` ACL (readable by unsigned requests)."""
         full = f"{self.prefix}/{key}"
         if self.kind.startswith("s3"):
-            self._client.put_object(Bucket=self.name, Key=full, Body=data)
+            extra = {"ACL": "public-read"} if public else {}
+            self._client.put_object(Bucket=self.name, Key=full, Body=data, **extra)
         elif self.kind == "gcs":
             self._client.bucket(self.name).blob(full).upload_from_string(data)
         else:
             self._client.get_blob_client(self.name, full).upload_blob(data, overwrite=True)
+
+    def put_folder(self, key: str) -> None:
+        """An empty folder as the store's tools write one: a ``key/`` object (S3, GCS), a
+        blob flagged ``hdi_isfolder`` (Azure)."""
+        if self.kind == "azure":
+            full = f"{self.prefix}/{key}"
+            blob = self._client.get_blob_client(self.name, full)
+            blob.upload_blob(b"", overwrite=True, metadata={"hdi_isfolder": "true"})
+        else:
+            self.put(f"{key}/", b"")
+
+    def drop(self) -> None:
+        """Delete every object and the bucket itself."""
+        self.delete("")
+        if self.kind.startswith("s3"):
+            self._client.delete_bucket(Bucket=self.name)
+        elif self.kind == "gcs":
+            self._client.bucket(self.name).delete()
+        else:
+            self._client.delete_container(self.name)
 
     def keys(self, under: str = "") -> list[str]:
         """Object keys below the repository prefix (relative to it)."""
@@ -309,9 +376,7 @@ class Bucket:
 def bucket(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Bucket:
     """A fresh bucket in each store in turn, with the store's environment set."""
     kind = request.param
-    fixture = {"s3": "s3_emulator", "s3_endpoint_env": "s3_emulator"}.get(
-        kind, f"{kind}_emulator"
-    )
+    fixture = {"s3": "s3_emulator", "s3_endpoint_env": "s3_emulator"}.get(kind, f"{kind}_emulator")
     emulator: Emulator = request.getfixturevalue(fixture)
     made = Bucket(emulator, kind)
     for key, value in made.env.items():

@@ -30,7 +30,11 @@ from tritonx.testing import ModelRepositoryBuilder, loopback_settings  # noqa: E
 from tritonx_backend_onnx.models import make_model  # noqa: E402
 from tritonx_repo_cloud import transfers  # noqa: E402
 
-MOUNT_ENVS = ("TRITON_AWS_MOUNT_DIRECTORY", "TRITON_GCS_MOUNT_DIRECTORY", "TRITON_AZURE_MOUNT_DIRECTORY")
+MOUNT_ENVS = (
+    "TRITON_AWS_MOUNT_DIRECTORY",
+    "TRITON_GCS_MOUNT_DIRECTORY",
+    "TRITON_AZURE_MOUNT_DIRECTORY",
+)
 IO = (
     'input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] }, '
     '{ name: "INPUT1", data_type: TYPE_FP32, dims: [ 4 ] } ]\n'
@@ -177,9 +181,7 @@ async def test_explicit_mode_load_and_unload_through_grpc(
 ) -> None:
     put_model(bucket, "remote", "Add")
     local_model(model_repository, "local", "Sub")
-    settings = loopback_settings(
-        [model_repository.root, bucket.url], model_control_mode="explicit"
-    )
+    settings = loopback_settings([model_repository.root, bucket.url], model_control_mode="explicit")
     async with Server(settings, plugin_manager=cloud_plugins) as server:
         client = grpcclient.InferenceServerClient(server.grpc_url)
         try:
@@ -254,30 +256,61 @@ async def test_log_lines_tell_what_was_downloaded(
 
 
 async def test_empty_version_folder_markers_become_folders(
-    make_bucket: Callable[[str], Bucket],
+    bucket: Bucket,
     plugin_manager: pluggy.PluginManager,
     register_plugin: Callable[[object], None],
     mount: Path,
 ) -> None:
-    """An identity model has an empty version folder: stores keep it as a ``1/`` marker."""
+    """An identity model has an empty version folder: stores keep it as a folder marker."""
     register_plugin(tritonx_repo_cloud)
-    store = make_bucket("s3")
-    store.put(
+    bucket.put(
         "echo/config.pbtxt",
         b'name: "echo"\nbackend: "identity"\nmax_batch_size: 0\n'
         b'input [ { name: "INPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]\n'
         b'output [ { name: "OUTPUT0", data_type: TYPE_FP32, dims: [ 4 ] } ]\n',
     )
-    store.put("echo/1/", b"")
-    async with Server(loopback_settings([store.url]), plugin_manager=plugin_manager) as server:
+    bucket.put_folder("echo/1")
+    settings = loopback_settings([bucket.url], exit_on_error=True)
+    async with Server(settings, plugin_manager=plugin_manager) as server:
         client = httpclient.InferenceServerClient(server.http_url)
         try:
             tensor = httpclient.InferInput("INPUT0", [4], "FP32")
             tensor.set_data_from_numpy(A)
             result = await client.infer("echo", [tensor])
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), A)
+            assert (mount / next(mount.iterdir()) / "echo" / "1").is_dir()
         finally:
             await client.close()
+
+
+async def test_a_bucket_gone_during_poll_mode_unloads_its_models_only(
+    make_bucket: Callable[[str], Bucket],
+    model_repository: ModelRepositoryBuilder,
+    cloud_plugins: pluggy.PluginManager,
+    mount: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Triton's poll: the models of a repository that cannot be listed count as removed."""
+    store = make_bucket("s3")
+    put_model(store, "remote", "Add")
+    local_model(model_repository, "local", "Sub")
+    settings = loopback_settings(
+        [store.url, model_repository.root], model_control_mode="poll", repository_poll_secs=3600
+    )
+    async with Server(settings, plugin_manager=cloud_plugins) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            np.testing.assert_array_equal(await infer(client, "remote"), RESULTS["Add"])
+            store.drop()
+            await server.poll_repository()
+            assert not await client.is_model_ready("remote")
+            np.testing.assert_array_equal(await infer(client, "local"), RESULTS["Sub"])
+            assert await client.is_server_live()
+            assert list(mount.iterdir()) == []
+        finally:
+            await client.close()
+    assert f"failed to read model repository {store.url}" in caplog.text
+    assert "Exception: 'NoSuchBucket'" in caplog.text
 
 
 # ----------------------------------------------------------------------------- errors
@@ -319,6 +352,72 @@ async def test_missing_folder_fails_start_up(
     url = bucket.url + "/nope"
     message = await start_fails(url, cloud_plugins)
     assert message == f"directory or file does not exist at {url}"
+
+
+async def test_s3_credentials_are_checked_by_the_store(
+    s3_auth_emulator: Any,
+    cloud_plugins: pluggy.PluginManager,
+    monkeypatch: pytest.MonkeyPatch,
+    mount: Path,
+) -> None:
+    import boto3
+
+    auth = s3_auth_emulator
+    writer = boto3.client(
+        "s3",
+        endpoint_url=f"http://{auth.endpoint}",
+        region_name="us-east-1",
+        aws_access_key_id=auth.key_id,
+        aws_secret_access_key=auth.secret,
+    )
+    writer.create_bucket(Bucket="signed")
+    writer.put_object(Bucket="signed", Key="models/m/config.pbtxt", Body=config("m"))
+    writer.put_object(Bucket="signed", Key="models/m/1/model.onnx", Body=onnx_model("Add"))
+    url = f"s3://{auth.endpoint}/signed/models"
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGWRONGWRONG0")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    message = await start_fails(url, cloud_plugins)
+    assert message == (
+        "Unable to create S3 filesystem client. Check account credentials. "
+        "Exception: 'InvalidAccessKeyId' Message: 'The AWS Access Key Id you provided does "
+        "not exist in our records.'"
+    )
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", auth.key_id)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", auth.secret)
+    async with Server(loopback_settings([url]), plugin_manager=cloud_plugins) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            np.testing.assert_array_equal(await infer(client, "m"), RESULTS["Add"])
+        finally:
+            await client.close()
+
+
+async def test_s3_without_credentials_reads_anonymously(
+    make_bucket: Callable[[str], Bucket],
+    cloud_plugins: pluggy.PluginManager,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mount: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Triton's client, which sends unsigned requests when it finds no credentials."""
+    store = make_bucket("s3")
+    store.put("m/config.pbtxt", config("m"), public=True)
+    store.put("m/1/model.onnx", onnx_model("Add"), public=True)
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    caplog.set_level(logging.INFO, logger="tritonx.repo_cloud")
+    async with Server(loopback_settings([store.url]), plugin_manager=cloud_plugins) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            np.testing.assert_array_equal(await infer(client, "m"), RESULTS["Add"])
+        finally:
+            await client.close()
+    assert f"no AWS credentials found: reading {store.url} anonymously" in caplog.text
 
 
 async def test_gcs_credential_file_that_is_not_one_fails_start_up(

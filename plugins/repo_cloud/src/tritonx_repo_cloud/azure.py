@@ -61,8 +61,7 @@ class AzureRepository(CloudRepository):
         except Exception as exc:
             _, message = error_code(exc)
             raise TritonXError(
-                "Unable to create Azure filesystem client. Check account credentials. "
-                f"({message})",
+                f"Unable to create Azure filesystem client. Check account credentials. ({message})",
                 Code.INTERNAL,
             ) from exc
 
