@@ -372,26 +372,12 @@ class Bucket:
                 self.put(key, path.read_bytes())
 
 
-@pytest.fixture(params=STORES)
-def bucket(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Bucket:
-    """A fresh bucket in each store in turn, with the store's environment set."""
-    kind = request.param
-    fixture = {"s3": "s3_emulator", "s3_endpoint_env": "s3_emulator"}.get(kind, f"{kind}_emulator")
-    emulator: Emulator = request.getfixturevalue(fixture)
-    made = Bucket(emulator, kind)
-    for key, value in made.env.items():
-        monkeypatch.setenv(key, value)
-    return made
-
-
 @pytest.fixture
 def make_bucket(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Any:
-    """``make_bucket(kind)``: a fresh bucket in one store, its environment set."""
+    """``make_bucket(kind)``: a fresh bucket in one store (``STORES``), its environment set."""
 
     def make(kind: str) -> Bucket:
-        fixture = {"s3": "s3_emulator", "s3_endpoint_env": "s3_emulator"}.get(
-            kind, f"{kind}_emulator"
-        )
+        fixture = "s3_emulator" if kind.startswith("s3") else f"{kind}_emulator"
         emulator: Emulator = request.getfixturevalue(fixture)
         made = Bucket(emulator, kind)
         for key, value in made.env.items():
@@ -399,3 +385,11 @@ def make_bucket(monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest)
         return made
 
     return make
+
+
+@pytest.fixture(params=STORES)
+def bucket(request: pytest.FixtureRequest, make_bucket: Any) -> Bucket:
+    """A fresh bucket in each store in turn (S3 twice: Triton's ``s3://host:port/bucket``
+    form, and ``s3://bucket`` with ``AWS_ENDPOINT_URL``), its environment set."""
+    made: Bucket = make_bucket(request.param)
+    return made

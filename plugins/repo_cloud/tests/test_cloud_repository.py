@@ -113,7 +113,9 @@ def mount(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 # ----------------------------------------------------------------------------- serving
 
 
-async def test_poll_mode_loads_reloads_and_unloads_beside_a_local_repository(
+@pytest.mark.parametrize("with_local", [True, False], ids=["with_local", "alone"])
+async def test_poll_mode_loads_reloads_and_unloads(
+    with_local: bool,
     bucket: Bucket,
     model_repository: ModelRepositoryBuilder,
     cloud_plugins: pluggy.PluginManager,
@@ -122,8 +124,9 @@ async def test_poll_mode_loads_reloads_and_unloads_beside_a_local_repository(
     put_model(bucket, "changing", "Add")
     put_model(bucket, "steady", "Sub")
     local_model(model_repository, "local", "Mul")
+    repos = [bucket.url, model_repository.root] if with_local else [bucket.url]
     settings = loopback_settings(
-        [bucket.url, model_repository.root],
+        repos,
         model_control_mode="poll",
         repository_poll_secs=3600,  # polled by hand below
         exit_on_error=True,
@@ -134,7 +137,10 @@ async def test_poll_mode_loads_reloads_and_unloads_beside_a_local_repository(
             assert await client.is_server_ready()
             np.testing.assert_array_equal(await infer(client, "changing"), RESULTS["Add"])
             np.testing.assert_array_equal(await infer(client, "steady"), RESULTS["Sub"])
-            np.testing.assert_array_equal(await infer(client, "local"), RESULTS["Mul"])
+            if with_local:
+                np.testing.assert_array_equal(await infer(client, "local"), RESULTS["Mul"])
+            else:
+                assert not await client.is_model_ready("local")
             assert copies(mount) == ["changing", "steady"]
             first = transfers(bucket.model_url("changing"))
             assert (first.localized, first.files_downloaded, first.files_reused) == (1, 2, 0)
@@ -163,11 +169,14 @@ async def test_poll_mode_loads_reloads_and_unloads_beside_a_local_repository(
             await server.poll_repository()
             np.testing.assert_array_equal(await infer(client, "added"), RESULTS["Sub"])
             assert not await client.is_model_ready("steady")
-            np.testing.assert_array_equal(await infer(client, "local"), RESULTS["Mul"])
             assert copies(mount) == ["added", "changing"]
             index = {m["name"]: m for m in await client.get_model_repository_index()}
             assert index["steady"]["state"] == "UNAVAILABLE"
-            assert index["local"]["state"] == "READY"
+            if with_local:
+                np.testing.assert_array_equal(await infer(client, "local"), RESULTS["Mul"])
+                assert index["local"]["state"] == "READY"
+            else:
+                assert "local" not in index
         finally:
             await client.close()
     assert list(mount.iterdir()) == []  # every copy removed at shutdown
