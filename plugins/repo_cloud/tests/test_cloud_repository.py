@@ -6,6 +6,7 @@ unload, alone and mixed with a local repository; unchanged models are not downlo
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -505,3 +506,27 @@ async def test_object_that_leaves_the_model_folder_fails_that_model_only(
         finally:
             await client.close()
     assert not (mount / "escape.txt").exists()
+
+
+@pytest.mark.parametrize(
+    ("url", "module", "extra"),
+    [
+        ("s3://bucket/models", "s3fs", "s3"),
+        ("gs://b/m", "gcsfs", "gcs"),
+        ("as://a/c/m", "adlfs", "azure"),
+    ],
+)
+async def test_a_store_without_its_library_names_the_extra(
+    url: str,
+    module: str,
+    extra: str,
+    cloud_plugins: pluggy.PluginManager,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As on a machine where only another extra was installed (the import fails)."""
+    for name in list(sys.modules):
+        if name == module or name.startswith(module + "."):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
+    message = await start_fails(url, cloud_plugins)
+    assert f"repositories need {module}: pip install 'tritonx-repo-cloud[{extra}]'" in message
