@@ -5,7 +5,9 @@ unload, alone and mixed with a local repository; unchanged models are not downlo
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -181,6 +183,34 @@ async def test_poll_mode_loads_reloads_and_unloads(
         finally:
             await client.close()
     assert list(mount.iterdir()) == []  # every copy removed at shutdown
+
+
+async def test_the_poll_timer_picks_up_a_change(
+    make_bucket: Callable[[str], Bucket],
+    cloud_plugins: pluggy.PluginManager,
+    mount: Path,
+) -> None:
+    """--repository-poll-secs=1: the server's own poll loop reloads the changed model and
+    leaves the other one alone."""
+    store = make_bucket("gcs")
+    put_model(store, "changing", "Add")
+    put_model(store, "steady", "Sub")
+    settings = loopback_settings([store.url], model_control_mode="poll", repository_poll_secs=1)
+    async with Server(settings, plugin_manager=cloud_plugins) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            np.testing.assert_array_equal(await infer(client, "changing"), RESULTS["Add"])
+            store.put("changing/1/model.onnx", onnx_model("Mul"))
+            deadline = asyncio.get_running_loop().time() + 30
+            while not np.array_equal(await infer(client, "changing"), RESULTS["Mul"]):
+                assert asyncio.get_running_loop().time() < deadline, "no reload in 30 s"
+                await asyncio.sleep(0.2)
+            await asyncio.sleep(2.5)  # two more polls with nothing changed
+            assert transfers(store.model_url("changing")).localized == 2
+            assert transfers(store.model_url("steady")).localized == 1
+            np.testing.assert_array_equal(await infer(client, "steady"), RESULTS["Sub"])
+        finally:
+            await client.close()
 
 
 async def test_explicit_mode_load_and_unload_through_grpc(
@@ -530,3 +560,25 @@ async def test_a_store_without_its_library_names_the_extra(
     monkeypatch.setitem(sys.modules, module, None)  # makes `import <module>` fail
     message = await start_fails(url, cloud_plugins)
     assert f"repositories need {module}: pip install 'tritonx-repo-cloud[{extra}]'" in message
+
+
+def test_copies_never_released_are_removed_at_exit(
+    make_bucket: Callable[[str], Bucket], mount: Path
+) -> None:
+    """A process that localizes and exits without releasing (``tritonx check-repository``
+    does) leaves no copy behind."""
+    store = make_bucket("s3")
+    put_model(store, "m", "Add")
+    code = (
+        "import sys\n"
+        "from tritonx_repo_cloud import S3Repository\n"
+        "path = S3Repository(sys.argv[1], {}).localize('m')\n"
+        "assert (path / '1' / 'model.onnx').is_file()\n"
+        "print(path)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, store.url], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).name == "m"
+    assert list(mount.iterdir()) == []

@@ -8,6 +8,7 @@ content, and how its errors are worded. Everything else lives here, once.
 from __future__ import annotations
 
 import abc
+import atexit
 import importlib
 import logging
 import os
@@ -46,6 +47,18 @@ class Transfers:
 
 _transfers: dict[str, Transfers] = {}
 _transfers_lock = threading.Lock()
+#: private folders of copies not released yet, removed when the process exits (a copy made
+#: by ``tritonx check-repository``, which never releases, or a server that did not unload)
+_holders: set[Path] = set()
+
+
+@atexit.register
+def _remove_leftover_copies() -> None:
+    with _transfers_lock:
+        left = list(_holders)
+        _holders.clear()
+    for holder in left:
+        shutil.rmtree(holder, ignore_errors=True)
 
 
 def transfers(model_url: str) -> Transfers:
@@ -213,6 +226,7 @@ class CloudRepository(Repository, abc.ABC):
             self._copies[dest] = copy
         key = url.rstrip("/")
         with _transfers_lock:
+            _holders.add(holder)
             counters = _transfers.setdefault(key, Transfers())
             counters.localized += 1
             counters.files_downloaded += len(remote)
@@ -235,6 +249,8 @@ class CloudRepository(Repository, abc.ABC):
             copy = self._copies.pop(path, None)
         if copy is None:
             return
+        with _transfers_lock:
+            _holders.discard(path.parent)
         shutil.rmtree(path.parent, ignore_errors=True)
         log.info("released model '%s' copy %s", name, path)
 
