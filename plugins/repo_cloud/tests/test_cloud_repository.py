@@ -565,7 +565,7 @@ async def test_a_store_without_its_library_names_the_extra(
 def test_copies_never_released_are_removed_at_exit(
     make_bucket: Callable[[str], Bucket], mount: Path
 ) -> None:
-    """A process that localizes and exits without releasing (``tritonx check-repository``
+    """A process that localizes and exits without releasing (the core's offline model check
     does) leaves no copy behind."""
     store = make_bucket("s3")
     put_model(store, "m", "Add")

@@ -48,7 +48,7 @@ class Transfers:
 _transfers: dict[str, Transfers] = {}
 _transfers_lock = threading.Lock()
 #: private folders of copies not released yet, removed when the process exits (a copy made
-#: by ``tritonx check-repository``, which never releases, or a server that did not unload)
+#: by the core's offline model check, which never releases, or a server that did not unload)
 _holders: set[Path] = set()
 
 
