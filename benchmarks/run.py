@@ -32,6 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import cache
+import cloud_repo
 import minilm
 import shm
 
@@ -401,6 +402,9 @@ def table(points: list[Point]) -> str:
             r, vs = (
                 (ratio(base.infer_per_s, p.infer_per_s), "batching on / off") if base else ("", "")
             )
+        if p.scenario == "cloud":
+            rows.append(cloud_repo.table_row(p))
+            continue
         if p.scenario == "memory":
             rows.append(
                 f"| memory | tritonx | - | {p.model} | - | - | - | - | load {p.extra.get('load_s')} s, "
@@ -429,6 +433,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results")
     parser.add_argument("--memory-models", type=int, default=100)
+    parser.add_argument(
+        "--cloud-models", type=int, default=100, help="models of the S3-vs-local-disk row"
+    )
     args = parser.parse_args(argv)
     if not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists():
         print(
@@ -579,6 +586,18 @@ def main(argv: list[str] | None = None) -> int:
 
         points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
         points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
+        # time to ready: N tiny models from an S3 store (moto) vs local disk
+        points.extend(
+            cloud_repo.points(
+                work,
+                log_dir,
+                5 if args.smoke else args.cloud_models,
+                point=Point,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+            )
+        )
     finally:
         shutil.rmtree(work, ignore_errors=True)
     text = table(points)
