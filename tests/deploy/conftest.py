@@ -78,8 +78,16 @@ class Replica:
     def url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
 
+    def ready_status(self) -> int | None:
+        """The status of GET /v2/health/ready (None: the connection failed)."""
+        return http_status(f"http://{self.url}/v2/health/ready", timeout=1)
+
     def ready(self) -> bool:
-        return http_status(f"http://{self.url}/v2/health/ready", timeout=1) == 200
+        return self.ready_status() == 200
+
+    def accepts_connections(self) -> bool:
+        """Whether the HTTP listener accepts a TCP connection."""
+        return accepts_connections(self.http_port)
 
     def wait_ready(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
