@@ -69,6 +69,7 @@ class Replica:
 
     proc: subprocess.Popen[str]
     http_port: int
+    grpc_port: int
     metrics_port: int
     log: Path
     name: str = ""
@@ -77,6 +78,10 @@ class Replica:
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
 
     def ready_status(self) -> int | None:
         """The status of GET /v2/health/ready (None: the connection failed)."""
@@ -128,7 +133,7 @@ def start_replica(tmp_path: Path, echo_env: dict[str, str]) -> Iterator[StartRep
             stderr=log.open("w"),
             text=True,
         )
-        replica = Replica(proc, http_port, metrics_port, log, name)
+        replica = Replica(proc, http_port, grpc_port, metrics_port, log, name)
         started.append(replica)
         return replica
 

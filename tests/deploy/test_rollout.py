@@ -5,6 +5,7 @@ concurrency 16, real SIGTERMs. What is modelled, with the timings of deploy/kust
 
 - **Endpoints** (EndpointSlice + kube-proxy): the replicas whose readiness probe
   (``/v2/health/ready``, every ``PROBE_PERIOD``) last passed and that are not being deleted.
+- **Clients**: tritonclient.http or tritonclient.grpc, one client per endpoint per worker.
 - **Per-request balancing**: every request goes to the next endpoint, round robin, as a headless
   Service with client-side balancing (gRPC's ``round_robin``) or an L7 proxy does. (kube-proxy
   balances connections; a keep-alive connection stays on its pod, see deploy/README.md.)
@@ -34,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
@@ -47,7 +49,9 @@ EXIT_TIMEOUT = 10  # --exit-timeout-secs (30 in the manifests)
 
 
 def _refused(exc: BaseException) -> bool:
-    """A refused (or reset before any byte was sent) connection: safe to send elsewhere."""
+    """A refused connection (nothing was sent): safe to send elsewhere."""
+    if isinstance(exc, InferenceServerException) and "Connection refused" in (exc.message() or ""):
+        return True  # gRPC: the channel could not connect
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, ConnectionRefusedError):
@@ -120,8 +124,9 @@ class Endpoints:
 class Load:
     """CONCURRENCY threads sending inferences to the endpoints until stopped."""
 
-    def __init__(self, endpoints: Endpoints) -> None:
+    def __init__(self, endpoints: Endpoints, protocol: str) -> None:
         self.endpoints = endpoints
+        self.protocol = protocol
         self.stop = threading.Event()
         self.failures: list[str] = []
         self.served: Counter[str] = Counter()
@@ -142,20 +147,23 @@ class Load:
             thread.join(60)
 
     def _worker(self, index: int) -> None:
-        clients: dict[str, httpclient.InferenceServerClient] = {}
+        lib: Any = httpclient if self.protocol == "http" else grpcclient
+        clients: dict[str, Any] = {}
         n = 0
         while not self.stop.is_set():
             n += 1
             value = np.full((1, 1), index * 100000 + n, np.float32)
-            data = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+            data = lib.InferInput("INPUT0", [1, 1], "FP32")
             data.set_data_from_numpy(value)
             error = "no ready endpoint"
             for replica in self.endpoints.pick():
                 client = clients.get(replica.name)
                 if client is None:
-                    client = clients[replica.name] = httpclient.InferenceServerClient(
-                        replica.url, network_timeout=30
-                    )
+                    if self.protocol == "http":
+                        client = httpclient.InferenceServerClient(replica.url, network_timeout=30)
+                    else:
+                        client = grpcclient.InferenceServerClient(replica.grpc_url)
+                    clients[replica.name] = client
                 try:
                     out = client.infer("echo", [data]).as_numpy("OUTPUT0")
                 except (InferenceServerException, OSError) as exc:
@@ -214,8 +222,9 @@ def _delete_pod(replica: Any, endpoints: Endpoints) -> None:
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_rolling_update_loses_no_request(
-    model_repository: ModelRepositoryBuilder, start_replica: Callable[..., Any]
+    model_repository: ModelRepositoryBuilder, start_replica: Callable[..., Any], protocol: str
 ) -> None:
     model_repository.add_identity(
         "echo",
@@ -234,7 +243,6 @@ def test_rolling_update_loses_no_request(
         "serve",
         f"--model-repository={model_repository.root}",
         f"--exit-timeout-secs={EXIT_TIMEOUT}",
-        "--allow-grpc=false",
     ]
     endpoints = Endpoints()
     try:
@@ -243,7 +251,7 @@ def test_rolling_update_loses_no_request(
             endpoints.add(replica)
         for replica in old:
             endpoints.wait_visible(replica)
-        with Load(endpoints) as load:
+        with Load(endpoints, protocol) as load:
             time.sleep(1.0)
             new = []
             for i, replica in enumerate(old):
