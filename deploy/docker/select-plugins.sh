@@ -11,9 +11,7 @@ need_dir() {
 }
 for plugin in "$@"; do
     case "$plugin" in
-        onnx)
-            need_dir backend_onnx
-            if [ "$variant" = cuda ]; then echo "onnxruntime-gpu"; fi ;;
+        onnx) need_dir backend_onnx ;;  # the Dockerfile swaps in onnxruntime-gpu for cuda
         python) need_dir backend_python ;;
         torch)
             need_dir backend_python
