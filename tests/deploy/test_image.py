@@ -103,6 +103,21 @@ def test_dockerfile_shape(dockerfile: list[tuple[str, str]]) -> None:
     assert stop == "SIGTERM"  # tritonx drains on SIGTERM
 
 
+def test_build_context_holds_what_the_dockerfile_copies(dockerfile: list[tuple[str, str]]) -> None:
+    """The Dockerfile's own .dockerignore (BuildKit) excludes everything but the COPY sources."""
+    lines = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert patterns[0] == "*"
+    included = {p[1:] for p in patterns if p.startswith("!")}
+    sources = [
+        a.split()[:-1] for keyword, a in dockerfile if keyword == "COPY" and "--from=" not in a
+    ]
+    assert sources
+    for source in (src for group in sources for src in group):
+        assert source in included, source
+        assert (ROOT / source).exists(), source
+
+
 def test_plugin_selection(tmp_path: Path) -> None:
     script = DOCKER / "select-plugins.sh"
 

@@ -218,6 +218,12 @@ def test_probes_ports_and_shutdown_fit_together(rendered: tuple[str, list[dict[s
     assert sleep + exit_timeout < grace <= sleep + exit_timeout + 15
     strategy = deployment["spec"]["strategy"]
     assert strategy["rollingUpdate"]["maxUnavailable"] == 0
+    # /dev/shm large enough for the python backend's tensors, /tmp writable
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+    assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
     # non-root, as the image
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
@@ -367,7 +373,9 @@ def test_serving_runtimes(filename: str, kind: str, flags: set[str]) -> None:
     assert spec["protocolVersions"] == ["v2", "grpc-v2"]
     assert set(spec["protocolVersions"]) <= PROTOCOLS
     # the containers are core/v1 Containers: validated by the Kubernetes schema
-    kubernetes_validate.validate(_as_pod(spec["containers"]), KUBERNETES_VERSION, strict=True)
+    pod = _as_pod(spec["containers"])
+    pod["spec"]["volumes"] = spec["volumes"]
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
     (c,) = spec["containers"]
     assert c["name"] == "kserve-container"
     assert c["command"] == ["tritonx", "serve"]
