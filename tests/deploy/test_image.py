@@ -177,7 +177,7 @@ def test_entrypoint_and_healthcheck_run_against_tritonx_serve(
     assert 'DEFAULT_URL = "http://127.0.0.1:8000/v2/health/ready"' in script.read_text()
 
     model_repository.add_identity(
-        "slow", dims=[1], max_batch_size=4, parameters={"execute_delay_ms": "1500"}
+        "slow", dims=[1], max_batch_size=4, parameters={"execute_delay_ms": "2500"}
     )
     model_repository.add_identity("echo", dims=[1], max_batch_size=4)
     replica = start_replica(_local(entrypoint + cmd, model_repository.root), name="image")  # type: ignore[operator]

@@ -234,7 +234,7 @@ def test_rolling_update_loses_no_request(
         extra="dynamic_batching { }",
     )
     model_repository.add_identity(
-        "long", dims=[1], max_batch_size=1, parameters={"execute_delay_ms": "1500"}
+        "long", dims=[1], max_batch_size=1, parameters={"execute_delay_ms": "3000"}
     )
     serve = [
         sys.executable,
