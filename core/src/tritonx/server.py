@@ -140,6 +140,10 @@ class Server:
         every model and close the listeners."""
         if timeout is None:
             timeout = self.settings.exit_timeout_secs
+        if self._dataplane is not None:
+            # readiness turns false first, before the last metrics export and the drain, so
+            # load balancers (Kubernetes readiness probes) stop sending at once
+            self._dataplane.exiting = True
         if self._exporter is not None:  # a last export while the models are still listed
             await asyncio.to_thread(self._exporter.stop)
             self._exporter = None
