@@ -161,9 +161,12 @@ class OpenVINOBackend(Backend):
         model = _fit(ov, model, config, settings, inputs)
         outputs = [port_info(ov, p, name, "output") for p in model.outputs]
         ports.validate_outputs(config, outputs)
-        properties = dict(settings.properties)
+        try:  # as Triton: the properties are set on the core for the device
+            core.set_property(settings.device, dict(settings.properties))
+        except Exception as exc:
+            raise ov_error("configuring openvino core", exc) from exc
         try:
-            compiled = core.compile_model(model, settings.device, properties)
+            compiled = core.compile_model(model, settings.device)
             request = compiled.create_infer_request()
         except Exception as exc:
             raise ov_error("loading model", exc) from exc
@@ -251,8 +254,7 @@ def _fit(
             model.reshape(shapes)
         except Exception as exc:
             hint = (
-                " (set SKIP_OV_DYNAMIC_BATCHSIZE to YES to compile a fixed batch of "
-                "max_batch_size)"
+                " (set SKIP_OV_DYNAMIC_BATCHSIZE to YES to compile a fixed batch of max_batch_size)"
                 if max_batch > 0 and not settings.static_batch
                 else ""
             )
@@ -341,14 +343,21 @@ class OpenVINOModelInstance(ModelInstance):
                 ran.append(_as_error(exc, "running inference"))
         timer.output_started()
         responses: list[InferenceResponse] = []
-        for item, results in zip(prepared, ran, strict=True):
-            if isinstance(results, BaseException):
-                responses.append(InferenceResponse.failed(_as_error(results, "inference")))
+        for item, result in zip(prepared, ran, strict=True):
+            if isinstance(result, BaseException):
+                responses.append(InferenceResponse.failed(_as_error(result, "inference")))
                 continue
             assert not isinstance(item, BaseException)
-            outputs = self._shape_outputs(results, item[0], item[2])
+            outputs = self._shape_outputs(result, item[0], item[2])
             responses.append(InferenceResponse(outputs=outputs))
         return responses
+
+    def compiled_property(self, name: str) -> Any:
+        """A property of the compiled model (``INFERENCE_PRECISION_HINT``, ``NUM_STREAMS``,
+        ``PERFORMANCE_HINT``, ``INFERENCE_NUM_THREADS``...), as OpenVINO reports it."""
+        if self._compiled is None:
+            raise unavailable("the model instance is unloaded")
+        return self._compiled.get_property(name)
 
     def unload(self) -> None:
         """Drop the infer request and the compiled model (OpenVINO frees their memory)."""
