@@ -316,6 +316,21 @@ async def test_config_datatype_is_converted_by_openvino(
         np.testing.assert_array_equal(out.outputs["OUTPUT0"], x * 2)
 
 
+async def test_scalar_ports(model_repository: ModelRepositoryBuilder, plugin_manager: Any) -> None:
+    """Rank-0 inputs and outputs are configured as dims [1] (auto-complete) and served so."""
+    graph = binary("Add", TensorProto.FLOAT, [])
+    model_repository.add(
+        "scalar", backend="openvino", extra=ONNX_FILE, versions={1: {"model.onnx": graph}}
+    )
+    async with serve(model_repository, plugin_manager) as server:
+        cfg = server.model_config("scalar").to_json_dict()
+        assert [t["dims"] for t in cfg["input"] + cfg["output"]] == [[1], [1], [1], [1]]
+        x = np.array([1.5], np.float32)
+        out = await server.infer(InferenceRequest("scalar", {"INPUT0": x, "INPUT1": x}))
+        np.testing.assert_array_equal(out.raise_for_error().outputs["OUTPUT0"], [3.0])
+        assert out.outputs["OUTPUT1"].shape == (1,)
+
+
 # ----------------------------------------------------------------------------- precision
 
 
