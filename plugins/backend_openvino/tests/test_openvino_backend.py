@@ -116,10 +116,6 @@ class TestOpenVINOContract(BackendContract):
     framework_modules = ("openvino", "onnx")
 
     @pytest.fixture
-    def plugin_manager(self) -> Any:
-        return make_plugin_manager(autoload=False, extra=[identity, tritonx_backend_openvino])
-
-    @pytest.fixture
     def model(self, model_repository: ModelRepositoryBuilder) -> Path:
         return model_repository.add(
             "addsub",
@@ -138,10 +134,6 @@ class TestOpenVINOAutoCompletedContract(BackendContract):
     framework_modules = ("openvino", "onnx")
 
     @pytest.fixture
-    def plugin_manager(self) -> Any:
-        return make_plugin_manager(autoload=False, extra=[identity, tritonx_backend_openvino])
-
-    @pytest.fixture
     def model(self, model_repository: ModelRepositoryBuilder) -> Path:
         ir = to_ir(binary("Add", TensorProto.INT64), batch_layout=True)
         return model_repository.add("auto", write_config=False, versions={1: ir})
@@ -152,10 +144,6 @@ class TestOpenVINOOnnxContract(BackendContract):
 
     backend_module = "tritonx_backend_openvino"
     framework_modules = ("openvino", "onnx")
-
-    @pytest.fixture
-    def plugin_manager(self) -> Any:
-        return make_plugin_manager(autoload=False, extra=[identity, tritonx_backend_openvino])
 
     @pytest.fixture
     def model(self, model_repository: ModelRepositoryBuilder) -> Path:

@@ -168,7 +168,8 @@ class OnnxRuntimeBackend(Backend):
             raise TritonXError(
                 f"model '{name}' instance '{ctx.instance.name}': ONNX Runtime could not start "
                 f"{', '.join(unused)} (the session fell back to {', '.join(used)}); check the "
-                "CUDA/cuDNN (and TensorRT) libraries onnxruntime-gpu needs",
+                "libraries the provider loads (CUDA/cuDNN and TensorRT for onnxruntime-gpu, "
+                "OpenVINO for onnxruntime-openvino)",
                 Code.UNAVAILABLE,
             )
         inputs, outputs, initializers = session_io(session)
