@@ -347,11 +347,19 @@ async def test_fp32_precision_by_default_and_configurable(
         versions={1: to_ir(graph)},
         **common,  # type: ignore[arg-type]
     )
+    model_repository.add(
+        "auto_device",  # OpenVINO's AUTO device picks the CPU, with the f32 precision set on it
+        extra=ONE_CPU,
+        parameters={"TARGET_DEVICE": "AUTO", "PERFORMANCE_HINT": "LATENCY"},
+        versions={1: to_ir(graph)},
+        **common,  # type: ignore[arg-type]
+    )
     x = np.random.default_rng(1).standard_normal((8, 64)).astype(np.float32)
     want = ort_run(graph, {"x": x})["y"]
     async with serve(model_repository, plugin_manager) as server:
-        got = (await server.infer(InferenceRequest("f32", {"x": x}))).raise_for_error()
-        np.testing.assert_allclose(got.outputs["y"], want, rtol=1e-5, atol=1e-5)
+        for model in ("f32", "auto_device"):
+            got = (await server.infer(InferenceRequest(model, {"x": x}))).raise_for_error()
+            np.testing.assert_allclose(got.outputs["y"], want, rtol=1e-5, atol=1e-5, err_msg=model)
         low = (await server.infer(InferenceRequest("bf16", {"x": x}))).raise_for_error()
     cpu_default = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT")
     if str(cpu_default.get_type_name()) == "bf16":

@@ -161,16 +161,16 @@ class OpenVINOBackend(Backend):
         model = _fit(ov, model, config, settings, inputs)
         outputs = [port_info(ov, p, name, "output") for p in model.outputs]
         ports.validate_outputs(config, outputs)
-        try:  # as Triton: the properties are set on the core for the device
-            core.set_property(settings.device, dict(settings.properties))
-        except Exception as exc:
-            raise ov_error("configuring openvino core", exc) from exc
+        _configure(core, settings)
         try:
             compiled = core.compile_model(model, settings.device)
             request = compiled.create_infer_request()
         except Exception as exc:
             raise ov_error("loading model", exc) from exc
-        precision = compiled.get_property("INFERENCE_PRECISION_HINT")
+        try:
+            precision = compiled.get_property("INFERENCE_PRECISION_HINT")
+        except Exception:  # a virtual device (AUTO...) does not report it
+            precision = settings.properties.get("INFERENCE_PRECISION_HINT")
         ctx.logger.info(
             "compiled %s for instance %s on %s (inference precision %s)",
             ctx.model_path,
@@ -190,6 +190,29 @@ def _check_device(core: Any, device: str) -> None:
         f"OpenVINO device '{device}' (TARGET_DEVICE) is not available here; available "
         f"devices: {', '.join(available) or 'none'}"
     )
+
+
+def _configure(core: Any, settings: OpenVINOSettings) -> None:
+    """Set the properties on the core for the device, as Triton does. For a virtual device
+    (AUTO, MULTI, HETERO...) the inference precision goes to the hardware devices under it, which
+    are the ones that have it (OpenVINO refuses it on the virtual device), and the other
+    properties to the virtual device itself."""
+    properties = dict(settings.properties)
+    root = settings.device.split(":")[0].split(".")[0]
+    try:
+        if root in VIRTUAL_DEVICES:
+            precision = properties.pop("INFERENCE_PRECISION_HINT", None)
+            if precision is not None:
+                for device in core.available_devices:
+                    supported = core.get_property(device, "SUPPORTED_PROPERTIES")
+                    if "INFERENCE_PRECISION_HINT" in supported:
+                        core.set_property(device, {"INFERENCE_PRECISION_HINT": precision})
+            if properties:
+                core.set_property(root, properties)
+        else:
+            core.set_property(settings.device, properties)
+    except Exception as exc:
+        raise ov_error("configuring openvino core", exc) from exc
 
 
 def _fit(
