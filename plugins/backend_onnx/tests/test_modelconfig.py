@@ -135,34 +135,6 @@ def test_make_session_options() -> None:
     assert so.intra_op_num_threads == 2 and so.enable_cpu_mem_arena is False
 
 
-def test_trt_accelerator_parameters() -> None:
-    config = model_config_pb2.ModelConfig(name="m")
-    acc = config.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
-    acc.parameters["max_workspace_size_bytes"] = "1073741824"
-    acc.parameters["trt_engine_cache_enable"] = "1"
-    providers = modelconfig.providers_for(
-        config,
-        {"gpu_mem_limit": "1000"},
-        "KIND_GPU",
-        0,
-        ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-    )
-    assert providers[0] == (
-        "TensorrtExecutionProvider",
-        {"device_id": "0", "trt_max_workspace_size": "1073741824", "trt_engine_cache_enable": "1"},
-    )
-    assert providers[1] == ("CUDAExecutionProvider", {"device_id": "0", "gpu_mem_limit": "1000"})
-    acc.parameters["bogus"] = "1"
-    with pytest.raises(TritonXError, match="unknown parameter 'bogus'"):
-        modelconfig.providers_for(
-            config,
-            {},
-            "KIND_GPU",
-            0,
-            ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-        )
-
-
 def test_fit_shape() -> None:
     import numpy as np
 

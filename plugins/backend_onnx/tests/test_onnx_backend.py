@@ -631,36 +631,6 @@ async def test_session_options_from_parameters(
         assert "unknown Execution Accelerator 'warp' is requested" in status(server, "bad_accel")[1]
 
 
-def test_gpu_instance_without_cuda_provider_is_refused() -> None:
-    from tritonx.proto import model_config_pb2
-    from tritonx_backend_onnx.modelconfig import providers_for
-
-    config = model_config_pb2.ModelConfig(name="m")
-    with pytest.raises(TritonXError) as err:
-        providers_for(config, {}, "KIND_GPU", 0, ["CPUExecutionProvider"])
-    assert err.value.code is Code.UNAVAILABLE and "CUDAExecutionProvider" in err.value.message
-    config.optimization.execution_accelerators.gpu_execution_accelerator.add(
-        name="tensorrt"
-    ).parameters["precision_mode"] = "FP16"
-    providers = providers_for(
-        config,
-        {},
-        "KIND_GPU",
-        1,
-        ["TensorrtExecutionProvider", "CUDAExecutionProvider", "CPUExecutionProvider"],
-    )
-    assert [p for p, _ in providers] == [
-        "TensorrtExecutionProvider",
-        "CUDAExecutionProvider",
-        "CPUExecutionProvider",
-    ]
-    assert providers[0][1] == {"device_id": "1", "trt_fp16_enable": "True"}
-    assert providers[1][1]["device_id"] == "1"
-    assert providers_for(
-        model_config_pb2.ModelConfig(name="m"), {}, "KIND_CPU", 0, ["CPUExecutionProvider"]
-    ) == [("CPUExecutionProvider", {})]
-
-
 def _has_cuda_ep() -> bool:
     from tritonx._core.devices import gpu_count
 

@@ -26,7 +26,7 @@ from tritonx import (
 )
 from tritonx.datatypes import DataType
 from tritonx.errors import Code, TritonXError, invalid_arg, not_found
-from tritonx_backend_onnx import modelconfig
+from tritonx_backend_onnx import accelerators, modelconfig
 from tritonx_backend_onnx.tensors import (
     TensorInfo,
     bf16_to_ort,
@@ -150,7 +150,7 @@ class OnnxRuntimeBackend(Backend):
         name = ctx.model_name
         path = resolve_model_file(ctx.model_path, name)
         kind = ctx.instance.kind
-        providers = modelconfig.providers_for(
+        providers = accelerators.providers_for(
             config.raw, ctx.parameters, kind, ctx.instance.device_id, ort.get_available_providers()
         )
         if kind == "KIND_GPU" and _both_builds_installed():
@@ -168,7 +168,8 @@ class OnnxRuntimeBackend(Backend):
             raise TritonXError(
                 f"model '{name}' instance '{ctx.instance.name}': ONNX Runtime could not start "
                 f"{', '.join(unused)} (the session fell back to {', '.join(used)}); check the "
-                "CUDA/cuDNN (and TensorRT) libraries onnxruntime-gpu needs",
+                "libraries the provider loads (CUDA/cuDNN and TensorRT for onnxruntime-gpu, "
+                "OpenVINO for onnxruntime-openvino)",
                 Code.UNAVAILABLE,
             )
         inputs, outputs, initializers = session_io(session)

@@ -1,7 +1,7 @@
 """Model-config work of the ONNX Runtime backend, following Triton's onnxruntime_backend:
 auto-complete from the graph (``AutoCompleteConfig``), checking a config against the graph
-(``ValidateInputs`` / ``ValidateOutputs``), and session options and execution providers from
-``parameters``, ``optimization`` and ``--backend-config``.
+(``ValidateInputs`` / ``ValidateOutputs``), and session options from ``parameters``,
+``optimization`` and ``--backend-config`` (execution providers: :mod:`.accelerators`).
 
 Functions here work on :class:`~tritonx_backend_onnx.tensors.TensorInfo` lists and the config
 protobuf, so they are testable without a session; none imports onnxruntime at module level.
@@ -16,7 +16,7 @@ from typing import Any
 
 from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
 from tritonx.datatypes import DataType
-from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.errors import invalid_arg
 from tritonx.proto import model_config_pb2
 from tritonx_backend_onnx.tensors import TensorInfo, shape_str
 
@@ -380,100 +380,3 @@ def make_session_options(ort: Any, s: SessionSettings) -> tuple[Any, Any]:
     for key, value in s.run_entries.items():
         ro.add_run_config_entry(key, value)
     return so, ro
-
-
-# --------------------------------------------------------------------------- execution providers
-
-#: ``execution_accelerators`` names → ONNX Runtime execution providers.
-GPU_ACCELERATORS = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider"}
-CPU_ACCELERATORS = {"openvino": "OpenVINOExecutionProvider"}
-
-#: Triton's TensorRT accelerator parameters → TensorRT EP option names.
-_TRT_KEYS = {
-    "max_workspace_size_bytes": "trt_max_workspace_size",
-    "trt_engine_cache_enable": "trt_engine_cache_enable",
-    "trt_engine_cache_path": "trt_engine_cache_path",
-    "max_partition_iterations": "trt_max_partition_iterations",
-    "minimum_subgraph_size": "trt_min_subgraph_size",
-}
-#: Triton's (deprecated) model parameters that configure the CUDA EP.
-_CUDA_PARAMETERS = (
-    "cudnn_conv_algo_search",
-    "gpu_mem_limit",
-    "arena_extend_strategy",
-    "do_copy_in_default_stream",
-    "cudnn_conv_use_max_workspace",
-)
-
-Providers = list[tuple[str, dict[str, str]]]
-
-
-def providers_for(
-    config: Any,
-    parameters: Mapping[str, str],
-    kind: str,
-    device_id: int,
-    available: Sequence[str],
-) -> Providers:
-    """The execution providers, in priority order, for one instance.
-
-    ``KIND_CPU``/``KIND_MODEL``: the CPU EP (after OpenVINO when asked for). ``KIND_GPU``: CUDA
-    on ``device_id`` (after TensorRT when asked for), then CPU for the nodes CUDA lacks.
-    Raises UNAVAILABLE when a needed provider is not in ``available``.
-    """
-    accel = config.optimization.execution_accelerators
-    providers: Providers = []
-    if kind == "KIND_GPU":
-        cuda_opts: dict[str, str] = {"device_id": str(device_id)}
-        cuda_opts.update({k: parameters[k] for k in _CUDA_PARAMETERS if k in parameters})
-        for acc in accel.gpu_execution_accelerator:
-            ep = GPU_ACCELERATORS.get(acc.name)
-            if ep is None:
-                raise invalid_arg(f"unknown Execution Accelerator '{acc.name}' is requested")
-            if acc.name == "tensorrt":
-                providers.append(
-                    (ep, {"device_id": str(device_id), **_trt_options(acc.parameters)})
-                )
-            else:
-                cuda_opts.update(acc.parameters)
-        providers.append(("CUDAExecutionProvider", cuda_opts))
-    else:
-        for acc in accel.cpu_execution_accelerator:
-            ep = CPU_ACCELERATORS.get(acc.name)
-            if ep is None:
-                raise invalid_arg(f"unknown Execution Accelerator '{acc.name}' is requested")
-            providers.append((ep, dict(acc.parameters)))
-    if kind == "KIND_GPU" and accel.cpu_execution_accelerator:
-        raise invalid_arg("CPU Execution Accelerator is not supported for GPU instances")
-    providers.append(("CPUExecutionProvider", {}))
-    missing = [ep for ep, _ in providers if ep not in available]
-    if missing:
-        raise TritonXError(
-            f"model '{config.name}': ONNX Runtime has no {', '.join(missing)} here "
-            f"(available: {', '.join(available)}); GPU instances need the onnxruntime-gpu "
-            "build instead of onnxruntime, with CUDA and cuDNN libraries it can load",
-            Code.UNAVAILABLE,
-        )
-    return providers
-
-
-def _trt_options(parameters: Mapping[str, str]) -> dict[str, str]:
-    opts: dict[str, str] = {}
-    for key, value in parameters.items():
-        if key == "precision_mode":
-            mode = value.upper()
-            if mode == "FP16":
-                opts["trt_fp16_enable"] = "True"
-            elif mode == "INT8":
-                opts["trt_int8_enable"] = "True"
-            elif mode != "FP32":
-                raise invalid_arg(f"unsupported precision mode '{value}' is requested")
-        elif key in _TRT_KEYS:
-            opts[_TRT_KEYS[key]] = value
-        elif key.startswith("trt_"):
-            opts[key] = value
-        else:
-            raise invalid_arg(
-                f"unknown parameter '{key}' is provided for TensorRT Execution Accelerator"
-            )
-    return opts
