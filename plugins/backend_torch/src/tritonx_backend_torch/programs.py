@@ -14,6 +14,7 @@ framework at import time.
 
 from __future__ import annotations
 
+import threading
 import zipfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -236,9 +237,14 @@ class _TreeProgram(Program):
         return [leaves[i] for i in self._outputs]
 
 
+#: ``torch.export.load`` keeps its deserializer in a global: one load at a time.
+_export_load_lock = threading.Lock()
+
+
 def load_exported(torch: Any, path: Path) -> tuple[Any, Signature]:
     """``torch.export.load`` a program and read its signature."""
-    program = torch.export.load(str(path))
+    with _export_load_lock:
+        program = torch.export.load(str(path))
     spec = program.call_spec
     return program, signature_from_specs(
         torch, spec.in_spec, spec.out_spec, list(program.graph_signature.user_inputs)
