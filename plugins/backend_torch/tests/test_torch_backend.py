@@ -51,7 +51,9 @@ def _torch_plugin(register_plugin: Callable[[object], None]) -> None:
 
 
 class AddSub(torch.nn.Module):
-    def forward(self, INPUT0: torch.Tensor, INPUT1: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, INPUT0: torch.Tensor, INPUT1: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return INPUT0 + INPUT1, INPUT0 - INPUT1
 
 
@@ -183,7 +185,9 @@ class TestExportedContract(BackendContract):
         program = exported(
             DictOut(), (torch.ones(2, 3), torch.ones(2, 3)), ({0: batch}, {0: batch})
         )
-        return model_repository.add("dictout", write_config=False, versions={1: {"model.pt2": program}})
+        return model_repository.add(
+            "dictout", write_config=False, versions={1: {"model.pt2": program}}
+        )
 
 
 # ----------------------------------------------------------------------------- datatypes
@@ -377,7 +381,9 @@ async def test_dict_input_and_dict_output(
     )
     async with serve(model_repository, plugin_manager) as server:
         x = np.arange(6, dtype=np.int32).reshape(2, 3)
-        out = (await server.infer(InferenceRequest("dict_in", {"x": x, "y": x * 3}))).raise_for_error()
+        out = (
+            await server.infer(InferenceRequest("dict_in", {"x": x, "y": x * 3}))
+        ).raise_for_error()
         np.testing.assert_array_equal(out.outputs["OUTPUT__0"], -2 * x)
         f = x.astype(np.float32)
         out = (await server.infer(InferenceRequest("dict_out", {"x": f, "y": f}))).raise_for_error()
@@ -408,18 +414,28 @@ async def test_parameters(model_repository: ModelRepositoryBuilder, plugin_manag
     addsub_model(model_repository, "tuned", parameters=good)
     addsub_model(model_repository, "bad_bool", parameters={"INFERENCE_MODE": "maybe"})
     addsub_model(model_repository, "bad_int", parameters={"INTRA_OP_THREAD_COUNT": "many"})
-    addsub_model(model_repository, "compile", parameters={"TORCH_COMPILE_OPTIONAL_PARAMETERS": "{}"})
+    addsub_model(
+        model_repository, "compile", parameters={"TORCH_COMPILE_OPTIONAL_PARAMETERS": "{}"}
+    )
     batch = Dim("batch", max=64)
     model_repository.add(
         "jit_on_export",
         platform="torch_aoti",
         parameters={"DISABLE_OPTIMIZED_EXECUTION": "true"},
-        versions={1: {"model.pt2": exported(AddSub(), (torch.ones(2, 4), torch.ones(2, 4)), ({0: batch}, {0: batch}))}},
+        versions={
+            1: {
+                "model.pt2": exported(
+                    AddSub(), (torch.ones(2, 4), torch.ones(2, 4)), ({0: batch}, {0: batch})
+                )
+            }
+        },
     )
     async with serve(model_repository, plugin_manager) as server:
         assert server.model_ready("tuned"), server.status_table()
         x = np.ones((2, 4), np.float32)
-        out = (await server.infer(InferenceRequest("tuned", {"INPUT0": x, "INPUT1": x}))).raise_for_error()
+        out = (
+            await server.infer(InferenceRequest("tuned", {"INPUT0": x, "INPUT1": x}))
+        ).raise_for_error()
         np.testing.assert_array_equal(out.outputs["OUTPUT__0"], 2 * x)
         # INTRA_OP_THREAD_COUNT: torch's intra-op pool in the thread that executes (OpenMP
         # keeps the count per thread, so each execute applies it; the first model wins)
@@ -433,7 +449,10 @@ async def test_parameters(model_repository: ModelRepositoryBuilder, plugin_manag
             assert await asyncio.to_thread(run_and_count) == 1
         finally:
             instance.unload()
-        assert "failed to convert 'INFERENCE_MODE' value 'maybe' to boolean" in status(server, "bad_bool")[1]
+        assert (
+            "failed to convert 'INFERENCE_MODE' value 'maybe' to boolean"
+            in status(server, "bad_bool")[1]
+        )
         assert (
             "failed to convert 'INTRA_OP_THREAD_COUNT' value 'many' to an integer"
             in status(server, "bad_int")[1]
@@ -460,7 +479,9 @@ def _load(backend: TorchBackend, server: Server, name: str, index: int) -> Any:
     return backend.load(ctx)
 
 
-async def test_weight_sharing(model_repository: ModelRepositoryBuilder, plugin_manager: Any) -> None:
+async def test_weight_sharing(
+    model_repository: ModelRepositoryBuilder, plugin_manager: Any
+) -> None:
     """ENABLE_WEIGHT_SHARING: instances on one device use one module (a stateful model shows
     it); without it each instance loads its own."""
     for name, share in (("shared", "true"), ("separate", "false")):
@@ -574,7 +595,9 @@ async def test_execute_errors_fail_only_their_request(
             server.infer(InferenceRequest("mismatch", good)),
             return_exceptions=True,
         )
-        assert not isinstance(results[0], BaseException) and not isinstance(results[2], BaseException)
+        assert not isinstance(results[0], BaseException) and not isinstance(
+            results[2], BaseException
+        )
         np.testing.assert_array_equal(results[0].outputs["OUTPUT__0"], 2 * good["INPUT0"])
         assert isinstance(results[1], TritonXError) and results[1].code is Code.INTERNAL
         assert results[1].message.startswith("PyTorch execute failure: ")
@@ -592,7 +615,9 @@ async def test_gpu_instance_without_cuda_torch_is_refused(
     monkeypatch.setenv("TRITONX_GPU_COUNT", "1")
     gpu_count.cache_clear()
     try:
-        addsub_model(model_repository, "gpu", extra="instance_group [ { count: 1, kind: KIND_GPU } ]\n")
+        addsub_model(
+            model_repository, "gpu", extra="instance_group [ { count: 1, kind: KIND_GPU } ]\n"
+        )
         async with serve(model_repository, plugin_manager) as server:
             state, reason = status(server, "gpu")
             assert state is ModelState.UNAVAILABLE
@@ -675,7 +700,10 @@ async def test_exported_program_auto_complete_and_names(
         np.testing.assert_array_equal(out.outputs["RESULT[prod]"], x * y)
         state, reason = status(server, "unknown_name")
         assert state is ModelState.UNAVAILABLE
-        assert "unexpected inference input 'z' for model 'unknown_name', allowed inputs are: x, y" in reason
+        assert (
+            "unexpected inference input 'z' for model 'unknown_name', allowed inputs are: x, y"
+            in reason
+        )
         # a batch the program's own shape constraints refuse (batch <= 4) fails alone
         big = np.ones((6, 3), np.float32)
         with pytest.raises(TritonXError, match="PyTorch execute failure"):
@@ -731,10 +759,14 @@ async def test_minilm_shaped_encoder_torchscript_and_export(
         for name in ("encoder_pt2", "encoder_pt"):
             out = (
                 await server.infer(
-                    InferenceRequest(name, {"input_ids": ids2.numpy(), "attention_mask": mask2.numpy()})
+                    InferenceRequest(
+                        name, {"input_ids": ids2.numpy(), "attention_mask": mask2.numpy()}
+                    )
                 )
             ).raise_for_error()
-            np.testing.assert_allclose(out.outputs["last_hidden_state"], expected, rtol=1e-4, atol=1e-5)
+            np.testing.assert_allclose(
+                out.outputs["last_hidden_state"], expected, rtol=1e-4, atol=1e-5
+            )
 
 
 @pytest.mark.slow
@@ -745,9 +777,13 @@ async def test_aoti_package(
     with a full config; auto-complete is refused for packages (no signature to read)."""
     batch = Dim("batch", max=64)
     program = torch.export.export(
-        DictOut().eval(), (torch.ones(2, 3), torch.ones(2, 3)), dynamic_shapes=({0: batch}, {0: batch})
+        DictOut().eval(),
+        (torch.ones(2, 3), torch.ones(2, 3)),
+        dynamic_shapes=({0: batch}, {0: batch}),
     )
-    package = torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "p.pt2"))
+    package = torch._inductor.aoti_compile_and_package(
+        program, package_path=str(tmp_path / "p.pt2")
+    )
     data = Path(package).read_bytes()
     model_repository.add(
         "aoti",
@@ -761,7 +797,9 @@ async def test_aoti_package(
     model_repository.add("aoti_auto", write_config=False, versions={1: {"model.pt2": data}})
     async with serve(model_repository, plugin_manager) as server:
         x = np.arange(6, dtype=np.float32).reshape(2, 3)
-        out = (await server.infer(InferenceRequest("aoti", {"ARGS[0]": x, "ARGS[1]": x}))).raise_for_error()
+        out = (
+            await server.infer(InferenceRequest("aoti", {"ARGS[0]": x, "ARGS[1]": x}))
+        ).raise_for_error()
         np.testing.assert_array_equal(out.outputs["RESULT[sum]"], x + x)
         np.testing.assert_array_equal(out.outputs["OUTPUT__1"], x * x)
         state, reason = status(server, "aoti_auto")
@@ -791,7 +829,15 @@ async def test_tritonclient_http_and_grpc(
     model_repository.add(
         "dictout",
         write_config=False,
-        versions={1: {"model.pt2": exported(DictOut(), (torch.ones(2, 3, dtype=torch.float16),) * 2, ({0: batch}, {0: batch}))}},
+        versions={
+            1: {
+                "model.pt2": exported(
+                    DictOut(),
+                    (torch.ones(2, 3, dtype=torch.float16),) * 2,
+                    ({0: batch}, {0: batch}),
+                )
+            }
+        },
     )
     async with serve(model_repository, plugin_manager) as server:
         http = httpclient.InferenceServerClient(server.http_url)
@@ -802,11 +848,15 @@ async def test_tritonclient_http_and_grpc(
             b = np.array([[1.5, -2.0, 3.25]], dtype=ml_dtypes.bfloat16)
             for client in (http, grpc):
                 assert await client.is_model_ready("addsub")
-                meta = await client.get_model_metadata("dictout", **({} if client is http else {"as_json": True}))
+                meta = await client.get_model_metadata(
+                    "dictout", **({} if client is http else {"as_json": True})
+                )
                 assert meta["platform"] == "torch_aoti"
                 inputs = []
                 for name in ("INPUT0", "INPUT1"):
-                    tensor = (httpclient if client is http else grpcclient).InferInput(name, [2, 4], "FP32")
+                    tensor = (httpclient if client is http else grpcclient).InferInput(
+                        name, [2, 4], "FP32"
+                    )
                     tensor.set_data_from_numpy(x)
                     inputs.append(tensor)
                 result = await client.infer("addsub", inputs)
@@ -814,7 +864,10 @@ async def test_tritonclient_http_and_grpc(
                 np.testing.assert_array_equal(result.as_numpy("OUTPUT__1"), 0 * x)
 
                 module = httpclient if client is http else grpcclient
-                hx, hy = module.InferInput("x", [2, 3], "FP16"), module.InferInput("y", [2, 3], "FP16")
+                hx, hy = (
+                    module.InferInput("x", [2, 3], "FP16"),
+                    module.InferInput("y", [2, 3], "FP16"),
+                )
                 hx.set_data_from_numpy(h)
                 hy.set_data_from_numpy(h)
                 result = await client.infer("dictout", [hx, hy])

@@ -77,6 +77,20 @@ def is_aoti_package(path: Path) -> bool:
         raise TritonXError(f"'{path}' is not a PT2 archive: {exc}", Code.INTERNAL) from exc
 
 
+def _require_io(config: ModelConfig) -> None:
+    """Triton's refusal of a config that lists no inputs or no outputs."""
+    if not config.inputs:
+        raise TritonXError(
+            "model configuration must contain at least one input, none were specified.",
+            Code.INTERNAL,
+        )
+    if not config.outputs:
+        raise TritonXError(
+            "model configuration must contain at least one output, none were specified.",
+            Code.INTERNAL,
+        )
+
+
 class Program:
     """A loaded model: ``run`` takes one tensor per configured input (config order) and
     returns one tensor per configured output (config order)."""
@@ -100,16 +114,7 @@ class ScriptProgram(Program):
             arguments = arguments[1:]
         kinds = [str(a.type.kind()) for a in arguments]
         names = [io.name for io in config.inputs]
-        if not names:
-            raise TritonXError(
-                "model configuration must contain at least one input, none were specified.",
-                Code.INTERNAL,
-            )
-        if not config.outputs:
-            raise TritonXError(
-                "model configuration must contain at least one output, none were specified.",
-                Code.INTERNAL,
-            )
+        _require_io(config)
         self._dict_input = len(arguments) == 1 and kinds[0] == "DictType"
         self._names = names
         if not self._dict_input:
@@ -212,6 +217,7 @@ class _TreeProgram(Program):
         self._fn = fn
         self._sig = signature
         names = [io.name for io in config.inputs]
+        _require_io(config)
         positions = naming.resolve(config.name, "input", names, signature.inputs)
         if sorted(positions) != list(range(len(signature.inputs))):
             missing = [
@@ -220,8 +226,11 @@ class _TreeProgram(Program):
             raise invalid_arg(
                 f"unable to load model '{config.name}', configuration expects {len(names)} "
                 f"inputs, model provides {len(signature.inputs)}"
-                + (f" (model input(s) {', '.join(missing)} not in the model configuration)"
-                   if missing else "")
+                + (
+                    f" (model input(s) {', '.join(missing)} not in the model configuration)"
+                    if missing
+                    else ""
+                )
             )
         self._positions = positions
         self._outputs = naming.resolve(
@@ -280,9 +289,9 @@ class TensorMeta:
     dims: tuple[int, ...]
 
 
-def exported_io(torch: Any, program: Any, signature: Signature) -> tuple[
-    list[TensorMeta], list[TensorMeta]
-]:
+def exported_io(
+    torch: Any, program: Any, signature: Signature
+) -> tuple[list[TensorMeta], list[TensorMeta]]:
     """Inputs and outputs of a ``torch.export`` program, from its graph's fake tensors."""
     from torch.export.graph_signature import OutputKind
 
@@ -308,9 +317,6 @@ def exported_io(torch: Any, program: Any, signature: Signature) -> tuple[
         dims = tuple(d if isinstance(d, int) else -1 for d in val.shape)
         return TensorMeta(name, dt, dims)
 
-    inputs = [
-        meta(leaf.friendly, nodes.get(user_inputs[leaf.index]))
-        for leaf in signature.inputs
-    ]
+    inputs = [meta(leaf.friendly, nodes.get(user_inputs[leaf.index])) for leaf in signature.inputs]
     outputs = [meta(leaf.friendly, user_outputs[leaf.index]) for leaf in signature.outputs]
     return inputs, outputs
