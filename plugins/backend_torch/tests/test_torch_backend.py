@@ -38,6 +38,12 @@ from tritonx.testing import (  # noqa: E402
 from tritonx.types import ModelState  # noqa: E402
 from tritonx_backend_torch import TorchBackend  # noqa: E402
 
+# torch 2.13 deprecates the TorchScript API these tests exercise on purpose
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::DeprecationWarning:torch"),
+    pytest.mark.filterwarnings("ignore::torch.jit.TracerWarning"),
+]
+
 ONE_CPU = "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
 Dim = torch.export.Dim
 

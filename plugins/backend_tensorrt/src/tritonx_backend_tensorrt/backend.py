@@ -293,10 +293,6 @@ class TensorRTInstance(ModelInstance):
             pointer = self._buffers[name].ensure(array.nbytes)
             context.set_tensor_address(name, pointer)
             host[name] = array
-        for t in self._io:  # outputs the config leaves out still need an address
-            if not t.is_input and t.name not in host:
-                size = int(np.prod(tuple(context.get_tensor_shape(t.name)), dtype=np.int64))
-                context.set_tensor_address(t.name, self._buffers[t.name].ensure(size * 8))
         timer.input_done()
         if not context.execute_async_v3(int(self._stream)):
             raise TritonXError(
