@@ -248,7 +248,7 @@ class TorchBackend(Backend):
             if entry is None:
                 return None
             entry[1] += 1
-            log.info("Reusing TorchScript model for instance of '%s'", key[0])
+            log.info("reusing the loaded model for an instance of '%s' (weight sharing)", key[0])
             return entry[0]
 
     def _store(self, key: tuple[str, int, str, str], module: Any) -> None:
@@ -404,9 +404,11 @@ class TorchModelInstance(ModelInstance):
             tensor = torch.from_numpy(array)  # no copy: the request's memory
             if datatype is DataType.BF16:
                 tensor = tensor.view(self._bf16)  # uint16 bits, reinterpreted
-            if self._cuda:
-                tensor = tensor.to(self._device, non_blocking=True)
             tensors.append(tensor)
+        if self._stream is not None:
+            # copied on the instance's stream, the one forward runs on
+            with torch.cuda.stream(self._stream):
+                tensors = [t.to(self._device, non_blocking=True) for t in tensors]
         return tensors
 
     def _run(self, tensors: list[Any]) -> list[Any]:

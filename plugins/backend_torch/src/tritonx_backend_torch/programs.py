@@ -147,7 +147,11 @@ class ScriptProgram(Program):
                     "arguments exactly once"
                 )
         self._outputs = [io.name for io in config.outputs]
-        self._output_positions = naming.output_positions(config.name, self._outputs)
+        returns = list(schema.returns)
+        if returns and str(returns[0].type.kind()) == "DictType":
+            self._output_positions = []  # a dictionary result: outputs are read by key
+        else:
+            self._output_positions = naming.output_positions(config.name, self._outputs)
 
     def run(self, inputs: Sequence[Any]) -> list[Any]:
         if self._dict_input:
@@ -168,6 +172,11 @@ class ScriptProgram(Program):
                     f"dictionary the model returned (keys: {', '.join(map(str, result))})"
                 )
             return [result[n] for n in self._outputs]
+        if not self._output_positions:
+            raise invalid_arg(
+                "output must be of type Tensor, List[str] or Tuple containing one of these two "
+                f"types, or a dictionary of tensors; got {type(result).__name__}"
+            )
         values = list(result) if isinstance(result, (tuple, list)) else [result]
         for name, position in zip(self._outputs, self._output_positions, strict=True):
             if position >= len(values):
