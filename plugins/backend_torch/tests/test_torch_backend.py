@@ -85,6 +85,14 @@ class Negate(torch.nn.Module):
         return torch.logical_not(x)
 
 
+class InferenceProbe(torch.nn.Module):
+    """Reports whether it runs under torch.inference_mode (new tensors are inference tensors)."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = x + 1
+        return torch.full_like(x, float(y.is_inference()))
+
+
 class DictOut(torch.nn.Module):
     def forward(self, x: torch.Tensor, y: torch.Tensor) -> dict[str, torch.Tensor]:
         return {"sum": x + y, "prod": x * y}
@@ -418,6 +426,17 @@ async def test_parameters(model_repository: ModelRepositoryBuilder, plugin_manag
         "INTER_OP_THREAD_COUNT": "1",
     }
     addsub_model(model_repository, "tuned", parameters=good)
+    for name, params in (("probe_default", {}), ("probe_off", {"INFERENCE_MODE": "false"})):
+        model_repository.add(
+            name,
+            platform="pytorch_libtorch",
+            max_batch_size=4,
+            inputs=[("x", "FP32", [2])],
+            outputs=[("OUTPUT__0", "FP32", [2])],
+            parameters=params,
+            extra=ONE_CPU,
+            versions={1: {"model.pt": scripted(InferenceProbe())}},
+        )
     addsub_model(model_repository, "bad_bool", parameters={"INFERENCE_MODE": "maybe"})
     addsub_model(model_repository, "bad_int", parameters={"INTRA_OP_THREAD_COUNT": "many"})
     addsub_model(
@@ -447,14 +466,21 @@ async def test_parameters(model_repository: ModelRepositoryBuilder, plugin_manag
         # keeps the count per thread, so each execute applies it; the first model wins)
         instance = _load(TorchBackend({}), server, "tuned", 0)
 
-        def run_and_count() -> int:
+        def run_and_read() -> tuple[int, bool]:
             instance.execute([InferenceRequest("tuned", {"INPUT0": x, "INPUT1": x})])
-            return int(torch.get_num_threads())
+            return int(torch.get_num_threads()), bool(torch._C._get_graph_executor_optimize())
 
         try:
-            assert await asyncio.to_thread(run_and_count) == 1
+            # DISABLE_OPTIMIZED_EXECUTION: the JIT executor's (thread-local) switch is off
+            assert await asyncio.to_thread(run_and_read) == (1, False)
         finally:
             instance.unload()
+        # INFERENCE_MODE: on by default, off when asked (the model reports is_inference())
+        for name, expected in (("probe_default", 1.0), ("probe_off", 0.0)):
+            out = (
+                await server.infer(InferenceRequest(name, {"x": np.zeros((1, 2), np.float32)}))
+            ).raise_for_error()
+            assert out.outputs["OUTPUT__0"].tolist() == [[expected, expected]], name
         assert (
             "failed to convert 'INFERENCE_MODE' value 'maybe' to boolean"
             in status(server, "bad_bool")[1]
