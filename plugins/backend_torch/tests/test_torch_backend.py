@@ -659,6 +659,49 @@ async def test_gpu_instance_without_cuda_torch_is_refused(
         gpu_count.cache_clear()
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA build of torch and a GPU")
+async def test_gpu_instances(model_repository: ModelRepositoryBuilder, plugin_manager: Any) -> None:
+    """KIND_GPU: TorchScript and an exported program on the group's GPU, BF16 included."""
+    gpu = "instance_group [ { count: 2, kind: KIND_GPU, gpus: [ 0 ] } ]\n"
+    addsub_model(model_repository, "gpu_script", extra=gpu)
+    batch = Dim("batch", max=64)
+    model_repository.add(
+        "gpu_export",
+        platform="torch_aoti",
+        max_batch_size=8,
+        inputs=[("x", "BF16", [3]), ("y", "BF16", [3])],
+        outputs=[("sum", "BF16", [3]), ("prod", "BF16", [3])],
+        parameters={"ENABLE_CACHE_CLEANING": "true"},
+        extra=gpu,
+        versions={
+            1: {
+                "model.pt2": exported(
+                    DictOut(),
+                    (torch.ones(2, 3, dtype=torch.bfloat16),) * 2,
+                    ({0: batch}, {0: batch}),
+                )
+            }
+        },
+    )
+    async with serve(model_repository, plugin_manager) as server:
+        assert server.model_ready("gpu_script") and server.model_ready("gpu_export"), (
+            server.status_table()
+        )
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        requests = [InferenceRequest("gpu_script", {"INPUT0": x, "INPUT1": x}) for _ in range(8)]
+        for response in await asyncio.gather(*(server.infer(r) for r in requests)):
+            np.testing.assert_array_equal(response.raise_for_error().outputs["OUTPUT__0"], 2 * x)
+        b = sample("BF16", (2, 3))
+        out = (
+            await server.infer(
+                InferenceRequest("gpu_export", {"x": to_tritonx(b), "y": to_tritonx(b)})
+            )
+        ).raise_for_error()
+        np.testing.assert_array_equal(out.outputs["sum"], to_tritonx(b + b))
+        np.testing.assert_array_equal(out.outputs["prod"], to_tritonx(b * b))
+
+
 # ----------------------------------------------------------------------------- torch.export
 
 
