@@ -111,15 +111,16 @@ class TensorRTBackend(Backend):
                 )
 
     def _runtime(self, trt: Any) -> Any:
+        logger = trt.Logger(trt.Logger.WARNING)
         if not self._plugins_loaded:
             for library in self.plugin_libraries:
                 try:
                     ctypes.CDLL(library, mode=ctypes.RTLD_GLOBAL)
                 except OSError as exc:
                     raise invalid_arg(f"unable to load TensorRT plugin '{library}': {exc}") from exc
-            trt.init_libnvinfer_plugins(None, "")
+            trt.init_libnvinfer_plugins(logger, "")
             self._plugins_loaded = True
-        runtime = trt.Runtime(trt.Logger(trt.Logger.WARNING))
+        runtime = trt.Runtime(logger)
         if self.version_compatible:
             runtime.engine_host_code_allowed = True
         return runtime
@@ -289,6 +290,12 @@ class TensorRTInstance(ModelInstance):
         host: dict[str, np.ndarray] = {}
         for name, datatype in self._outputs:
             shape = tuple(context.get_tensor_shape(name))
+            if any(d < 0 for d in shape):
+                raise TritonXError(
+                    f"output '{name}' has a data-dependent shape {list(shape)}: engines whose "
+                    "output shapes are known only after execution are not supported",
+                    Code.UNSUPPORTED,
+                )
             array = np.empty(shape, dtype=datatype.numpy_dtype)
             pointer = self._buffers[name].ensure(array.nbytes)
             context.set_tensor_address(name, pointer)
