@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-import time
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
@@ -13,8 +13,19 @@ from tritonx_tools_analyze.report import write_outputs
 from tritonx_tools_analyze.server import ServerError
 from tritonx_tools_analyze.sweep import Sweep, SweepOptions
 
-_UNITS = {"": 1, "b": 1, "k": 10**3, "kb": 10**3, "kib": 2**10, "m": 10**6, "mb": 10**6,
-          "mib": 2**20, "g": 10**9, "gb": 10**9, "gib": 2**30}
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "k": 10**3,
+    "kb": 10**3,
+    "kib": 2**10,
+    "m": 10**6,
+    "mb": 10**6,
+    "mib": 2**20,
+    "g": 10**9,
+    "gb": 10**9,
+    "gib": 2**30,
+}
 
 
 def parse_size(text: str) -> int:
@@ -59,20 +70,22 @@ class _Progress:
         self.quiet = quiet
         self.bar: Any = None
         self.label = "starting"
-        self.t0 = time.monotonic()
 
     def plan(self, total: int) -> None:
         if self.quiet:
             return
-        self.bar = click.progressbar(
+        self.bar = cast(Any, click.progressbar)(
             length=total,
             label="analyzing",
             show_eta=True,
             show_pos=True,
-            item_show_func=lambda _: self.label,
-            file=click.get_text_stream("stderr"),
+            item_show_func=self._label,
+            file=sys.stderr,
         )
         self.bar.__enter__()
+
+    def _label(self, _: object) -> str:
+        return self.label
 
     def step(self, label: str) -> None:
         self.label = label
@@ -102,8 +115,7 @@ class _Progress:
     "--output-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where config.pbtxt, results.csv/json and report.html go "
-    "[default: ./analyze-<MODEL>].",
+    help="Where config.pbtxt, results.csv/json and report.html go [default: ./analyze-<MODEL>].",
 )
 @click.option(
     "--exhaustive",

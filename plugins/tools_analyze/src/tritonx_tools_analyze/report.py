@@ -91,25 +91,59 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
     ok = [r for r in sweep if r.meets_constraints]
     bad = [r for r in sweep if not r.meets_constraints]
-    ax.scatter([r.p99_ms for r in ok], [r.infer_per_s for r in ok], s=28, c="#7a8ca3",
-               label="variant @ concurrency")
+    ax.scatter(
+        [r.p99_ms for r in ok],
+        [r.infer_per_s for r in ok],
+        s=28,
+        c="#7a8ca3",
+        label="variant @ concurrency",
+    )
     if bad:
-        ax.scatter([r.p99_ms for r in bad], [r.infer_per_s for r in bad], s=28, marker="x",
-                   c="#d64545", label="outside constraints")
+        ax.scatter(
+            [r.p99_ms for r in bad],
+            [r.infer_per_s for r in bad],
+            s=28,
+            marker="x",
+            c="#d64545",
+            label="outside constraints",
+        )
     front = pareto_front(sweep)
-    ax.plot([r.p99_ms for r in front], [r.infer_per_s for r in front], "-", c="#2f6fde",
-            lw=1.8, label="Pareto front")
+    ax.plot(
+        [r.p99_ms for r in front],
+        [r.infer_per_s for r in front],
+        "-",
+        c="#2f6fde",
+        lw=1.8,
+        label="Pareto front",
+    )
     for r in front:
-        ax.annotate(f"{r.variant} c{r.concurrency}", (r.p99_ms, r.infer_per_s), fontsize=7,
-                    xytext=(4, 4), textcoords="offset points")
-    for name, color, marker in (("default", "#d98a00", "s"), (best_name, "#1f9d55", "*")):
+        ax.annotate(
+            f"{r.variant} c{r.concurrency}",
+            (r.p99_ms, r.infer_per_s),
+            fontsize=7,
+            xytext=(4, 4),
+            textcoords="offset points",
+        )
+    marks = [("default", "#d98a00", "s", "default (model's config)")]
+    if best_name is not None:
+        label = "best = default" if best_name == "default" else f"best ({best_name})"
+        marks.append((best_name, "#1f9d55", "*", label))
+    for name, color, marker, label in marks:
         pts = [r for r in sweep if r.variant == name]
-        if name and pts:
-            ax.scatter([r.p99_ms for r in pts], [r.infer_per_s for r in pts], s=110, c=color,
-                       marker=marker, label="best" if name == best_name else name, zorder=3)
+        if pts:
+            ax.scatter(
+                [r.p99_ms for r in pts],
+                [r.infer_per_s for r in pts],
+                s=110,
+                c=color,
+                marker=marker,
+                label=label,
+                zorder=3,
+            )
     if result.options.latency_budget_ms is not None:
-        ax.axvline(result.options.latency_budget_ms, ls="--", c="#d64545", lw=1,
-                   label="latency budget")
+        ax.axvline(
+            result.options.latency_budget_ms, ls="--", c="#d64545", lw=1, label="latency budget"
+        )
     ax.set_xlabel("p99 latency (ms)")
     ax.set_ylabel("throughput (infer/s)")
     ax.set_title(f"{result.options.model}: throughput vs p99 latency")
@@ -122,12 +156,18 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
 
     best_rows = _best_rows(result)
     names = [v.name for v in result.variants if v.name in best_rows]
-    colors = ["#1f9d55" if n == best_name else "#d98a00" if n == "default" else "#2f6fde"
-              for n in names]
+    colors = [
+        "#1f9d55" if n == best_name else "#d98a00" if n == "default" else "#2f6fde" for n in names
+    ]
 
     def bars(filename: str, title: str, series: list[tuple[str, list[float]]]) -> None:
-        fig, axes = plt.subplots(1, len(series), figsize=(5 * len(series), 0.35 * len(names) + 1.6),
-                                 dpi=110, squeeze=False)
+        fig, axes = plt.subplots(
+            1,
+            len(series),
+            figsize=(5 * len(series), 0.35 * len(names) + 1.6),
+            dpi=110,
+            squeeze=False,
+        )
         for ax, (label, values) in zip(axes[0], series, strict=True):
             ax.barh(names, values, color=colors)
             ax.set_xlabel(label)
@@ -141,12 +181,21 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
         written.append(filename)
 
     rows = [best_rows[n] for n in names]
-    bars("throughput.png", "Best throughput per variant (its best concurrency)",
-         [("infer/s", [r.infer_per_s for r in rows])])
-    bars("latency.png", "Latency at that point",
-         [("p50 (ms)", [r.p50_ms for r in rows]), ("p99 (ms)", [r.p99_ms for r in rows])])
-    bars("resources.png", "Server resources at that point",
-         [("CPU (%)", [r.cpu_percent for r in rows]), ("peak RSS (MiB)", [r.rss_mb for r in rows])])
+    bars(
+        "throughput.png",
+        "Best throughput per variant (its best concurrency)",
+        [("infer/s", [r.infer_per_s for r in rows])],
+    )
+    bars(
+        "latency.png",
+        "Latency at that point",
+        [("p50 (ms)", [r.p50_ms for r in rows]), ("p99 (ms)", [r.p99_ms for r in rows])],
+    )
+    bars(
+        "resources.png",
+        "Server resources at that point",
+        [("CPU (%)", [r.cpu_percent for r in rows]), ("peak RSS (MiB)", [r.rss_mb for r in rows])],
+    )
     return written
 
 
@@ -171,7 +220,7 @@ pre{background:#fff;border:1px solid #e3e8ee;border-radius:8px;padding:12px;over
 
 
 def _f(x: float, digits: int = 1) -> str:
-    return "–" if not math.isfinite(x) else f"{x:,.{digits}f}"
+    return "-" if not math.isfinite(x) else f"{x:,.{digits}f}"
 
 
 def render_html(result: SweepResult, plots: list[str]) -> str:
@@ -196,8 +245,10 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
         constraints.append(f"RSS ≤ {opts.max_memory_bytes / 2**20:,.0f} MiB")
     parts.append("<h2>Result</h2><div class='cards'>")
     if best is None:
-        parts.append("<div class='card'><div class='l'>best</div><div class='v bad'>no variant "
-                     "meets the constraints</div></div>")
+        parts.append(
+            "<div class='card'><div class='l'>best</div><div class='v bad'>no variant "
+            "meets the constraints</div></div>"
+        )
     elif head is not None:
         base_r, written_r, rejected_r = head
         pct = (
@@ -210,41 +261,58 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
             ("at concurrency", str(result.best_concurrency)),
             ("default config", f"{_f(base_r.infer_per_s)} infer/s"),
             ("written config", f"{_f(written_r.infer_per_s)} infer/s"),
-            ("vs default", f"<span class='good'>{pct:+.1f}%</span>" if pct >= 0 else f"{pct:+.1f}%"),
+            (
+                "vs default",
+                f"<span class='good'>{pct:+.1f}%</span>" if pct >= 0 else f"{pct:+.1f}%",
+            ),
             ("p99 latency (written)", f"{_f(written_r.p99_ms, 2)} ms"),
         ]
         if rejected_r is not None:
             cards.append(
-                (f"sweep best {e(rejected_r.variant)}", f"{_f(rejected_r.infer_per_s)} infer/s "
-                 "<small>(not confirmed: kept the default)</small>")
+                (
+                    f"sweep best {e(rejected_r.variant)}",
+                    f"{_f(rejected_r.infer_per_s)} infer/s "
+                    "<small>(not confirmed: kept the default)</small>",
+                )
             )
         for label, value in cards:
-            parts.append(f"<div class='card'><div class='l'>{label}</div>"
-                         f"<div class='v'>{value}</div></div>")
+            parts.append(
+                f"<div class='card'><div class='l'>{label}</div><div class='v'>{value}</div></div>"
+            )
     parts.append("</div>")
-    parts.append(f"<p>Constraints: {e(', '.join(constraints) or 'none')}. The default and the "
-                 "sweep's best were measured again at the best's concurrency, "
-                 f"{opts.confirm_rounds} turns each on two fresh servers (medians shown); the written "
-                 "<code>config.pbtxt</code> is the best config, or the model's own when that "
-                 "measured faster.</p>")
+    parts.append(
+        f"<p>Constraints: {e(', '.join(constraints) or 'none')}. The default and the "
+        "sweep's best were measured again at the best's concurrency, "
+        f"{opts.confirm_rounds} turns each on two fresh servers (medians shown); the written "
+        "<code>config.pbtxt</code> is the best config, or the model's own when that "
+        "measured faster.</p>"
+    )
     for name in plots:
         parts.append(f"<img src='{e(name)}' alt='{e(name)}'>")
     if not plots:
-        parts.append("<p class='bad'>No plots: install matplotlib "
-                     "(<code>pip install tritonx-tools-analyze[plots]</code>).</p>")
-    parts.append("<h2>Variants (each at its best concurrency)</h2><table><tr><th>variant</th>"
-                 "<th>changes</th><th>concurrency</th><th>infer/s</th><th>p50 ms</th>"
-                 "<th>p95 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>constraints"
-                 "</th></tr>")
+        parts.append(
+            "<p class='bad'>No plots: install matplotlib "
+            "(<code>pip install tritonx-tools-analyze[plots]</code>).</p>"
+        )
+    parts.append(
+        "<h2>Variants (each at its best concurrency)</h2><table><tr><th>variant</th>"
+        "<th>changes</th><th>concurrency</th><th>infer/s</th><th>p50 ms</th>"
+        "<th>p95 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>constraints"
+        "</th></tr>"
+    )
     rows = _best_rows(result)
     for v in result.variants:
         row = rows.get(v.name)
         cls = "best" if best and v.name == best.name else "default" if v.is_default else ""
-        changes = ", ".join(f"{k}={val}" for k, val in v.describe().items() if val not in (None, [], {}))
+        changes = ", ".join(
+            f"{k}={val}" for k, val in v.describe().items() if val not in (None, [], {})
+        )
         if row is None:
-            parts.append(f"<tr class='{cls}'><td>{e(v.name)}</td><td>{e(changes)}</td>"
-                         f"<td colspan='8' class='bad'>{e(result.failures.get(v.name, 'not measured'))}"
-                         "</td></tr>")
+            parts.append(
+                f"<tr class='{cls}'><td>{e(v.name)}</td><td>{e(changes)}</td>"
+                f"<td colspan='8' class='bad'>{e(result.failures.get(v.name, 'not measured'))}"
+                "</td></tr>"
+            )
             continue
         ok = "ok" if row.meets_constraints else f"<span class='bad'>{e(row.violations)}</span>"
         parts.append(
@@ -255,8 +323,9 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
         )
     parts.append("</table>")
     if best is not None:
-        parts.append("<h2>Best config.pbtxt</h2><pre>"
-                     f"{e(to_pbtxt(result.best_config()))}</pre>")
-    parts.append("<p>All measurements: <a href='results.csv'>results.csv</a>, "
-                 "<a href='results.json'>results.json</a>.</p></main></body></html>")
+        parts.append(f"<h2>Best config.pbtxt</h2><pre>{e(to_pbtxt(result.best_config()))}</pre>")
+    parts.append(
+        "<p>All measurements: <a href='results.csv'>results.csv</a>, "
+        "<a href='results.json'>results.json</a>.</p></main></body></html>"
+    )
     return "".join(parts)

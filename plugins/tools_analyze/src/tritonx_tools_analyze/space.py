@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,9 +66,9 @@ def apply(config: dict[str, Any], variant: Variant) -> dict[str, Any]:
     """A copy of ``config`` (a JSON ModelConfig, proto field names) with ``variant`` applied."""
     out = copy.deepcopy(config)
     if variant.instance_count is not None:
-        groups = out.get("instance_group") or [{}]
-        kind = groups[0].get("kind", "KIND_CPU")
-        out["instance_group"] = [{"count": variant.instance_count, "kind": kind}]
+        group = dict((out.get("instance_group") or [{"kind": "KIND_CPU"}])[0])
+        group["count"] = variant.instance_count  # one group: its kind (and devices) kept
+        out["instance_group"] = [group]
     if variant.max_batch_size is not None:
         out["max_batch_size"] = variant.max_batch_size
     if variant.dynamic_batching is False:
@@ -105,14 +106,6 @@ def to_pbtxt(config: dict[str, Any]) -> str:
     return text_format.MessageToString(message)
 
 
-def _pow2_upto(limit: int) -> list[int]:
-    sizes, size = [], 1
-    while size <= limit:
-        sizes.append(size)
-        size *= 2
-    return sizes
-
-
 def variants(
     normalized: dict[str, Any], *, exhaustive: bool, cpu_count: int | None = None
 ) -> list[Variant]:
@@ -142,25 +135,22 @@ def variants(
         limits = [None]
         delays = [100]
         threads = [1] if thread_keys else []
+    # None: as the model has it (its own dynamic batching settings, when it has some)
     batching: list[tuple[bool | None, int | None, tuple[int, ...] | None]] = [(None, None, None)]
     if can_batch:
-        batching = [(False, None, None)] + [(True, d, None) for d in delays]
+        batching += [(False, None, None)] + [(True, d, None) for d in delays]
         if exhaustive:
             batching += [(True, 100, (max(1, mbs // 2), mbs))]
     thread_options: list[tuple[tuple[str, str], ...]] = [()]
     for n in threads:
-        thread_options.append(
-            ((thread_keys[0], str(n)),) + tuple((k, "1") for k in thread_keys[1:])
-        )
+        thread_options.append(((thread_keys[0], str(n)), *((k, "1") for k in thread_keys[1:])))
     out = [Variant("default")]
-    seen: set[tuple[Any, ...]] = set()
+    # a variant that gives the same config as the model's own, or as an earlier variant, is
+    # measured once
+    seen = {json.dumps(normalized, sort_keys=True)}
     for count, limit, (db, delay, preferred), params in itertools.product(
         counts, limits, batching, thread_options
     ):
-        key = (count, limit, db, delay, preferred, params)
-        if key in seen:
-            continue
-        seen.add(key)
         parts = [f"{count}inst"]
         if limit is not None:
             parts.append(f"mbs{limit}")
@@ -172,21 +162,18 @@ def variants(
                 parts.append("pref" + "-".join(map(str, preferred)))
         if params:
             parts.append(f"thr{params[0][1]}")
-        out.append(
-            Variant(
-                "_".join(parts),
-                instance_count=count,
-                max_batch_size=limit,
-                dynamic_batching=db,
-                queue_delay_us=delay,
-                preferred_batch_sizes=preferred,
-                parameters=params,
-            )
+        variant = Variant(
+            "_".join(parts),
+            instance_count=count,
+            max_batch_size=limit,
+            dynamic_batching=db,
+            queue_delay_us=delay,
+            preferred_batch_sizes=preferred,
+            parameters=params,
         )
+        key = json.dumps(apply(normalized, variant), sort_keys=True)
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(variant)
     return out
-
-
-def available_batch(normalized: dict[str, Any]) -> list[int]:
-    """Batch sizes a request to the model may carry (1 up to ``max_batch_size``)."""
-    mbs = int(normalized.get("max_batch_size", 0) or 0)
-    return _pow2_upto(mbs) if mbs > 0 else [1]

@@ -132,7 +132,9 @@ class SweepResult:
 
 
 def _finite(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}
+    return {
+        k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()
+    }
 
 
 def variant_config(base: dict[str, Any], model: str, variant: Variant) -> dict[str, Any]:
@@ -177,9 +179,7 @@ class Sweep:
 
     # ------------------------------------------------------------------ pieces
 
-    def _loader(
-        self, server: ServerProcess, inputs: list[InputSpec], batched: bool
-    ) -> BuiltinLoad:
+    def _loader(self, server: ServerProcess, inputs: list[InputSpec], batched: bool) -> BuiltinLoad:
         opts = self.options
         if self._perf is not None:
             return PerfAnalyzerLoad(
