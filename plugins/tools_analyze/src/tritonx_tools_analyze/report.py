@@ -209,7 +209,7 @@ h2{font-size:15px;text-transform:uppercase;letter-spacing:.5px;color:#6b7785;mar
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(200px,1fr));gap:12px}
 .card{background:#fff;border:1px solid #e3e8ee;border-radius:8px;padding:12px 14px}
 .card .l{color:#6b7785;font-size:12px;text-transform:uppercase}.card .v{font-size:22px;font-weight:600}
-.good{color:#1f9d55}.bad{color:#d64545}
+.card .s{font-size:12px;font-weight:400;color:#6b7785}.good{color:#1f9d55}.bad{color:#d64545}
 table{border-collapse:collapse;background:#fff;border:1px solid #e3e8ee;width:100%}
 th,td{padding:6px 10px;border-bottom:1px solid #e3e8ee;text-align:right;font-variant-numeric:tabular-nums}
 th{background:#eef2f6;font-size:12px;color:#6b7785}td:first-child,th:first-child{text-align:left}
@@ -272,7 +272,7 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
                 (
                     f"sweep best {e(rejected_r.variant)}",
                     f"{_f(rejected_r.infer_per_s)} infer/s "
-                    "<small>(not confirmed: kept the default)</small>",
+                    "<div class='s'>not confirmed: the default is kept</div>",
                 )
             )
         for label, value in cards:
@@ -280,6 +280,14 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
                 f"<div class='card'><div class='l'>{label}</div><div class='v'>{value}</div></div>"
             )
     parts.append("</div>")
+    others = sorted(r.others_cpu_percent for r in result.rows)
+    if others and others[len(others) // 2] > 25:
+        parts.append(
+            "<p class='bad'>The machine was busy with other work during the sweep (median "
+            f"{others[len(others) // 2]:.0f}% of a core used by other processes, up to "
+            f"{others[-1]:.0f}%): the numbers are noisy; the confirmation in turns is what "
+            "decides. Run again on a quiet machine for sharper results.</p>"
+        )
     parts.append(
         f"<p>Constraints: {e(', '.join(constraints) or 'none')}. The default and the "
         "sweep's best were measured again at the best's concurrency, "
@@ -297,7 +305,8 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
     parts.append(
         "<h2>Variants (each at its best concurrency)</h2><table><tr><th>variant</th>"
         "<th>changes</th><th>concurrency</th><th>infer/s</th><th>p50 ms</th>"
-        "<th>p95 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>constraints"
+        "<th>p95 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>others' CPU %</th>"
+        "<th>constraints"
         "</th></tr>"
     )
     rows = _best_rows(result)
@@ -310,7 +319,7 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
         if row is None:
             parts.append(
                 f"<tr class='{cls}'><td>{e(v.name)}</td><td>{e(changes)}</td>"
-                f"<td colspan='8' class='bad'>{e(result.failures.get(v.name, 'not measured'))}"
+                f"<td colspan='9' class='bad'>{e(result.failures.get(v.name, 'not measured'))}"
                 "</td></tr>"
             )
             continue
@@ -319,7 +328,8 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
             f"<tr class='{cls}'><td>{e(v.name)}</td><td>{e(changes or 'model config')}</td>"
             f"<td>{row.concurrency}</td><td>{_f(row.infer_per_s)}</td><td>{_f(row.p50_ms, 2)}</td>"
             f"<td>{_f(row.p95_ms, 2)}</td><td>{_f(row.p99_ms, 2)}</td><td>{_f(row.cpu_percent, 0)}"
-            f"</td><td>{_f(row.rss_mb, 0)}</td><td>{ok}</td></tr>"
+            f"</td><td>{_f(row.rss_mb, 0)}</td><td>{_f(row.others_cpu_percent, 0)}</td>"
+            f"<td>{ok}</td></tr>"
         )
     parts.append("</table>")
     if best is not None:

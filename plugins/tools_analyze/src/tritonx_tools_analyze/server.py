@@ -86,15 +86,35 @@ def rss_bytes(pids: list[int]) -> int:
     return total
 
 
+def busy_seconds() -> float:
+    """CPU seconds every core of the machine spent busy since boot (``/proc/stat``)."""
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return 0.0
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / _TICK
+
+
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process and its finished children (perf_analyzer runs)."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 class ResourceSampler:
     """Samples the server tree's RSS (peak) every ``interval`` s and its CPU time between
-    :meth:`start` and :meth:`stop`."""
+    :meth:`start` and :meth:`stop`; also the CPU the rest of the machine used meanwhile
+    (neither the server nor the load generator: other work that makes numbers noisy)."""
 
     def __init__(self, pid: int, interval: float = 0.1) -> None:
         self.pid = pid
         self.interval = interval
         self.peak_rss = 0
         self.cpu_percent = 0.0
+        self.others_percent = 0.0
+        self._busy0 = 0.0
+        self._own0 = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._t0 = 0.0
@@ -103,6 +123,8 @@ class ResourceSampler:
     def start(self) -> None:
         self._t0 = time.perf_counter()
         self._cpu0 = cpu_seconds(process_tree(self.pid))
+        self._busy0 = busy_seconds()
+        self._own0 = own_cpu_seconds()
         self.peak_rss = rss_bytes(process_tree(self.pid))
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -118,6 +140,8 @@ class ResourceSampler:
         wall = time.perf_counter() - self._t0
         cpu = cpu_seconds(process_tree(self.pid)) - self._cpu0
         self.cpu_percent = 100.0 * cpu / wall if wall > 0 else 0.0
+        others = busy_seconds() - self._busy0 - cpu - (own_cpu_seconds() - self._own0)
+        self.others_percent = max(0.0, 100.0 * others / wall) if wall > 0 else 0.0
         self.peak_rss = max(self.peak_rss, rss_bytes(process_tree(self.pid)))
 
 

@@ -70,6 +70,8 @@ class Row:
     errors: int
     cpu_percent: float
     rss_mb: float
+    #: CPU used meanwhile by other processes of the machine (noise), in % of one core
+    others_cpu_percent: float = 0.0
     meets_constraints: bool = True
     violations: str = ""
 
@@ -222,6 +224,7 @@ class Sweep:
             errors=m.errors,
             cpu_percent=sampler.cpu_percent,
             rss_mb=sampler.peak_rss / 2**20,
+            others_cpu_percent=sampler.others_percent,
         )
         self._constraints(row)
         self.on_done(1)
