@@ -208,7 +208,7 @@ header p{margin:4px 0 0;color:#c5d0dc}main{padding:18px 28px;max-width:1300px}
 h2{font-size:15px;text-transform:uppercase;letter-spacing:.5px;color:#6b7785;margin:26px 0 10px}
 .cards{display:grid;grid-template-columns:repeat(auto-fit,minmax(200px,1fr));gap:12px}
 .card{background:#fff;border:1px solid #e3e8ee;border-radius:8px;padding:12px 14px}
-.card .l{color:#6b7785;font-size:12px;text-transform:uppercase}.card .v{font-size:22px;font-weight:600}
+.card .l{color:#6b7785;font-size:12px;text-transform:uppercase}.card .v{font-size:22px;font-weight:600;overflow-wrap:anywhere}
 .card .s{font-size:12px;font-weight:400;color:#6b7785}.good{color:#1f9d55}.bad{color:#d64545}
 table{border-collapse:collapse;background:#fff;border:1px solid #e3e8ee;width:100%}
 th,td{padding:6px 10px;border-bottom:1px solid #e3e8ee;text-align:right;font-variant-numeric:tabular-nums}

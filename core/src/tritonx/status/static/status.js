@@ -182,7 +182,7 @@
       const v = (max * i) / 4;
       node.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
       const label = svg("text", { x: left - 4, y: y(v) + 3, "text-anchor": "end" });
-      label.textContent = fmt(v, Number.isInteger(v) ? 0 : v >= 10 ? 1 : 2) + (i === 4 ? ` ${unit}` : "");
+      label.textContent = String(+v.toFixed(2)) + (i === 4 ? ` ${unit}` : "");
       node.append(label);
     }
     for (const ago of [300, 240, 180, 120, 60, 0]) {
