@@ -93,6 +93,11 @@ class _Progress:
             self.bar.update(0)
             self.bar.render_progress()
 
+    def extra(self, steps: int) -> None:
+        """More steps than planned (extra confirmation turns)."""
+        if self.bar is not None:
+            self.bar.length += steps
+
     def done(self, steps: int) -> None:
         if self.bar is not None:
             self.bar.update(steps)
@@ -249,7 +254,7 @@ def analyze(
     out = output_dir or Path(f"analyze-{model}")
     progress = _Progress(quiet)
     try:
-        sweep = Sweep(options, progress.plan, progress.step, progress.done)
+        sweep = Sweep(options, progress.plan, progress.step, progress.done, progress.extra)
         result = sweep.run()
     except (ValueError, ServerError) as exc:
         raise click.ClickException(str(exc)) from None

@@ -156,11 +156,13 @@ class Sweep:
         on_plan: Callable[[int], None] = lambda total: None,
         on_step: Callable[[str], None] = lambda label: None,
         on_done: Callable[[int], None] = lambda steps: None,
+        on_extra: Callable[[int], None] = lambda steps: None,
     ) -> None:
         self.options = options
         self.on_plan = on_plan
         self.on_step = on_step
         self.on_done = on_done
+        self.on_extra = on_extra
         self.model_dir = options.repository / options.model
         if not self.model_dir.is_dir():
             raise ValueError(
@@ -320,9 +322,10 @@ class Sweep:
 
     def _confirm(self, result: SweepResult, inputs: list[InputSpec], batched: bool) -> None:
         """Measure the default and the best again at the best's concurrency: both served at
-        once (fresh servers), measured in turns (``confirm_rounds`` each, so drift of a
-        shared machine hits both alike), the median round of each compared; if the default
-        then does better, the default is the answer."""
+        once (fresh servers), measured in turns (``confirm_rounds`` each at least, so drift
+        of a shared machine hits both alike; more while either has fewer quiet turns), the
+        median turn of each compared (of the quiet turns when both have some); if the
+        default then does better, the default is the answer."""
         rounds = self.options.confirm_rounds
         if result.best is None or result.best.is_default:
             self.on_done(2 * rounds)
@@ -336,7 +339,15 @@ class Sweep:
                 servers.append(server)
             loaders = [self._loader(server, inputs, batched) for server in servers]
             measured: dict[str, list[Row]] = {v.name: [] for v in pair}
-            for _ in range(rounds):
+            turns = 0
+            # turns go on (up to three times as many) until each side has ``rounds`` quiet
+            # ones: other work on the machine skews a turn more than any config change
+            while turns < rounds or (
+                turns < 3 * rounds and min(len(_quiet(rows)) for rows in measured.values()) < rounds
+            ):
+                turns += 1
+                if turns > rounds:
+                    self.on_extra(2)
                 for variant, server, loader in zip(pair, servers, loaders, strict=True):
                     measured[variant.name].append(
                         self._measure(server, loader, variant, level, "confirm")
@@ -344,9 +355,10 @@ class Sweep:
         finally:
             for server in servers:
                 server.stop()
+        use_quiet = all(_quiet(rows) for rows in measured.values())
         for name, rows in measured.items():
-            rows.sort(key=lambda r: r.infer_per_s)
-            result.confirmed[name] = rows[len(rows) // 2]
+            chosen = sorted(_quiet(rows) if use_quiet else rows, key=lambda r: r.infer_per_s)
+            result.confirmed[name] = chosen[len(chosen) // 2]
             result.rows.extend(rows)
         best = result.confirmed[result.best.name]
         base = result.confirmed["default"]
@@ -355,6 +367,14 @@ class Sweep:
         ):
             result.kept_default = result.best.name
             result.best = Variant("default")
+
+
+#: a point measured while other processes used at most this much CPU (% of a core) is quiet
+QUIET_OTHERS_PERCENT = 25.0
+
+
+def _quiet(rows: list[Row]) -> list[Row]:
+    return [r for r in rows if r.others_cpu_percent <= QUIET_OTHERS_PERCENT]
 
 
 def _metadata(server: ServerProcess, model: str) -> dict[str, Any]:
