@@ -140,9 +140,42 @@ def test_latency_budget_nothing_qualifies(repository: Path, tmp_path: Path) -> N
         (["--load-generator=perf_analyzer", "--perf-analyzer="], "perf_analyzer is not on PATH"),
     ],
 )
-def test_bad_options(repository: Path, args: list[str], message: str) -> None:
+def test_bad_options(
+    repository: Path, args: list[str], message: str, tmp_path: Path, monkeypatch: Any
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no tools/perf_analyzer here
+    monkeypatch.setenv("PATH", str(tmp_path))
     result = run("simple", "--model-repository", str(repository), *args)
     assert result.exit_code != 0 and message in result.output, result.output
+
+
+ROOT = Path(__file__).resolve().parents[3]
+PERF_ANALYZER = ROOT / "tools" / "perf_analyzer"
+
+
+@pytest.mark.skipif(
+    not (PERF_ANALYZER / "bin" / "perf_analyzer").is_file(),
+    reason="perf_analyzer is not installed (bash tools/perf_analyzer/setup.sh)",
+)
+def test_tiny_sweep_with_perf_analyzer(repository: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    args = [a for a in TINY if not a.startswith("--load-generator")]
+    result = run(
+        "simple",
+        "--model-repository",
+        str(repository),
+        "--output-dir",
+        str(out),
+        "--load-generator=perf_analyzer",
+        f"--perf-analyzer={PERF_ANALYZER / 'run.sh'}",
+        *args,
+    )
+    assert result.exit_code == 0, result.output
+    data = json.loads((out / "results.json").read_text())
+    assert data["load_generator"] == "perf_analyzer"
+    sweep = [r for r in data["rows"] if r["phase"] == "sweep"]
+    assert len(sweep) == 4 and all(r["infer_per_s"] > 0 for r in sweep)
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] for r in sweep)
 
 
 def test_unknown_model(repository: Path) -> None:

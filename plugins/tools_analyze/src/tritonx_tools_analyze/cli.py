@@ -186,7 +186,8 @@ class _Progress:
     "--perf-analyzer",
     default=None,
     metavar="PATH",
-    help="perf_analyzer executable (e.g. tools/perf_analyzer/run.sh) [default: from PATH].",
+    help="perf_analyzer executable [default: perf_analyzer on PATH, else "
+    "./tools/perf_analyzer/run.sh when tools/perf_analyzer/setup.sh installed it].",
 )
 @click.option(
     "--max-variants",

@@ -192,11 +192,19 @@ class BuiltinLoad:
                 raise RuntimeError(f"a request to '{self.model}' failed: {exc}") from None
 
 
+#: where this repository's ``tools/perf_analyzer/setup.sh`` installs it (run from the root)
+REPO_PERF_ANALYZER = Path("tools/perf_analyzer/run.sh")
+
+
 def find_perf_analyzer(path: str | None) -> str | None:
-    """``path`` (``--perf-analyzer``), else ``perf_analyzer`` on ``$PATH``, else None."""
+    """``path`` (``--perf-analyzer``), else ``perf_analyzer`` on ``$PATH``, else the
+    repository's ``tools/perf_analyzer/run.sh`` when it is installed, else None."""
     if path:
         return path
-    return shutil.which("perf_analyzer")
+    found = shutil.which("perf_analyzer")
+    if found is None and (REPO_PERF_ANALYZER.parent / "bin" / "perf_analyzer").is_file():
+        found = str(REPO_PERF_ANALYZER.resolve())
+    return found
 
 
 class PerfAnalyzerLoad(BuiltinLoad):
