@@ -198,6 +198,7 @@ def test_page_in_headless_chromium(server_thread: ServerThread, tmp_path: Path) 
                 timeout=10_000,
             )
             assert page.query_selector('.chart-card[data-model="id_int32"] polyline')
+            assert page.inner_text("#latency-head") == "P99 (MS)"  # (the header is upper-cased)
             assert float(page.inner_text("#totals .card:nth-child(3) .value")) > 0
             time.sleep(2)  # a few more seconds of plot
             ARTIFACTS.mkdir(parents=True, exist_ok=True)

@@ -120,6 +120,7 @@
       card("Pending requests", String(pending)),
       card("Uptime", duration(s.uptime_s)),
     );
+    document.getElementById("latency-head").textContent = quantiles ? "p99 (ms)" : "Mean (ms)";
     document.getElementById("window-note").textContent = quantiles
       ? "last 5 minutes · latency p50/p95/p99 over the last 60 s"
       : "last 5 minutes · mean latency per second (start with --metrics-config " +
@@ -178,11 +179,11 @@
     max = niceMax(max);
     const x = (t) => left + (width - left - right) * (1 - (now - t) / WINDOW_S);
     const y = (v) => top + (height - top - bottom) * (1 - v / max);
-    for (let i = 0; i <= 4; i++) {
-      const v = (max * i) / 4;
+    for (let i = 0; i <= 5; i++) {
+      const v = (max * i) / 5;
       node.append(svg("line", { class: "grid", x1: left, x2: width - right, y1: y(v), y2: y(v) }));
       const label = svg("text", { x: left - 4, y: y(v) + 3, "text-anchor": "end" });
-      label.textContent = String(+v.toFixed(2)) + (i === 4 ? ` ${unit}` : "");
+      label.textContent = String(+v.toFixed(2)) + (i === 5 ? ` ${unit}` : "");
       node.append(label);
     }
     for (const ago of [300, 240, 180, 120, 60, 0]) {
