@@ -366,6 +366,11 @@ def cli() -> None:
     metavar="FILE",
     help="PEM root certificate(s) that verify HTTPS clients.",
 )
+@bool_option(
+    "--http-status-page",
+    True,
+    "Serve the live status page on GET / of the HTTP port (tritonx only).",
+)
 @bool_option("--allow-grpc", True, "Serve gRPC.")
 @click.option("--grpc-address", default="0.0.0.0", show_default=True)
 @click.option("--grpc-port", type=int, default=8001, show_default=True)
@@ -575,6 +580,7 @@ def serve(**opts: Any) -> None:
         http_server_cert=opts["http_server_cert"],
         http_server_key=opts["http_server_key"],
         http_root_cert=opts["http_root_cert"],
+        http_status_page=opts["http_status_page"],
         allow_grpc=opts["allow_grpc"],
         grpc_address=opts["grpc_address"],
         grpc_port=opts["grpc_port"],

@@ -66,6 +66,8 @@ class ServerSettings:
     http_server_cert: str = ""
     http_server_key: str = ""
     http_root_cert: str = ""
+    #: tritonx only: serve the live status page (``GET /``, :mod:`tritonx.status`)
+    http_status_page: bool = True
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001

@@ -8,6 +8,8 @@ with Triton's codes and messages.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
@@ -68,6 +70,10 @@ def tritonx_version() -> str:
         return "0+unknown"
 
 
+#: How many model events :attr:`DataPlane.recent_events` keeps.
+EVENT_HISTORY = 200
+
+
 class ServedModel:
     """A ready model version as the data plane resolved it for one request.
 
@@ -110,8 +116,18 @@ class DataPlane:
         #: The narrow view of this server handed to backends (BLS) and schedulers.
         self.handle = ServerHandle(self, asyncio.get_running_loop())
         self._cache = CacheFront(cache) if cache is not None else None
+        #: When this data plane was made (wall clock, s): the status page's uptime.
+        self.started_at = time.time()
+        #: The last model events, (wall-clock time, event), oldest first (status page).
+        self.recent_events: deque[tuple[float, ModelEvent]] = deque(maxlen=EVENT_HISTORY)
+
+        def record_event(event: ModelEvent) -> None:
+            self.recent_events.append((time.time(), event))
+            if on_event is not None:
+                on_event(event)
+
         self._models = ModelManager(
-            settings, registries, self.handle, on_event, cache_enabled=cache is not None
+            settings, registries, self.handle, record_event, cache_enabled=cache is not None
         )
         self.live = False
         self.ready = False

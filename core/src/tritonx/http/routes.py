@@ -78,9 +78,14 @@ def setup_routes(app: web.Application, restrictions: Restrictions | None = None)
     """Install the catch-all route that serves every Triton HTTP endpoint on ``app``.
 
     With ``restrictions`` (``--http-restricted-api``) the route first checks the header of
-    the request's category; without, requests go straight to :func:`dispatch`.
+    the request's category; without, requests go straight to :func:`dispatch`. With
+    ``http_status_page`` the status page (:mod:`tritonx.status`) is routed first.
     """
     handler = restricted_dispatch(restrictions) if restrictions else dispatch
+    if SETTINGS_KEY in app and app[SETTINGS_KEY].http_status_page:
+        from tritonx.status import add_status_routes  # GET / (tritonx only)
+
+        add_status_routes(app, _dataplane, restrictions)
     app.router.add_route("*", "/{tail:.*}", handler)
 
 
