@@ -9,6 +9,7 @@ import itertools
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -211,6 +212,36 @@ async def test_death_noticed_while_a_forked_child_holds_the_socket(
         assert await pid_of(server) != first
     finally:
         os.kill(child, signal.SIGKILL)
+
+
+async def test_worker_in_its_own_environment_restarts(
+    server: Server, add_model, state: Path, tmp_path: Path
+) -> None:
+    """A worker running a model's EXECUTION_ENV_PATH interpreter (a subprocess, not a
+    forkserver child) is watched and restarted the same way."""
+    env = tmp_path / "env"
+    (env / "bin").mkdir(parents=True)
+    (env / "bin" / "python3").symlink_to(sys.executable)
+    state = own_state(state, "in_env")
+    add_model(
+        "in_env",
+        "lifecycle",
+        parameters={"STATE_DIR": str(state), "EXECUTION_ENV_PATH": str(env)},
+        **LIFECYCLE_IO,
+    )
+    await server.load_model("in_env")
+    first = await pid_of(server, "in_env")
+    killed = time.monotonic()
+    call = asyncio.create_task(server.infer(InferenceRequest("in_env", command("sleep:30"))))
+    await asyncio.sleep(0.3)
+    os.kill(first, signal.SIGKILL)
+    with pytest.raises(TritonXError) as err:
+        await asyncio.wait_for(call, 10)
+    assert time.monotonic() - killed < 3.0
+    assert err.value.message == "Stub process 'in_env_0' is not healthy."
+    await eventually(lambda: server.model_ready("in_env"), timeout=30)
+    assert await pid_of(server, "in_env") != first
+    await eventually(lambda: not alive(first))
 
 
 async def test_other_instances_serve_while_one_restarts(

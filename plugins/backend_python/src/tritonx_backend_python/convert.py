@@ -106,6 +106,8 @@ class OutputCheck:
             if not shape:
                 return False
             shape = shape[1:]
+        if shape == io.dims:
+            return True
         return _dims_match(shape, io.dims) or (
             io.reshape is not None and _dims_match(shape, io.reshape)
         )
@@ -154,7 +156,7 @@ class OutputCheck:
             return InferenceResponse(error=err, parameters=parameters)
         try:
             outputs = self.check(
-                ((t.name(), t._array, t._datatype) for t in response.output_tensors()), requested
+                [(t._name, t._array, t._datatype) for t in response._outputs], requested
             )
         except TritonXError as exc:
             return InferenceResponse(error=exc)

@@ -246,6 +246,8 @@ class WorkerLink:
             control.set_exception(EOFError("the worker process is gone"))
         self.writer.cleanup()
         _ipc.ShmWriter(self.writer.prefix, str(self.proc.pid)).cleanup()
+        self.proc.kill()  # reaps it and forgets it (it is gone already)
+        self.proc.close()
 
     def _dispatch(self, message: m.Message) -> None:
         match message:

@@ -129,7 +129,13 @@ class WorkerInstance(ModelInstance):
         self._failures = 0
         self._reason = ""
         self._wake = threading.Event()
-        self._link = self._start()
+        link = self._start()
+        if not self._install(link):
+            raise TritonXError(
+                f"Stub process '{self.name}' is not healthy: the worker process (pid "
+                f"{link.proc.pid}) {describe_exit(link.exit_code)} right after initialize",
+                Code.INTERNAL,
+            )
 
     # -------------------------------------------------------------- starting and restarting
 
@@ -175,6 +181,18 @@ class WorkerInstance(ModelInstance):
                 error = f"unexpected answer from the worker: {reply!r}"
             raise TritonXError(f"Failed to initialize Python stub: {error}", Code.INTERNAL)
         return link
+
+    def _install(self, link: WorkerLink) -> bool:
+        """Make ``link`` the serving worker; False if it is gone already. (Its death from
+        now on reaches :meth:`_gone` as the serving worker's.)"""
+        with self._cond:
+            if link.gone:
+                return False
+            self._link = link
+            self._reason = ""
+            self._attempting = False
+            self._cond.notify_all()
+            return True
 
     def _gone(self, link: WorkerLink) -> TritonXError | None:
         """The process of ``link`` ended (its reader thread): stop serving on it and restart
@@ -232,12 +250,12 @@ class WorkerInstance(ModelInstance):
                 self._attempting = True
             try:
                 link = self._start()
-            except TritonXError as exc:
+            except Exception as exc:  # TritonXError, or e.g. OSError from fork
+                text = exc.message if isinstance(exc, TritonXError) else f"{exc!r}"
                 with self._cond:
                     self._attempting = False
                     self._reason = (
-                        f"Stub process '{self.name}' is not healthy: restarting it failed: "
-                        f"{exc.message}"
+                        f"Stub process '{self.name}' is not healthy: restarting it failed: {text}"
                     )
                     self._cond.notify_all()
                 log.error(
@@ -245,14 +263,22 @@ class WorkerInstance(ModelInstance):
                     self.ctx.model_name,
                     attempt,
                     self.name,
-                    exc.message,
+                    text,
                 )
                 continue
-            with self._cond:
-                self._attempting = False
-                self._link = link
-                self._reason = ""
-                self._cond.notify_all()
+            if not self._install(link):
+                with self._cond:
+                    self._attempting = False
+                    self._cond.notify_all()
+                log.error(
+                    "python model '%s': restart %d of instance '%s' failed: the worker "
+                    "process %s right after initialize",
+                    self.ctx.model_name,
+                    attempt,
+                    self.name,
+                    describe_exit(link.exit_code),
+                )
+                continue
             log.info(
                 "python model '%s': instance '%s' restarted (worker pid %d, restart %d)",
                 self.ctx.model_name,
