@@ -338,9 +338,14 @@ class WorkerInstance(ModelInstance):
         batch_id = keys[0]
         failed = True
         try:
-            future = link.submit(
-                m.Execute(batch_id, segment, descs, metas), requests, keys, self.decoupled
-            )
+            try:
+                future = link.submit(
+                    m.Execute(batch_id, segment, descs, metas), requests, keys, self.decoupled
+                )
+            except TritonXError:  # the worker is gone already: nobody reads the segment
+                if segment is not None:
+                    _ipc.unlink_segment(segment)
+                raise
             done = self._wait(link, future)
             failed = done.error is not None
         except TritonXError as exc:  # shared by every request the worker had: raise a copy
