@@ -180,7 +180,9 @@ class ModelInstance(abc.ABC):
         """Release the instance's resources. Called once, after the last ``execute``."""
 
     def is_ready(self) -> bool:
-        """Whether the instance can serve (checked by model readiness); True by default."""
+        """Whether the instance can serve; True by default. While it is False (e.g. a worker
+        process restarting) the core gives the instance no requests, and the model stays
+        READY as long as another of its instances is ready."""
         return True
 
     def not_ready_reason(self) -> str:

@@ -37,6 +37,9 @@ log = logging.getLogger("tritonx.scheduler")
 #: Seconds instance threads get to unload at stop when no execution is running.
 UNLOAD_GRACE_S = 5.0
 
+#: How often an instance thread checks whether its not-ready instance recovered.
+NOT_READY_POLL_S = 0.02
+
 #: One execution's (start, compute input end, compute output start, end), perf_counter ns.
 Times = tuple[int, int, int, int]
 
@@ -202,8 +205,15 @@ class InstanceScheduler:
         return self.batcher.pending_count
 
     def is_ready(self) -> bool:
-        """All instances loaded and reporting ready."""
-        return all(i is not None and i.is_ready() for i in self.instances)
+        """Every instance loaded, and at least one that takes requests ready (the others may
+        be recovering, e.g. a python model's worker process being restarted)."""
+        ready = False
+        for instance, passive in zip(self.instances, self.passive, strict=True):
+            if instance is None:
+                return False
+            if not ready and not passive and instance.is_ready():
+                ready = True
+        return ready
 
     def not_ready_reason(self) -> str:
         """The first not-ready instance's ``not_ready_reason()``."""
@@ -334,6 +344,12 @@ class InstanceScheduler:
             limiter = self.rate_limiter
             busy = self._busy
             while True:
+                if not instance.is_ready():
+                    # recovering (e.g. restarting its worker process): leave the queue to the
+                    # instances that serve
+                    if self._stopping.wait(NOT_READY_POLL_S):
+                        break
+                    continue
                 batch = get(index)
                 if batch is None:
                     break

@@ -169,6 +169,14 @@ class ShmWriter:
         return name
 
 
+def unlink_segment(segment: str) -> None:
+    """Remove a segment nobody will consume (its receiver is gone)."""
+    try:
+        os.unlink(os.path.join(_SHM_DIR, segment))
+    except OSError:
+        pass
+
+
 def _raw(array: np.ndarray, datatype: str) -> memoryview:
     if datatype == "BYTES":
         return memoryview(serialize_bytes(array))

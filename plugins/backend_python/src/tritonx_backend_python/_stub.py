@@ -14,6 +14,7 @@ are imported here.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import os
@@ -121,6 +122,10 @@ class StubRuntime(pb_utils.Runtime):
 
     def control(self, op: str, **kwargs: Any) -> Any:
         return self._rpc(op, **kwargs)
+
+    def is_cancelled(self, key: int) -> bool:
+        """Ask the server whether request ``key`` was cancelled (only when the model asks)."""
+        return bool(self._rpc("cancelled", key=key))
 
     def _rpc(self, op: str, **kwargs: Any) -> Any:
         call_id, box = self._box()
@@ -233,8 +238,13 @@ class Worker:
         per_request: list[list[pb_utils.Tensor]] = [[] for _ in message.requests]
         for (index, name), array, datatype in _ipc.unpack_tensors(message.segment, message.tensors):
             per_request[index].append(pb_utils.Tensor(name, array, datatype=datatype))
-        return [
-            pb_utils.InferenceRequest(
+        runtime = self.runtime
+        assert runtime is not None
+        requests: list[pb_utils.InferenceRequest] = []
+        for inputs, (key, rid, corr, flags, timeout, params, requested) in zip(
+            per_request, message.requests, strict=True
+        ):
+            request = pb_utils.InferenceRequest(
                 request_id=rid,
                 correlation_id=corr,
                 inputs=inputs,
@@ -243,10 +253,9 @@ class Worker:
                 timeout=timeout,
                 parameters=params,
             )
-            for inputs, (_key, rid, corr, flags, timeout, params, requested) in zip(
-                per_request, message.requests, strict=True
-            )
-        ]
+            request._cancelled = functools.partial(runtime.is_cancelled, key)
+            requests.append(request)
+        return requests
 
     def execute(self, message: m.Execute) -> None:
         runner, runtime = self.runner, self.runtime

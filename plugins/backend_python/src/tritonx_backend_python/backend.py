@@ -11,6 +11,7 @@ The pieces: ``runner`` drives a ``TritonPythonModel`` (both modes), ``worker`` /
 
 from __future__ import annotations
 
+import threading
 import weakref
 from typing import Any
 
@@ -19,12 +20,18 @@ from tritonx.errors import TritonXError, invalid_arg
 from tritonx_backend_python import _ipc
 from tritonx_backend_python.inprocess import InProcessInstance, auto_complete_here
 from tritonx_backend_python.process import ENV_PARAMETER, WorkerProcess, env_python
-from tritonx_backend_python.worker import WorkerInstance, auto_complete_in_worker
+from tritonx_backend_python.worker import (
+    TIMEOUT_PARAMETER,
+    WorkerInstance,
+    auto_complete_in_worker,
+    execution_timeout,
+)
 
 __all__ = [
     "ENV_PARAMETER",
     "MODES",
     "MODE_PARAMETER",
+    "TIMEOUT_PARAMETER",
     "InProcessInstance",
     "PythonBackend",
     "WorkerInstance",
@@ -58,6 +65,8 @@ class PythonBackend(Backend):
         self.shm_prefix = self.config.get("shm-region-prefix-name", _ipc.DEFAULT_PREFIX)
         #: this backend's live worker processes
         self.workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
+        #: set by :meth:`close`: dying workers are not restarted any more
+        self.closed = threading.Event()
 
     def mode(self, parameters: dict[str, str]) -> str:
         """Where a model's instances run: ``process`` or ``in_process``."""
@@ -105,10 +114,18 @@ class PythonBackend(Backend):
         if ctx.model_path is None:
             raise invalid_arg(f"python model '{ctx.model_name}' names no model file")
         if self._in_process(ctx.parameters):
+            if execution_timeout(ctx.parameters) is not None:
+                raise invalid_arg(
+                    f"parameter {TIMEOUT_PARAMETER} of model '{ctx.model_name}' needs "
+                    f"{MODE_PARAMETER} 'process': only a worker process can be stopped in the "
+                    "middle of execute()"
+                )
             return InProcessInstance(ctx)
-        return WorkerInstance(ctx, self.stub_timeout, self.shm_prefix, self.workers)
+        return WorkerInstance(ctx, self.stub_timeout, self.shm_prefix, self.workers, self.closed)
 
     def close(self) -> None:
-        """Kill any worker still running (normally all were unloaded already)."""
+        """Kill any worker still running (normally all were unloaded already; an execute()
+        that outlived the server's exit timeout still holds one) and restart none."""
+        self.closed.set()
         for worker in list(self.workers):
             worker.kill()

@@ -4,15 +4,17 @@ responses and errors, on the server side."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 
 from tritonx.backend import LoadContext
-from tritonx.config import ModelConfig
-from tritonx.errors import Code, TritonXError
+from tritonx.config import IOConfig, ModelConfig
+from tritonx.datatypes import DataType
+from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx.wire import dims_str
 from tritonx_backend_python import _ipc, pb_utils
 from tritonx_backend_python.messages import WireError, WireResponse
 
@@ -70,13 +72,95 @@ def to_core_output(array: np.ndarray, datatype: str) -> np.ndarray:
     return array
 
 
-def to_core_response(response: pb_utils.InferenceResponse) -> InferenceResponse:
-    """A pb_utils response as a core response."""
-    err = core_error(response.error())
-    outputs = {t.name(): to_core_output(t._array, t._datatype) for t in response.output_tensors()}
-    return InferenceResponse(
-        outputs=outputs, error=err, parameters=parameters_of(response.parameters())
+def _dims_match(shape: Sequence[int], dims: Sequence[int]) -> bool:
+    return len(shape) == len(dims) and all(
+        d == -1 or d == s for d, s in zip(dims, shape, strict=True)
     )
+
+
+def _config_name(datatype: str) -> str:
+    try:
+        return DataType(datatype).config_name
+    except ValueError:
+        return f"TYPE_{datatype}"
+
+
+class OutputCheck:
+    """Checks what a python model returns against its config, the way Triton's backends do.
+
+    Outputs the client will get (those it requested, or every configured output) must have the
+    configured datatype and shape (``-1`` matches any size; batching models add a leading batch
+    dimension; an output with ``reshape`` may also have that shape). Outputs the config does not
+    declare, or the client did not request, are dropped, as Triton's stub prunes them; the
+    state outputs of a sequence batcher's implicit state go to the core as they are.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        self.outputs: dict[str, IOConfig] = dict(config.output_map)
+        self.names = tuple(self.outputs)
+        self.batching = config.max_batch_size > 0
+        self.states = frozenset(s.output_name for s in config.raw.sequence_batching.state)
+
+    def _shape_ok(self, shape: tuple[int, ...], io: IOConfig) -> bool:
+        if self.batching:
+            if not shape:
+                return False
+            shape = shape[1:]
+        if shape == io.dims:
+            return True
+        return _dims_match(shape, io.dims) or (
+            io.reshape is not None and _dims_match(shape, io.reshape)
+        )
+
+    def check(
+        self, tensors: Iterable[tuple[str, np.ndarray, str]], requested: Sequence[str] | None
+    ) -> dict[str, np.ndarray]:
+        """The outputs to return, as the core holds them.
+
+        :param tensors: ``(name, array, datatype)`` as the model returned them.
+        :raises TritonXError: INVALID_ARG with Triton's message for a wrong datatype or shape.
+        """
+        keep = requested or self.names
+        out: dict[str, np.ndarray] = {}
+        for name, array, datatype in tensors:
+            if name in self.states:
+                out[name] = to_core_output(array, datatype)
+                continue
+            if name not in keep:
+                continue
+            io = self.outputs.get(name)
+            if io is None:
+                continue
+            if datatype != io.datatype.value:
+                raise invalid_arg(
+                    f"unexpected datatype {_config_name(datatype)} for inference output "
+                    f"'{name}', expecting {io.datatype.config_name}"
+                )
+            if not self._shape_ok(array.shape, io):
+                expected = (-1, *io.dims) if self.batching else io.dims
+                raise invalid_arg(
+                    f"unexpected shape for output '{name}', model configuration shape is "
+                    f"{dims_str(expected)}, inference shape is {dims_str(array.shape)}"
+                )
+            out[name] = to_core_output(array, datatype)
+        return out
+
+    def response(
+        self, response: pb_utils.InferenceResponse, requested: Sequence[str] | None
+    ) -> InferenceResponse:
+        """A pb_utils response as a core response, its outputs checked (a wrong one turns
+        the response into an error)."""
+        err = core_error(response.error())
+        parameters = parameters_of(response.parameters())
+        if err is not None:
+            return InferenceResponse(error=err, parameters=parameters)
+        try:
+            outputs = self.check(
+                [(t._name, t._array, t._datatype) for t in response._outputs], requested
+            )
+        except TritonXError as exc:
+            return InferenceResponse(error=exc)
+        return InferenceResponse(outputs=outputs, parameters=parameters)
 
 
 def from_core_response(response: InferenceResponse) -> pb_utils.InferenceResponse:

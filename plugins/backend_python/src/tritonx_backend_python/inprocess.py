@@ -17,6 +17,7 @@ from tritonx.types import InferenceRequest, InferenceResponse
 from tritonx_backend_python import pb_utils
 from tritonx_backend_python.bridge import ServerBridge
 from tritonx_backend_python.convert import (
+    OutputCheck,
     bls_core_request,
     from_core_response,
     initialize_args,
@@ -24,7 +25,6 @@ from tritonx_backend_python.convert import (
     parameters_json,
     pb_error,
     to_core_output,
-    to_core_response,
 )
 from tritonx_backend_python.runner import (
     MODULE_NAME,
@@ -107,6 +107,7 @@ class InProcessInstance(ModelInstance):
         self.runner = ModelRunner(self.name, self.decoupled, self.runtime)
         self._outputs = [io.name for io in ctx.config.outputs]
         self._datatypes = input_datatypes(ctx.config)
+        self._check = OutputCheck(ctx.config)
         sys.modules.setdefault(MODULE_NAME, pb_utils)
         self._module_name = f"tritonx_python_model_{ctx.model_name}_{ctx.version}_{next(_seq)}"
         try:
@@ -121,8 +122,9 @@ class InProcessInstance(ModelInstance):
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
         """Run the model's ``execute`` on this thread."""
         datatypes, outputs = self._datatypes, self._outputs
-        pb_requests = [
-            pb_utils.InferenceRequest(
+        pb_requests: list[pb_utils.InferenceRequest] = []
+        for request in requests:
+            pb_request = pb_utils.InferenceRequest(
                 request_id=request.id,
                 correlation_id=request.correlation_id,
                 inputs=[
@@ -134,17 +136,21 @@ class InProcessInstance(ModelInstance):
                 timeout=request.timeout_us,
                 parameters=parameters_json(request.parameters),
             )
-            for request in requests
-        ]
+            pb_request._cancelled = request.is_cancelled
+            pb_requests.append(pb_request)
+        check = self._check
         try:
             responses = self.runner.execute(
-                pb_requests, _deliverer(requests) if self.decoupled else None
+                pb_requests, _deliverer(requests, check) if self.decoupled else None
             )
         except ExecuteFailed as exc:
             raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
         if responses is None:
             return None
-        return [to_core_response(r) for r in responses]
+        return [
+            check.response(r, request.requested_outputs)
+            for r, request in zip(responses, requests, strict=True)
+        ]
 
     def unload(self) -> None:
         """Call the model's ``finalize``."""
@@ -156,13 +162,15 @@ class InProcessInstance(ModelInstance):
             sys.modules.pop(self._module_name, None)
 
 
-def _deliverer(requests: Sequence[InferenceRequest]) -> Deliver:
+def _deliverer(requests: Sequence[InferenceRequest], check: OutputCheck) -> Deliver:
     """Where a decoupled model's responses go: each request's core response sender."""
 
     def deliver(index: int, response: pb_utils.InferenceResponse | None, final: bool) -> None:
-        sender = requests[index].response_sender
+        request = requests[index]
+        sender = request.response_sender
         assert sender is not None
-        sender.send(to_core_response(response) if response is not None else None, final=final)
+        core = None if response is None else check.response(response, request.requested_outputs)
+        sender.send(core, final=final)
 
     return deliver
 

@@ -199,6 +199,7 @@ class Tensor:
     __slots__ = ("_array", "_datatype", "_name")
 
     def __init__(self, name: str, data: Any, *, datatype: str | None = None) -> None:
+        name = _text(name)
         if not isinstance(name, str) or not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
         array = data if isinstance(data, np.ndarray) else np.asarray(data)
@@ -344,6 +345,14 @@ def triton_string_to_numpy(triton_type_string: str) -> Any:
 # ---------------------------------------------------------------------- requests and responses
 
 
+def _text(value: Any) -> Any:
+    """A name given as ``bytes`` (e.g. read from a BYTES tensor) as ``str``, as the C++
+    bindings of python_backend accept it."""
+    if isinstance(value, bytes):
+        return value.decode("utf-8", errors="replace")
+    return value
+
+
 def _check_parameters(parameters: Any) -> str:
     if parameters is None:
         return "{}"
@@ -402,11 +411,11 @@ class InferenceRequest:
     ) -> None:
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._request_id = request_id
+        self._request_id = _text(request_id)
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
-        self._requested = list(requested_output_names)
-        self._model_name = model_name
+        self._requested = [_text(name) for name in requested_output_names]
+        self._model_name = _text(model_name)
         self._model_version = model_version
         self._flags = flags
         self._timeout = timeout
@@ -415,7 +424,9 @@ class InferenceRequest:
         self._parameters = _check_parameters(parameters)
         self._release_flags = TRITONSERVER_REQUEST_RELEASE_ALL
         self._sender: InferenceResponseSender | None = None
+        #: asks the server whether the request was cancelled (set on requests a model gets)
         self._cancelled: Callable[[], bool] | None = None
+        self._cancel_seen = False
 
     def inputs(self) -> list[Tensor]:
         """The input tensors."""
@@ -471,8 +482,11 @@ class InferenceRequest:
         return self._sender
 
     def is_cancelled(self) -> bool:
-        """Whether the client cancelled the request."""
-        return bool(self._cancelled and self._cancelled())
+        """Whether the request was cancelled (its client went away); asks the server each
+        time until it says yes."""
+        if not self._cancel_seen and self._cancelled is not None and self._cancelled():
+            self._cancel_seen = True
+        return self._cancel_seen
 
     def set_release_flags(self, flags: int) -> None:
         """``TRITONSERVER_REQUEST_RELEASE_ALL`` or ``_RESCHEDULE`` (rescheduling unsupported)."""

@@ -7,6 +7,7 @@ import atexit
 import contextlib
 import hashlib
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
 import socket
@@ -83,6 +84,7 @@ class WorkerProcess:
 
     def __init__(self, name: str, env_python: str | None = None) -> None:
         self.name = name
+        self._lock = threading.Lock()
         self._popen: subprocess.Popen[bytes] | None = None
         self._process: Any = None
         if env_python is None:
@@ -117,16 +119,26 @@ class WorkerProcess:
         _live_workers.add(self)
 
     def exitcode(self, wait: float = 0.0) -> int | None:
-        """The exit status (negative: killed by that signal), None while running."""
+        """The exit status (negative: killed by that signal), None while running; ``wait``:
+        seconds to wait for the end first."""
         if self._popen is not None:
             try:
                 return self._popen.wait(wait) if wait else self._popen.poll()
             except subprocess.TimeoutExpired:
                 return None
         if wait:
-            self._process.join(wait)
-        code: int | None = self._process.exitcode
+            multiprocessing.connection.wait([self._process.sentinel], wait)
+        with self._lock:  # the exit status is read once from the sentinel: one reader at a time
+            code: int | None = self._process.exitcode
         return code
+
+    def wait_exit(self) -> None:
+        """Block until the process has ended (without reaping it)."""
+        if self._popen is not None:
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
+            return
+        multiprocessing.connection.wait([self._process.sentinel])
 
     def stop(self, grace: float) -> None:
         """Wait up to ``grace`` seconds for the process to exit by itself, then kill it."""
@@ -138,16 +150,29 @@ class WorkerProcess:
     def kill(self) -> None:
         """Kill the process (SIGKILL) and reap it."""
         try:
-            if self._popen is not None:
-                if self._popen.poll() is None:
+            if self.exitcode() is None:
+                if self._popen is not None:
                     self._popen.kill()
-                self._popen.wait(5)
-            elif self._process.exitcode is None:
-                self._process.kill()
-                self._process.join(5)
+                else:
+                    self._process.kill()
+            self.exitcode(wait=5.0)
         except Exception:  # already gone
             pass
         _live_workers.discard(self)
+
+    def interrupt(self) -> None:
+        """Wake a thread blocked reading the connection (it reads EOF), even when a process
+        the model forked still holds the worker's end of the socket."""
+        try:
+            sock = socket.socket(fileno=os.dup(self.conn.fileno()))
+        except (OSError, ValueError):
+            return
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        finally:
+            sock.close()
 
     def close(self) -> None:
         """Close the connection to the process."""

@@ -194,7 +194,9 @@ class ModelRunner:
                     if response is not None:
                         via_sender[index] = response
 
-            request._sender = pb_utils.InferenceResponseSender(send, decoupled)
+            request._sender = pb_utils.InferenceResponseSender(
+                send, decoupled, request.is_cancelled
+            )
         # the runtime is bound without a context manager: this is the per-request path
         runtime = self.runtime
         token = pb_utils._current.set(runtime) if runtime is not None else None

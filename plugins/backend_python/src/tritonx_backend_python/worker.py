@@ -1,9 +1,12 @@
-"""A model instance whose model runs in its own worker process (Triton's stub model).
+"""A model instance whose model runs in its own worker process (Triton's stub model), and
+restarts it when it dies.
 
-:class:`WorkerInstance` owns one :class:`~tritonx_backend_python.process.WorkerProcess`: it
-sends :mod:`~tritonx_backend_python.messages` to it and a reader thread handles what comes
-back (batch results, decoupled responses, and the model's BLS, control, metric and log
-requests, answered through the :class:`~tritonx_backend_python.bridge.ServerBridge`).
+:class:`WorkerInstance` owns the current :class:`~tritonx_backend_python.link.WorkerLink`. When
+the worker process dies (a crash, ``exit()``, a kill, or an ``execute`` past
+``TRITONX_EXECUTION_TIMEOUT_SECS``), its requests in flight fail, the instance reports itself
+not ready (the core then leaves the queue to the other instances) and a restart thread starts a
+fresh worker and calls ``initialize`` again, backing off when workers keep dying without
+serving.
 """
 
 from __future__ import annotations
@@ -12,8 +15,9 @@ import concurrent.futures
 import itertools
 import json
 import logging
-import os
+import math
 import threading
+import time
 import weakref
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,36 +32,63 @@ from tritonx_backend_python import _ipc
 from tritonx_backend_python import messages as m
 from tritonx_backend_python.bridge import ServerBridge
 from tritonx_backend_python.convert import (
-    bls_core_request,
+    OutputCheck,
     core_error,
     initialize_args,
     input_datatypes,
     parameters_json,
     parameters_of,
-    to_core_output,
-    to_core_response,
-    wire_response,
 )
-from tritonx_backend_python.metrics import labels_of
+from tritonx_backend_python.link import WorkerLink, not_healthy
 from tritonx_backend_python.process import ENV_PARAMETER, WorkerProcess, describe_exit, env_python
-from tritonx_backend_python.runner import failure_message
 
 log = logging.getLogger("tritonx.backend.python")
 
-
+#: config.pbtxt parameter: seconds an ``execute`` may take before its worker is killed.
+TIMEOUT_PARAMETER = "TRITONX_EXECUTION_TIMEOUT_SECS"
 #: How long a worker may take to exit by itself after ``finalize`` (then it is killed).
 FINALIZE_GRACE_S = 5.0
 #: How long a worker whose ``initialize`` failed may take to exit (it exits at once).
 INIT_FAILED_GRACE_S = 2.0
+#: A worker that lived this long, or served a batch, was healthy: its death restarts it at
+#: once; otherwise restarts back off (0.5 s, 1 s, 2 s ... up to :data:`MAX_BACKOFF_S`).
+STABLE_S = 10.0
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 30.0
+
+
+def execution_timeout(parameters: dict[str, str]) -> float | None:
+    """The model's ``TRITONX_EXECUTION_TIMEOUT_SECS`` (None when not set)."""
+    text = parameters.get(TIMEOUT_PARAMETER, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise invalid_arg(
+            f"parameter {TIMEOUT_PARAMETER} must be a number of seconds greater than 0, "
+            f"got '{text}'"
+        )
+    return value
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before the restart that follows ``failures`` consecutive deaths."""
+    if failures <= 0:
+        return 0.0
+    return min(FIRST_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
 
 
 class WorkerInstance(ModelInstance):
-    """A model instance living in its own worker process.
+    """A model instance living in its own worker process, restarted when that process dies.
 
     :param ctx: the load context.
     :param stub_timeout: how long ``initialize`` / ``finalize`` may take (seconds).
     :param shm_prefix: the file-name prefix of shared-memory segments.
-    :param workers: the backend's set of live worker processes; this one joins it.
+    :param workers: the backend's set of live worker processes; this instance's join it.
+    :param closed: set when the backend closes (the server exits): workers are not restarted.
     """
 
     _seq = itertools.count()
@@ -68,216 +99,221 @@ class WorkerInstance(ModelInstance):
         stub_timeout: float,
         shm_prefix: str,
         workers: weakref.WeakSet[WorkerProcess] | None = None,
+        closed: threading.Event | None = None,
     ) -> None:
         self.ctx = ctx
         self.name = ctx.instance.name
         self.decoupled = ctx.config.decoupled
         self.bridge = ServerBridge(ctx.server, ctx.logger)
         self.timeout = stub_timeout
-        self.writer = _ipc.ShmWriter(shm_prefix, f"{os.getpid()}w{next(self._seq)}")
+        self.exec_timeout = execution_timeout(ctx.parameters)
+        self.shm_prefix = shm_prefix
+        self._workers = workers
+        self._closed = closed or threading.Event()
         self._datatypes = input_datatypes(ctx.config)
         self._outputs = [io.name for io in ctx.config.outputs]
-        self._send_lock = threading.Lock()
+        self._check = OutputCheck(ctx.config)
         self._keys = itertools.count(1)
-        self._batches: dict[int, concurrent.futures.Future[m.Done]] = {}
-        self._open: dict[int, InferenceRequest] = {}
-        self._control: concurrent.futures.Future[m.Message] | None = None
-        self._dead: str = ""
-        self._closing = False
         env = ctx.parameters.get(ENV_PARAMETER)
-        self.proc = WorkerProcess(self.name, env_python(env, ctx.model_dir) if env else None)
-        if workers is not None:
-            workers.add(self.proc)
-        self._reader = threading.Thread(
-            target=self._read, name=f"tritonx-python-reader-{self.name}", daemon=True
-        )
-        self._reader.start()
-        init = m.Init(str(ctx.model_path), initialize_args(ctx), self.decoupled, shm_prefix)
-        reply = self._command(init, "initialize")
+        self._python = env_python(env, ctx.model_dir) if env else None
+        self._init = m.Init(str(ctx.model_path), initialize_args(ctx), self.decoupled, shm_prefix)
+        self._cond = threading.Condition()
+        #: the worker serving requests; None while it is being restarted
+        self._link: WorkerLink | None = None
+        #: a worker being started (initialize running)
+        self._starting: WorkerLink | None = None
+        #: a restart attempt is under way (not backing off): execute waits for it
+        self._attempting = False
+        self._restarter: threading.Thread | None = None
+        self._closing = False
+        self._failures = 0
+        self._reason = ""
+        self._wake = threading.Event()
+        link = self._start()
+        if not self._install(link):
+            raise TritonXError(
+                f"Stub process '{self.name}' is not healthy: the worker process (pid "
+                f"{link.proc.pid}) {describe_exit(link.exit_code)} right after initialize",
+                Code.INTERNAL,
+            )
+
+    # -------------------------------------------------------------- starting and restarting
+
+    def _start(self) -> WorkerLink:
+        """Start a worker and initialize the model in it.
+
+        :raises TritonXError: Triton's ``Failed to initialize Python stub: ...`` and friends.
+        """
+        proc = WorkerProcess(self.name, self._python)
+        if self._workers is not None:
+            self._workers.add(proc)
+        link = WorkerLink(self.name, proc, self.bridge, self.shm_prefix, self._check, self._gone)
+        with self._cond:
+            self._starting = link
+            closing = self._closing or self._closed.is_set()
+        try:
+            if closing:  # unload() may have looked for a starting worker before this one
+                raise EOFError("the instance is closing")
+            reply = link.command(self._init, self.timeout)
+        except concurrent.futures.TimeoutError:
+            link.shutdown(0)
+            raise TritonXError(
+                f"Stub process '{self.name}' did not initialize within {self.timeout:g} s "
+                "(stub-timeout-seconds)",
+                Code.INTERNAL,
+            ) from None
+        except EOFError:
+            link.shutdown(0)
+            raise TritonXError(
+                f"Stub process '{self.name}' is not healthy: the worker process (pid "
+                f"{proc.pid}) {describe_exit(link.exit_code)} during initialize",
+                Code.INTERNAL,
+            ) from None
+        finally:
+            with self._cond:
+                self._starting = None
         if not isinstance(reply, m.Ready):
-            self._shutdown(INIT_FAILED_GRACE_S)
+            link.shutdown(INIT_FAILED_GRACE_S)
             if isinstance(reply, m.InitFailed):
                 log.error("initializing '%s' failed:\n%s", self.name, reply.traceback)
                 error = reply.error
             else:
                 error = f"unexpected answer from the worker: {reply!r}"
             raise TritonXError(f"Failed to initialize Python stub: {error}", Code.INTERNAL)
+        return link
 
-    # -------------------------------------------------------------- plumbing
+    def _install(self, link: WorkerLink) -> bool:
+        """Make ``link`` the serving worker; False if it is gone already. (Its death from
+        now on reaches :meth:`_gone` as the serving worker's.)"""
+        with self._cond:
+            if link.gone:
+                return False
+            self._link = link
+            self._reason = ""
+            self._attempting = False
+            self._cond.notify_all()
+            return True
 
-    def _send(self, message: m.Message) -> None:
-        data = m.dumps(message)
-        with self._send_lock:
-            self.proc.conn.send_bytes(data)
-
-    def _command(self, message: m.Message, what: str) -> m.Message:
-        """Send a control message and wait for the worker's answer."""
-        future: concurrent.futures.Future[m.Message] = concurrent.futures.Future()
-        self._control = future
-        try:
-            self._send(message)
-            return future.result(self.timeout)
-        except concurrent.futures.TimeoutError:
-            self._shutdown(0)
-            raise TritonXError(
-                f"Stub process '{self.name}' did not {what} within {self.timeout:g} s "
-                "(stub-timeout-seconds)",
-                Code.INTERNAL,
-            ) from None
-        except (OSError, EOFError) as exc:
-            self._shutdown(0)
-            raise TritonXError(
-                f"Stub process '{self.name}' is not healthy: {exc}", Code.INTERNAL
-            ) from None
-
-    def _read(self) -> None:
-        recv = self.proc.conn.recv_bytes
-        while True:
-            try:
-                message = m.loads(recv())
-            except (EOFError, OSError):
-                self._died()
-                return
-            try:
-                self._dispatch(message)
-            except Exception:
-                log.exception("python model '%s': handling a worker message failed", self.name)
-
-    def _dispatch(self, message: m.Message) -> None:
-        match message:
-            case m.Done():
-                future = self._batches.pop(message.batch_id, None)
-                if future is not None:
-                    future.set_result(message)
-            case m.Send():
-                self._deliver(message)
-            case m.BlsCall():
-                self._bls(message)
-            case m.RpcCall():
-                self._rpc(message)
-            case m.Log():
-                self.bridge.log(message.level, message.message)
-            case m.NewMetricFamily():
-                self.bridge.metrics.family(message.name, message.description, message.kind)
-            case m.MetricUpdate():
-                self.bridge.metrics.op(
-                    message.family, labels_of(message.labels), message.op, message.value
+    def _gone(self, link: WorkerLink) -> TritonXError | None:
+        """The process of ``link`` ended (its reader thread): stop serving on it and restart
+        unless that was asked for. Returns the error its requests fail with."""
+        with self._cond:
+            if self._closed.is_set() or self._closing:
+                if link is self._link and not link.expected:
+                    self._link = None
+                return TritonXError(
+                    f"the worker process of model instance '{self.name}' was stopped: the "
+                    "model is being unloaded",
+                    Code.UNAVAILABLE,
                 )
-            case _:
-                control = self._control
-                if control is not None and not control.done():
-                    control.set_result(message)
-
-    def _failure(self) -> str:
-        return failure_message(f"model instance '{self.name}'", self._dead)
-
-    def _died(self) -> None:
-        code = self.proc.exitcode(wait=2.0)
-        if self._closing:
-            self._dead = "unloaded"
-        else:
-            self._dead = (
-                f"Stub process '{self.name}' is not healthy: the worker process (pid "
-                f"{self.proc.pid}) {describe_exit(code)}; the model is unavailable until it is "
-                "loaded again"
+            if link is not self._link:
+                return None  # a worker that never served (a failed start)
+            self._link = None
+            if link.served or time.monotonic() - link.started >= STABLE_S:
+                self._failures = 0
+            cause = link.cause or (
+                f"the worker process (pid {link.proc.pid}) {describe_exit(link.exit_code)}"
             )
-            log.error("python model '%s': %s", self.ctx.model_name, self._dead)
-        error = TritonXError(self._failure(), Code.INTERNAL)
-        for future in list(self._batches.values()):
-            if not future.done():
-                future.set_exception(error)
-        self._batches.clear()
-        for request in list(self._open.values()):
-            sender = request.response_sender
-            if sender is not None and not sender.is_closed:
-                try:
-                    sender.send(InferenceResponse.failed(error), final=True)
-                except TritonXError:
-                    pass
-        self._open.clear()
-        if self._control is not None and not self._control.done():
-            self._control.set_exception(EOFError(self._dead))
-        self.writer.cleanup()
-        _ipc.ShmWriter(self.writer.prefix, str(self.proc.pid)).cleanup()
-
-    def _deliver(self, message: m.Send) -> None:
-        request = self._open.get(message.key)
-        if request is None or request.response_sender is None:
-            return
-        if message.final:
-            self._open.pop(message.key, None)
-        response = None
-        if message.response is not None:
-            response = to_core_response(m.decode_response(message.response))
-        try:
-            request.response_sender.send(response, final=message.final)
-        except TritonXError as exc:
-            log.warning("python model '%s': %s", self.name, exc.message)
-
-    def _reply(self, message: m.Message) -> None:
-        try:
-            self._send(message)
-        except (OSError, EOFError, ValueError):
-            pass  # the worker is gone; _died handles the rest
-
-    def _bls(self, call: m.BlsCall) -> None:
-        call_id, writer = call.call_id, self.writer
-        try:
-            inputs = {
-                n: _ipc.as_object_bytes(a) if a.dtype == object else a
-                for n, a, _ in _ipc.unpack_tensors(call.segment, call.tensors)
-            }
-            request = bls_core_request(
-                call.model_name,
-                call.model_version,
-                inputs,
-                call.requested,
-                call.request_id,
-                call.correlation_id,
-                call.flags,
-                call.timeout,
-                call.parameters,
+            self._reason = f"Stub process '{self.name}' is not healthy: {cause}; restarting it"
+            self._attempting = backoff(self._failures) == 0
+            restarter = threading.Thread(
+                target=self._restart, name=f"tritonx-python-restart-{self.name}", daemon=True
             )
-        except Exception as exc:
-            self._reply(m.BlsReply(call_id, wire_response(TritonXError.wrap(exc), writer), True))
-            return
+            self._restarter = restarter
+        log.error("python model '%s': %s", self.ctx.model_name, self._reason)
+        restarter.start()
+        return None
 
-        def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
-            self._reply(m.BlsReply(call_id, wire_response(response, writer), final))
-
-        try:
-            self.bridge.submit(self.bridge.infer(request, call.decoupled, emit))
-        except TritonXError as exc:
-            emit(exc, True)
-
-    def _rpc(self, call: m.RpcCall) -> None:
-        call_id, op, kwargs = call.call_id, call.op, call.kwargs
-        if op == "metric_value":
+    def _restart(self) -> None:
+        """Start workers until one initializes (backing off between failures) or the instance
+        closes."""
+        while True:
+            with self._cond:
+                if self._closing or self._closed.is_set():
+                    break
+                delay = backoff(self._failures)
+                self._failures += 1
+                attempt = self._failures
+            if delay:
+                log.warning(
+                    "python model '%s': restarting instance '%s' in %g s (restart %d)",
+                    self.ctx.model_name,
+                    self.name,
+                    delay,
+                    attempt,
+                )
+                if self._sleep(delay):
+                    break
+            with self._cond:
+                if self._closing or self._closed.is_set():
+                    break
+                self._attempting = True
             try:
-                value = self.bridge.metric_value(kwargs["family"], kwargs["labels"])
-                self._reply(m.RpcReply(call_id, value, None))
-            except TritonXError as exc:
-                self._reply(m.RpcReply(call_id, None, exc.message))
+                link = self._start()
+            except Exception as exc:  # TritonXError, or e.g. OSError from fork
+                text = exc.message if isinstance(exc, TritonXError) else f"{exc!r}"
+                with self._cond:
+                    self._attempting = False
+                    self._reason = (
+                        f"Stub process '{self.name}' is not healthy: restarting it failed: {text}"
+                    )
+                    self._cond.notify_all()
+                log.error(
+                    "python model '%s': restart %d of instance '%s' failed: %s",
+                    self.ctx.model_name,
+                    attempt,
+                    self.name,
+                    text,
+                )
+                continue
+            if not self._install(link):
+                with self._cond:
+                    self._attempting = False
+                    self._cond.notify_all()
+                log.error(
+                    "python model '%s': restart %d of instance '%s' failed: the worker "
+                    "process %s right after initialize",
+                    self.ctx.model_name,
+                    attempt,
+                    self.name,
+                    describe_exit(link.exit_code),
+                )
+                continue
+            log.info(
+                "python model '%s': instance '%s' restarted (worker pid %d, restart %d)",
+                self.ctx.model_name,
+                self.name,
+                link.proc.pid,
+                attempt,
+            )
             return
+        with self._cond:
+            self._attempting = False
+            self._cond.notify_all()
 
-        async def run() -> None:
-            try:
-                value = await self.bridge.control(op, kwargs)
-                self._reply(m.RpcReply(call_id, value, None))
-            except Exception as exc:
-                self._reply(m.RpcReply(call_id, None, str(exc)))
+    def _sleep(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when the instance closed meanwhile."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if self._wake.wait(min(left, 0.25)) or self._closed.is_set():
+                return True
+        return False
 
-        try:
-            self.bridge.submit(run())
-        except TritonXError as exc:
-            self._reply(m.RpcReply(call_id, None, exc.message))
+    def _usable(self) -> WorkerLink:
+        """The worker to run a batch on (waiting for a restart under way)."""
+        with self._cond:
+            while self._link is None and self._attempting and not self._closing:
+                self._cond.wait()
+            link = self._link
+        if link is None:
+            raise not_healthy(self.name)
+        return link
 
     # -------------------------------------------------------------- ModelInstance
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
         """Hand the batch to the worker and wait for its answer."""
-        if self._dead:
-            raise TritonXError(self._failure(), Code.UNAVAILABLE)
+        link = self._usable()
         tensors: list[tuple[m.BatchKey, np.ndarray, str]] = []
         metas: list[m.RequestMeta] = []
         keys: list[int] = []
@@ -298,69 +334,105 @@ class WorkerInstance(ModelInstance):
                     list(request.requested_outputs or self._outputs),
                 )
             )
-            if self.decoupled:
-                self._open[key] = request
-        segment, descs = _ipc.pack_tensors(tensors, self.writer)
+        segment, descs = _ipc.pack_tensors(tensors, link.writer)
         batch_id = keys[0]
-        future: concurrent.futures.Future[m.Done] = concurrent.futures.Future()
-        self._batches[batch_id] = future
+        failed = True
         try:
-            self._send(m.Execute(batch_id, segment, descs, metas))
-        except (OSError, ValueError):
-            pass  # the reader notices the death and fails the future
-        if self._dead and not future.done():
-            future.set_exception(TritonXError(self._failure(), Code.INTERNAL))
-        try:
-            done = future.result()
+            try:
+                future = link.submit(
+                    m.Execute(batch_id, segment, descs, metas), requests, keys, self.decoupled
+                )
+            except TritonXError:  # the worker is gone already: nobody reads the segment
+                if segment is not None:
+                    _ipc.unlink_segment(segment)
+                raise
+            done = self._wait(link, future)
+            failed = done.error is not None
+        except TritonXError as exc:  # shared by every request the worker had: raise a copy
+            raise TritonXError(exc.message, exc.code) from None
         finally:
-            self._batches.pop(batch_id, None)
+            link.finish(batch_id, keys, failed)
         if done.error is not None:
-            for key in keys:
-                self._open.pop(key, None)
             raise TritonXError(done.error, Code.INTERNAL)
         if done.responses is None:
             return None
-        outputs: list[dict[str, np.ndarray]] = [{} for _ in requests]
+        outputs: list[list[tuple[str, np.ndarray, str]]] = [[] for _ in requests]
         for (index, name), array, datatype in _ipc.unpack_tensors(done.segment, done.tensors):
-            outputs[index][name] = to_core_output(array, datatype)
-        return [
-            InferenceResponse(
-                outputs=outputs[index] if err is None else {},
-                error=core_error(err),
-                parameters=parameters_of(params),
-            )
-            for index, (err, params) in enumerate(done.responses)
-        ]
+            outputs[index].append((name, array, datatype))
+        responses: list[InferenceResponse] = []
+        for request, tensors_, (err, params) in zip(requests, outputs, done.responses, strict=True):
+            if err is not None:
+                responses.append(
+                    InferenceResponse(error=core_error(err), parameters=parameters_of(params))
+                )
+                continue
+            try:
+                checked = self._check.check(tensors_, request.requested_outputs)
+            except TritonXError as exc:
+                responses.append(InferenceResponse(error=exc))
+                continue
+            responses.append(InferenceResponse(outputs=checked, parameters=parameters_of(params)))
+        return responses
+
+    def _wait(self, link: WorkerLink, future: concurrent.futures.Future[m.Done]) -> m.Done:
+        """The batch's answer; past the execution timeout the worker is killed (its requests
+        then fail with the timeout error, raised here)."""
+        try:
+            return future.result(self.exec_timeout)
+        except concurrent.futures.TimeoutError:
+            pass
+        seconds = f"{self.exec_timeout:g}"
+        error = TritonXError(
+            f"execute() of model '{self.ctx.model_name}' timed out after {seconds} s on "
+            f"instance '{self.name}' ({TIMEOUT_PARAMETER}); its worker process was killed and is "
+            "being restarted",
+            Code.INTERNAL,
+        )
+        log.error("python model '%s': %s", self.ctx.model_name, error.message)
+        link.abort(error, f"execute() timed out after {seconds} s; the worker process was killed")
+        try:
+            return future.result(30.0)  # raises the error once the reader saw the worker go
+        except concurrent.futures.TimeoutError:
+            raise error from None
 
     def is_ready(self) -> bool:
-        """False once the worker process is gone."""
-        return not self._dead
+        """False while the worker process is being restarted."""
+        return self._link is not None
 
     def not_ready_reason(self) -> str:
         """Why the instance cannot serve ("" while it can)."""
-        return self._dead
+        return "" if self._link is not None else self._reason
 
     def unload(self) -> None:
-        """Call the model's ``finalize`` and stop the worker."""
-        if self._dead:
-            self.proc.kill()
+        """Call the model's ``finalize`` and stop the worker (a restart under way is ended)."""
+        with self._cond:
+            self._closing = True
+            starting, restarter = self._starting, self._restarter
+            self._cond.notify_all()
+        self._wake.set()
+        if starting is not None:
+            starting.abort(not_healthy(self.name), "the model is being unloaded")
+        if restarter is not None:
+            restarter.join(self.timeout + 5)
+        with self._cond:
+            link, self._link = self._link, None
+        if link is None:
             return
-        self._closing = True
-        try:
-            self._command(m.Finalize(), "finalize")
-        except TritonXError as exc:
-            log.warning("python model '%s': %s", self.name, exc.message)
-        self._shutdown(FINALIZE_GRACE_S)
-
-    def _shutdown(self, grace: float) -> None:
-        """Stop the worker (waiting up to ``grace`` seconds for it to exit by itself), its
-        reader and its shared-memory segments."""
-        self._closing = True
-        self.proc.stop(grace)
-        self.proc.close()
-        if self._reader is not threading.current_thread():
-            self._reader.join(5)
-        self.writer.cleanup()
+        if not link.gone:
+            link.expected = True
+            try:
+                link.command(m.Finalize(), self.timeout)
+            except concurrent.futures.TimeoutError:
+                log.warning(
+                    "python model '%s': Stub process '%s' did not finalize within %g s "
+                    "(stub-timeout-seconds)",
+                    self.ctx.model_name,
+                    self.name,
+                    self.timeout,
+                )
+            except EOFError:
+                pass
+        link.shutdown(FINALIZE_GRACE_S)
 
 
 def auto_complete_in_worker(

@@ -1,5 +1,8 @@
 """BLS: calls add_sub (sync, async) and repeat (decoupled) from an async execute.
 
+"bytes_names" calls add_sub naming the model and outputs with bytes, as python_backend's BLS
+example does with a name read from a BYTES tensor.
+
 The request parameter "mode" picks what to do; OUTPUT0 is FP32 [4], MESSAGE a string.
 """
 
@@ -10,11 +13,11 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 
 
-def add_sub_request(a, b, model_name="add_sub"):
+def add_sub_request(a, b, model_name="add_sub", outputs=("OUTPUT0", "OUTPUT1")):
     return pb_utils.InferenceRequest(
         model_name=model_name,
         inputs=[pb_utils.Tensor("INPUT0", a), pb_utils.Tensor("INPUT1", b)],
-        requested_output_names=["OUTPUT0", "OUTPUT1"],
+        requested_output_names=list(outputs),
     )
 
 
@@ -62,6 +65,14 @@ class TritonPythonModel:
                     if out is not None:
                         got.append(int(out.as_numpy()[0]))
                 responses.append(reply(np.array(got), f"decoupled:{len(got)}"))
+            elif mode == "bytes_names":
+                name = np.array([b"add_sub"], dtype=object)[0]
+                response = add_sub_request(a, b, name, (b"OUTPUT0",)).exec()
+                if response.has_error():
+                    raise pb_utils.TritonModelException(response.error().message())
+                names = [t.name() for t in response.output_tensors()]
+                out = pb_utils.get_output_tensor_by_name(response, "OUTPUT0").as_numpy()
+                responses.append(reply(out, f"bytes_names:{','.join(names)}"))
             elif mode == "missing":
                 response = add_sub_request(a, b, model_name="no_such_model").exec()
                 assert response.has_error()
