@@ -44,8 +44,10 @@ def run_perf_analyzer(url: str, protocol: str) -> str:
         "500",
         "--concurrency-range",
         "1:2",
+        # a smoke test of the protocol, not a measurement: any spread between windows is
+        # stable enough (a loaded CI machine otherwise fails "stable measurement")
         "--stability-percentage",
-        "100",
+        "999",
         "--max-trials",
         "6",
     ]
