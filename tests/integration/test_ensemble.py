@@ -892,7 +892,9 @@ async def test_reloading_a_composing_model_keeps_inflight_ensemble_requests(
     tmp_path: Path,
 ) -> None:
     repo = ModelRepositoryBuilder(tmp_path / "models")
-    chain(repo, delay_ms="300")
+    # the first step takes 1 s: the reload below must finish while the requests are in it,
+    # even on a loaded machine
+    chain(repo, delay_ms="1000")
     settings = {"model_control_mode": "explicit", "load_model": ("chain",), **NO_LISTENERS}
     async with make_server(repo.root, **settings) as server:
         calls = [
