@@ -260,3 +260,61 @@ def test_same_reason_as_serve_and_other_failures(
     missing = check(env, str(tmp_path / "nope"))
     assert missing.returncode == 1
     assert f"failed to stat file {tmp_path / 'nope'}" in missing.stderr
+
+
+def test_repository_agents_run_as_at_load(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str], tmp_path: Path
+) -> None:
+    """check runs the agents' LOAD actions: a checksum mismatch is reported with the agent's
+    message, an encrypted model is decrypted and auto-completed, and the decrypted copy is
+    wiped afterwards (the agents get LOAD_FAIL: nothing serves)."""
+    pytest.importorskip("tritonx_repoagent_checksum")
+    pytest.importorskip("tritonx_repoagent_decrypt")
+    import hashlib
+
+    model = identity(TensorProto.FLOAT, [None, 3])
+    digest = hashlib.md5(model).hexdigest()
+
+    def checksum(name: str, md5: str) -> None:
+        model_repository.add(
+            name,
+            config=f"""
+backend: "onnxruntime"
+model_repository_agents {{ agents [ {{ name: "checksum"
+  parameters {{ key: "MD5:1/model.onnx" value: "{md5}" }} }} ] }}
+""",
+            versions={1: {"model.onnx": model}},
+        )
+
+    checksum("good_sum", digest)
+    checksum("bad_sum", "0" * 32)
+    plain = tmp_path / "plain" / "enc"
+    (plain / "1").mkdir(parents=True)
+    (plain / "1" / "model.onnx").write_bytes(model)
+    (plain / "config.pbtxt").write_text('backend: "onnxruntime"\n')
+    key = tmp_path / "key"
+    env = {
+        **env,
+        "TRITONX_PLUGINS": env["TRITONX_PLUGINS"] + ",repoagent_checksum,repoagent_decrypt",
+        "TRITONX_TMPDIR": str(tmp_path / "private"),
+    }
+    made = subprocess.run(
+        [sys.executable, "-m", "tritonx", "encrypt-model", str(plain),
+         str(model_repository.root / "enc"), "--key-file", str(key), "--generate-key"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+
+    result = check(env, "--json", str(model_repository.root))
+    assert result.returncode == 1, result.stdout + result.stderr
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert out["good_sum"]["status"] == "OK"
+    assert out["bad_sum"]["error"] == (
+        f"Mismatched MD5 hash for file 1/model.onnx, expect: {'0' * 32}, got: {digest}"
+    )
+    # decrypted, then auto-completed from the plaintext model
+    assert out["enc"]["status"] == "OK", out["enc"]
+    assert out["enc"]["config"]["input"][0]["dims"] == [3]
+    # the decrypted copy is gone: no plaintext model left anywhere under the private root
+    leftovers = [p for p in (tmp_path / "private").rglob("*") if p.is_file()]
+    assert leftovers == []

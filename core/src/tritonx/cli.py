@@ -789,7 +789,7 @@ def check(
     )
     try:
         manager = ModelManager(settings, collect(make_plugin_manager()))
-        results = check_repositories(manager)
+        results = asyncio.run(check_repositories(manager))
     except (TritonXError, PluginError) as exc:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(1)

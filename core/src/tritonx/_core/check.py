@@ -1,8 +1,9 @@
 """``tritonx check``: what ``tritonx serve`` would make of a repository, without serving.
 
 Every model goes through the load pipeline's own steps up to the point where instances would
-start (``ModelManager.check``: localize, read the config, resolve the repository agents and
-the backend, auto-complete, normalize, validate, select versions); ensembles are then
+start (``ModelManager.check``: localize, read the config, run the repository agents' LOAD
+actions, resolve the backend, auto-complete, normalize, validate, select versions; the
+agents then get LOAD_FAIL and the localized copy is released); ensembles are then
 validated against their composing models' completed configs (``validate_with_composing``).
 No instance is loaded and no backend session opened (a backend's auto-complete may read the
 model file, as at load).
@@ -73,7 +74,7 @@ def _tensor(t: Any) -> str:
     return f"{t.name}:{datatype.value}[{','.join(str(d) for d in t.dims)}]"
 
 
-def check_repositories(manager: ModelManager) -> list[CheckResult]:
+async def check_repositories(manager: ModelManager) -> list[CheckResult]:
     """Check every model of the manager's repositories (raises when one cannot be read)."""
     sources, duplicates = manager.scan(strict=True)
     results: dict[str, CheckResult] = {}
@@ -83,7 +84,7 @@ def check_repositories(manager: ModelManager) -> list[CheckResult]:
             continue
         result = results[name] = CheckResult(name, sources[name].url)
         try:
-            prepared = manager.check(name, sources[name])
+            prepared = await manager.check(name, sources[name])
         except TritonXError as exc:
             result.error = exc.message
             continue

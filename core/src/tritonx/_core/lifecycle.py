@@ -773,13 +773,26 @@ class ModelManager:
             )
         return Prepared(config, folder, versions, selected, missing, backend)
 
-    def check(self, name: str, repo: Repository) -> Prepared:
-        """Read and complete a model's config and resolve its backend and agents; load and
-        run nothing (``tritonx check``)."""
-        folder = repo.localize(name)
-        raw = self._read_config(name, folder, None)
-        AgentChain.resolve(name, raw, self.registries.repoagents)
-        return self._complete(name, raw, folder)
+    async def check(self, name: str, repo: Repository) -> Prepared:
+        """Steps 1-4 of a load and no more (``tritonx check``): localize, read the config,
+        run the repository agents' LOAD actions (a checksum is verified, a decrypt agent
+        decrypts), complete and validate on the folder they returned. No instance is loaded;
+        the agents then get LOAD_FAIL (nothing will serve: a decrypt agent wipes its folder)
+        and the localized copy is released."""
+        folder = await asyncio.to_thread(repo.localize, name)
+        try:
+            raw = await asyncio.to_thread(self._read_config, name, folder, None)
+            agents = AgentChain.resolve(name, raw, self.registries.repoagents)
+            loaded_from = await agents.load(folder) if agents else folder
+            try:
+                if loaded_from != folder:
+                    raw = await asyncio.to_thread(self._read_config, name, loaded_from, None)
+                return await asyncio.to_thread(self._complete, name, raw, loaded_from)
+            finally:
+                if agents:
+                    await agents.load_failed()
+        finally:
+            await asyncio.to_thread(repo.release, name, folder)
 
     def _backend(self, name: str, model: str, folder: Path) -> Backend:
         backend = self._backends.get(name)
