@@ -4,6 +4,7 @@ repository beside a local one, polled every second. Needs the distribution insta
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -181,3 +182,29 @@ def test_serve_refuses_a_missing_bucket(
         "error: creating server: Internal - Unable to create S3 filesystem client. Check "
         "account credentials. Exception: 'NoSuchBucket'" in server.text()
     )
+
+
+def test_check_reads_an_s3_repository_and_releases_its_copies(
+    make_bucket: Callable[[str], Any], tmp_path: Path
+) -> None:
+    """``tritonx check s3://...``: the models are downloaded, checked and removed again."""
+    store = make_bucket("s3")
+    store.put("remote/config.pbtxt", config("remote").encode())
+    store.put("remote/1/model.onnx", onnx_model("Add"))
+    store.put("broken/config.pbtxt", b'name: "broken"\nplatform: "onnxruntime_onnx"\n')
+    mount = tmp_path / "mount"
+    mount.mkdir()
+    env = {**os.environ, **store.env, "TRITON_AWS_MOUNT_DIRECTORY": str(mount)}
+    done = subprocess.run(
+        [sys.executable, "-m", "tritonx", "check", "--json", store.url],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr  # 'broken' has no version
+    models = {m["name"]: m for m in json.loads(done.stdout)}
+    assert models["remote"]["status"] == "OK" and models["remote"]["versions"] == [1]
+    assert models["remote"]["repository"] == store.url
+    assert models["broken"]["status"] == "ERROR"
+    assert [p for p in mount.rglob("*") if p.is_file()] == []
