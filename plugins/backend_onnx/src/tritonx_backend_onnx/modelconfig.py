@@ -17,6 +17,7 @@ from typing import Any
 from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
 from tritonx.datatypes import DataType
 from tritonx.errors import invalid_arg
+from tritonx.parameters import parse_bool, parse_int
 from tritonx.proto import model_config_pb2
 from tritonx_backend_onnx.tensors import TensorInfo, shape_str
 
@@ -264,27 +265,6 @@ def _dims_match(model_shape: tuple[int, ...], dims: tuple[int, ...], exact: bool
 
 
 # --------------------------------------------------------------------------- session options
-
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("0", "false", "off", "no")
-
-
-def parse_bool(key: str, value: str) -> bool:
-    """Triton's ``ParseBoolValue``: 1/true/on/yes and 0/false/off/no, any case."""
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise invalid_arg(f"failed to convert '{key}' value '{value}' to boolean")
-
-
-def parse_int(key: str, value: str) -> int:
-    """An integer parameter, INVALID_ARG with the key's name otherwise."""
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise invalid_arg(f"failed to convert '{key}' value '{value}' to an integer") from None
 
 
 #: Triton's ``optimization { graph { level } }`` → ``GraphOptimizationLevel`` member name.

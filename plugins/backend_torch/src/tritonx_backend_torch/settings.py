@@ -9,12 +9,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.parameters import parse_bool, parse_int
 
 TORCHSCRIPT = "pytorch_libtorch"
 EXPORTED = "torch_aoti"
 
-_TRUE = ("1", "true", "on", "yes")
-_FALSE = ("0", "false", "off", "no")
 
 #: Parameters that only mean something to the TorchScript (JIT) runtime.
 JIT_ONLY = (
@@ -32,24 +31,6 @@ UNSUPPORTED = {
     "TORCH_COMPILE_OPTIONAL_PARAMETERS": "torch.compile is not run by tritonx; export the "
     "model with torch.export (model.pt2) instead",
 }
-
-
-def parse_bool(key: str, value: str) -> bool:
-    """Triton's boolean parameter values: 1/true/on/yes and 0/false/off/no, any case."""
-    v = value.strip().lower()
-    if v in _TRUE:
-        return True
-    if v in _FALSE:
-        return False
-    raise invalid_arg(f"failed to convert '{key}' value '{value}' to boolean")
-
-
-def parse_int(key: str, value: str) -> int:
-    """An integer parameter, INVALID_ARG naming the key otherwise."""
-    try:
-        return int(value.strip())
-    except ValueError:
-        raise invalid_arg(f"failed to convert '{key}' value '{value}' to an integer") from None
 
 
 @dataclass(frozen=True)
