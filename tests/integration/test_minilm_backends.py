@@ -121,11 +121,11 @@ def reference(tokens: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
 def _mean_pool(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """The example's minilm_pool, before normalization: the mean over the attended tokens."""
     weights = mask[..., None].astype(np.float32)
-    return (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)  # type: ignore[no-any-return]
+    return (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
 
 
 def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))  # type: ignore[no-any-return]
+    return (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
 def _infer(server: Server, protocol: str, model: str, ids: np.ndarray, mask: np.ndarray) -> Any:
@@ -189,7 +189,9 @@ def test_concurrent_single_sentences_batched_by_the_server(
                 client.async_infer(
                     model,
                     inputs,
-                    callback=lambda result, error, row=row: answers.put((row, result, error)),
+                    callback=lambda result, error, row=row, answers=answers: answers.put(
+                        (row, result, error)
+                    ),
                 )
             hidden = np.zeros((*ids.shape, 384), np.float32)
             for _ in SENTENCES:

@@ -136,6 +136,9 @@ def torch_encoder(weights: dict[str, Any], config: dict[str, Any]) -> Any:
             return self.out_norm(self.out(F.gelu(self.intermediate(x))) + x)
 
     class Encoder(nn.Module):
+        position: torch.Tensor
+        token_type: torch.Tensor
+
         def __init__(self) -> None:
             super().__init__()
             self.word = nn.Embedding.from_pretrained(
@@ -220,6 +223,7 @@ def export(
 
     weights = load_file(str(source / "model.safetensors"))
     folders: dict[str, Path] = {}
+    files: dict[str, Path] = {}
     for fmt in formats:
         name, filename, platform = FORMATS[fmt]
         folder = out / name
@@ -236,6 +240,7 @@ def export(
             )
         )
         folders[fmt] = folder
+        files[fmt] = folder / "1" / filename
     onnx_path: Path | None = None
     if "onnx" in formats or "openvino" in formats:
         import onnx
@@ -243,20 +248,18 @@ def export(
         if script is None:
             raise SystemExit(f"{MAKE_MINILM} is missing: run this from a tritonx source checkout")
         graph = script.encoder_graph(weights, config)
-        onnx_path = folders["onnx"] / "1" / "model.onnx" if "onnx" in folders else None
-        if onnx_path is None:
-            onnx_path = out / ".minilm_encoder.onnx"
+        onnx_path = files.get("onnx", out / ".minilm_encoder.onnx")
         onnx.save(graph, str(onnx_path))
     if "torchscript" in formats or "export" in formats:
         module = torch_encoder(weights, config)
         if "torchscript" in formats:
-            export_torchscript(module, folders["torchscript"] / "1" / "model.pt")
+            export_torchscript(module, files["torchscript"])
         if "export" in formats:
-            export_program(module, folders["export"] / "1" / "model.pt2")
+            export_program(module, files["export"])
     if "openvino" in formats:
         assert onnx_path is not None
-        export_openvino(onnx_path, folders["openvino"] / "1" / "model.xml")
-        if "onnx" not in folders:
+        export_openvino(onnx_path, files["openvino"])
+        if "onnx" not in files:
             onnx_path.unlink()
     return folders
 
