@@ -16,12 +16,13 @@ Backends (one ``tritonx serve`` each, serving its two models: ``max_batch_size``
 ``dynamic_batching``, one CPU instance, the framework's default threads; onnxruntime: intra-op
 threads 2, inter-op 1, as the ``cnn`` row): ``onnxruntime`` (``*_onnx``), ``pytorch``
 (TorchScript ``*_torchscript`` and ``torch.export`` ``*_torch_export``) and ``openvino``
-(``*_openvino``, FP32 inference precision). Per backend, just before its server: the framework
-in-process (same files, same settings) at batch 1, 4 and 16; then perf_analyzer at each
-concurrency; the ratio at concurrency 1 is against in-process batch 1, at higher concurrency
-against the best in-process batch. Load time and resident memory: process start to ready plus
-RSS after one request per model, for ``tritonx serve`` and for a bare Python process that
-imports the framework and loads the same two models (``python backends.py load ...``).
+(``*_openvino``, FP32 inference precision). Per backend: load time and resident memory (process
+start to ready, then RSS after one request per model) of a bare Python process that imports the
+framework and loads the same models (``python backends.py load ...``) and of ``tritonx
+serve``; then per model and concurrency (1 and 16, HTTP), the framework in-process on the same
+files with the same settings right before the perf_analyzer point (the server idle), so both
+see the same machine: batch 1 before concurrency 1 (the ratio's reference), batches 4 and 16
+before concurrency 16 (the ratio is against the best of batch 1, 4 and 16).
 """
 
 from __future__ import annotations
@@ -432,8 +433,9 @@ def points(
     rss_bytes: Callable[[int], int],
     seconds: float,
 ) -> list[Any]:
-    """Per backend: in-process rows, load/memory rows (tritonx and bare), perf_analyzer rows.
-    ``smoke``: the CNN only (no MiniLM export), in-process at batch 1.
+    """Per backend: load/memory rows (bare process, then tritonx), then per model and
+    concurrency the in-process reference and the perf_analyzer rows.
+    ``smoke``: the CNN only (no MiniLM export).
 
     ``point``, ``measure`` (perf_analyzer), ``process``, ``tritonx_cmd`` and ``rss_bytes``
     are run.py's."""
@@ -450,22 +452,6 @@ def points(
     for backend, repo in repos.items():
         fmts = [f for f in BACKENDS[backend] if missing(f) is None]
         models = sorted(p.name for p in repo.iterdir() if p.is_dir())
-        for model in models:
-            fmt = next(f for f in fmts if model.endswith("_" + FORMATS[f][2]))
-            for batch, rate, p50 in in_process(
-                fmt, repo / model, seconds, (1,) if smoke else BATCHES
-            ):
-                rows.append(
-                    point(
-                        "backends",
-                        "in-process",
-                        backend,
-                        f"{model} batch {batch}",
-                        batch,
-                        infer_per_s=rate,
-                        p50_ms=p50,
-                    )
-                )
         raw = point("backends", "in-process", backend, f"load {backend}", 0)
         try:
             raw.extra = raw_load(fmts, repo, rss_bytes)
@@ -480,12 +466,29 @@ def points(
                 "rss_mib": round(rss_bytes(proc.pid) / 2**20, 1),
             }
             for model in models:
+                fmt = next(f for f in fmts if model.endswith("_" + FORMATS[f][2]))
                 extra: tuple[str, ...] = ()
                 if model.startswith("minilm_"):
                     extra = ("--input-data", str(data))
-                for proto in protocols:
-                    url = f"127.0.0.1:{PORTS[0] if proto == 'http' else PORTS[1]}"
-                    for c in concurrencies:
+                for c in concurrencies:
+                    # the reference right before its perf_analyzer points (the server idle),
+                    # so that both see the same machine: batch 1 for concurrency 1, the
+                    # larger batches for higher concurrency
+                    batches = (1,) if c == 1 else tuple(b for b in BATCHES if b > 1 and b <= c)
+                    for batch, rate, p50 in in_process(fmt, repo / model, seconds, batches):
+                        rows.append(
+                            point(
+                                "backends",
+                                "in-process",
+                                backend,
+                                f"{model} batch {batch}",
+                                batch,
+                                infer_per_s=rate,
+                                p50_ms=p50,
+                            )
+                        )
+                    for proto in protocols:
+                        url = f"127.0.0.1:{PORTS[0] if proto == 'http' else PORTS[1]}"
                         rows.append(
                             measure(
                                 point("backends", "tritonx", proto, model, c),
