@@ -628,8 +628,9 @@ def main(argv: list[str] | None = None) -> int:
             backends.points(
                 work,
                 log_dir,
-                # requests of 20-1000 ms (a batch of 16 at concurrency 16): long windows
-                1000 if args.smoke else max(window, 5000),
+                # requests of 20-1000 ms (a batch of 16 at concurrency 16): long windows, so
+                # that a window holds enough requests to be stable on a busy machine
+                2000 if args.smoke else max(window, 5000),
                 [1] if args.smoke else [1, 16],
                 ("http",),
                 smoke=args.smoke,
