@@ -2,6 +2,7 @@
 
     python benchmarks/run.py            # the full table (~5 min on 2 cores)
     python benchmarks/run.py --smoke    # 1-second points: proves the harness works (CI)
+    python benchmarks/run.py --backends-only   # only the framework-backend rows (backends.py)
 
 It generates the models (add_sub ONNX INT32 [16], also under the sequence batcher's direct
 and oldest strategies; a ResNet-18-shaped CNN ONNX with random weights and a dynamic batch
@@ -31,6 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import backends
 import cache
 import cloud_repo
 import minilm
@@ -380,6 +382,9 @@ def table(points: list[Point]) -> str:
     best_ort = max((p.infer_per_s for p in points if p.target == "onnxruntime"), default=0.0)
     for p in points:
         r, vs = "", ""
+        if p.scenario == "backends":
+            rows.append(backends.table_row(p, by))
+            continue
         if p.target == "tritonx" and p.model == "add_sub":
             ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
             r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
@@ -422,6 +427,159 @@ def table(points: list[Point]) -> str:
 # ----------------------------------------------------------------------------- main
 
 
+def other_rows(
+    args: argparse.Namespace,
+    work: Path,
+    log_dir: Path,
+    with_python: bool,
+    concurrencies: list[int],
+    window: int,
+) -> list[Point]:
+    """Every row but the backend rows, in the table's order."""
+    points: list[Point] = []
+    repo = work / "repo"
+    build_repository(repo, with_python)
+    protocols = ("http", "grpc")
+    # reference: the bare endpoint
+    http, grpc_port, _ = PORTS["bare"]
+    bare = [
+        sys.executable,
+        str(ROOT / "benchmarks" / "bare_server.py"),
+        "--http-port",
+        str(http),
+        "--grpc-port",
+        str(grpc_port),
+    ]
+    with process(bare, http, log_dir / "bare.log"):
+        for proto in protocols:
+            for c in concurrencies:
+                url = f"127.0.0.1:{http if proto == 'http' else grpc_port}"
+                points.append(
+                    perf_analyzer(
+                        Point("add_sub", "bare", proto, "add_sub", c), url, window, log_dir
+                    )
+                )
+    # tritonx
+    ports = PORTS["tritonx"]
+    with process(tritonx_cmd(repo, ports), ports[0], log_dir / "tritonx.log"):
+        models = ["add_sub", "cnn"] + (["py_identity", "py_add_sub"] if with_python else [])
+        for model in models:
+            for proto in protocols:
+                for c in concurrencies:
+                    if args.smoke and model == "cnn" and proto == "http":
+                        continue
+                    url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                    points.append(
+                        perf_analyzer(
+                            Point(
+                                model.split("_")[0] if model.startswith("py") else model,
+                                "tritonx",
+                                proto,
+                                model,
+                                c,
+                            ),
+                            url,
+                            window,
+                            log_dir,
+                        )
+                    )
+        top = max(concurrencies)
+        # 16 concurrent sequences (each perf_analyzer context drives its own sequence)
+        sequences = 1 if args.smoke else 16
+        for proto in protocols if not args.smoke else ("grpc",):
+            url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+            if sequences not in concurrencies:
+                points.append(
+                    perf_analyzer(
+                        Point("add_sub", "tritonx", proto, "add_sub", sequences),
+                        url,
+                        window,
+                        log_dir,
+                    )
+                )
+            for strategy in SEQUENCE_STRATEGIES:
+                model = f"add_sub_seq_{strategy}"
+                points.append(
+                    perf_analyzer(
+                        Point("sequence", "tritonx", proto, model, sequences),
+                        url,
+                        window,
+                        log_dir,
+                    )
+                )
+        for model in ("add_sub_nobatch", "cnn_nobatch"):
+            for proto in protocols if not args.smoke else ("grpc",):
+                url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                points.append(
+                    perf_analyzer(
+                        Point("batching", "tritonx", proto, model, top), url, window, log_dir
+                    )
+                )
+    # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
+    points.extend(
+        minilm.points(
+            work,
+            log_dir,
+            max(window, 1000),  # ~10 ms requests: short windows are not stable
+            [1] if args.smoke else [1, 16],
+            ("grpc",) if args.smoke else protocols,
+            point=Point,
+            measure=perf_analyzer,
+            process=process,
+            tritonx_cmd=tritonx_cmd,
+            seconds=0.5 if args.smoke else 3.0,
+        )
+    )
+    # the response cache: a model hit with the same input, with and without the cache
+    points.extend(
+        cache.points(
+            work,
+            log_dir,
+            window,
+            [1] if args.smoke else [1, max(concurrencies)],
+            ("grpc",) if args.smoke else protocols,
+            smoke=args.smoke,
+            point=Point,
+            measure=perf_analyzer,
+            process=process,
+            tritonx_cmd=tritonx_cmd,
+            write_model=write_model,
+        )
+    )
+    # system shared memory: a 4 MB identity with tensors on the wire vs in shared memory
+    points.extend(
+        shm.points(
+            work,
+            log_dir,
+            window,
+            [1] if args.smoke else [1, 4],
+            ("grpc",) if args.smoke else protocols,
+            point=Point,
+            measure=perf_analyzer,
+            process=process,
+            tritonx_cmd=tritonx_cmd,
+            write_model=write_model,
+        )
+    )
+    from tritonx_backend_onnx.models import resnet18
+
+    points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
+    points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
+    # time to ready: N tiny models from an S3 store (moto) vs local disk
+    points.extend(
+        cloud_repo.points(
+            work,
+            log_dir,
+            5 if args.smoke else args.cloud_models,
+            point=Point,
+            process=process,
+            tritonx_cmd=tritonx_cmd,
+            write_model=write_model,
+        )
+    )
+    return points
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -435,6 +593,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--memory-models", type=int, default=100)
     parser.add_argument(
         "--cloud-models", type=int, default=100, help="models of the S3-vs-local-disk row"
+    )
+    parser.add_argument(
+        "--backends-only",
+        action="store_true",
+        help="only the backend rows (MiniLM encoder and CNN on each framework backend)",
     )
     args = parser.parse_args(argv)
     if not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists():
@@ -458,144 +621,25 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(exist_ok=True)
     points: list[Point] = []
     try:
-        repo = work / "repo"
-        build_repository(repo, with_python)
-        protocols = ("http", "grpc")
-        # reference: the bare endpoint
-        http, grpc_port, _ = PORTS["bare"]
-        bare = [
-            sys.executable,
-            str(ROOT / "benchmarks" / "bare_server.py"),
-            "--http-port",
-            str(http),
-            "--grpc-port",
-            str(grpc_port),
-        ]
-        with process(bare, http, log_dir / "bare.log"):
-            for proto in protocols:
-                for c in concurrencies:
-                    url = f"127.0.0.1:{http if proto == 'http' else grpc_port}"
-                    points.append(
-                        perf_analyzer(
-                            Point("add_sub", "bare", proto, "add_sub", c), url, window, log_dir
-                        )
-                    )
-        # tritonx
-        ports = PORTS["tritonx"]
-        with process(tritonx_cmd(repo, ports), ports[0], log_dir / "tritonx.log"):
-            models = ["add_sub", "cnn"] + (["py_identity", "py_add_sub"] if with_python else [])
-            for model in models:
-                for proto in protocols:
-                    for c in concurrencies:
-                        if args.smoke and model == "cnn" and proto == "http":
-                            continue
-                        url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-                        points.append(
-                            perf_analyzer(
-                                Point(
-                                    model.split("_")[0] if model.startswith("py") else model,
-                                    "tritonx",
-                                    proto,
-                                    model,
-                                    c,
-                                ),
-                                url,
-                                window,
-                                log_dir,
-                            )
-                        )
-            top = max(concurrencies)
-            # 16 concurrent sequences (each perf_analyzer context drives its own sequence)
-            sequences = 1 if args.smoke else 16
-            for proto in protocols if not args.smoke else ("grpc",):
-                url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-                if sequences not in concurrencies:
-                    points.append(
-                        perf_analyzer(
-                            Point("add_sub", "tritonx", proto, "add_sub", sequences),
-                            url,
-                            window,
-                            log_dir,
-                        )
-                    )
-                for strategy in SEQUENCE_STRATEGIES:
-                    model = f"add_sub_seq_{strategy}"
-                    points.append(
-                        perf_analyzer(
-                            Point("sequence", "tritonx", proto, model, sequences),
-                            url,
-                            window,
-                            log_dir,
-                        )
-                    )
-            for model in ("add_sub_nobatch", "cnn_nobatch"):
-                for proto in protocols if not args.smoke else ("grpc",):
-                    url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-                    points.append(
-                        perf_analyzer(
-                            Point("batching", "tritonx", proto, model, top), url, window, log_dir
-                        )
-                    )
-        # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
+        if not args.backends_only:
+            points.extend(other_rows(args, work, log_dir, with_python, concurrencies, window))
+        # one model on each framework backend vs the framework in-process, load and memory
         points.extend(
-            minilm.points(
+            backends.points(
                 work,
                 log_dir,
-                max(window, 1000),  # ~10 ms requests: short windows are not stable
+                # requests of 20-1000 ms (a batch of 16 at concurrency 16): long windows, so
+                # that a window holds enough requests to be stable on a busy machine
+                2000 if args.smoke else max(window, 5000),
                 [1] if args.smoke else [1, 16],
-                ("grpc",) if args.smoke else protocols,
-                point=Point,
-                measure=perf_analyzer,
-                process=process,
-                tritonx_cmd=tritonx_cmd,
-                seconds=0.5 if args.smoke else 3.0,
-            )
-        )
-        # the response cache: a model hit with the same input, with and without the cache
-        points.extend(
-            cache.points(
-                work,
-                log_dir,
-                window,
-                [1] if args.smoke else [1, max(concurrencies)],
-                ("grpc",) if args.smoke else protocols,
+                ("http",),
                 smoke=args.smoke,
                 point=Point,
                 measure=perf_analyzer,
                 process=process,
                 tritonx_cmd=tritonx_cmd,
-                write_model=write_model,
-            )
-        )
-        # system shared memory: a 4 MB identity with tensors on the wire vs in shared memory
-        points.extend(
-            shm.points(
-                work,
-                log_dir,
-                window,
-                [1] if args.smoke else [1, 4],
-                ("grpc",) if args.smoke else protocols,
-                point=Point,
-                measure=perf_analyzer,
-                process=process,
-                tritonx_cmd=tritonx_cmd,
-                write_model=write_model,
-            )
-        )
-        from tritonx_backend_onnx.models import resnet18
-
-        points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
-        points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
-        # time to ready: N tiny models from an S3 store (moto) vs local disk
-        points.extend(
-            cloud_repo.points(
-                work,
-                log_dir,
-                5 if args.smoke else args.cloud_models,
-                point=Point,
-                process=process,
-                tritonx_cmd=tritonx_cmd,
-                write_model=write_model,
+                rss_bytes=rss_bytes,
+                seconds=0.3 if args.smoke else 3.0,
             )
         )
     finally:
