@@ -141,7 +141,29 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
             yield reply
 
 
-async def main(http_port: int, grpc_port: int) -> None:
+async def low_level(request: web.BaseRequest) -> web.StreamResponse:
+    """The same endpoints behind aiohttp's low-level server (no Application, no router)."""
+    path = request.path
+    if path.endswith("/infer"):
+        return await infer(request)  # type: ignore[arg-type]
+    if path.endswith("/stats"):
+        return await stats(request)  # type: ignore[arg-type]
+    if path.endswith("/config"):
+        return await config(request)  # type: ignore[arg-type]
+    if path == "/v2":
+        return await server_metadata(request)  # type: ignore[arg-type]
+    if path.startswith("/v2/health") or path.endswith("/ready"):
+        return await ok(request)  # type: ignore[arg-type]
+    return await metadata(request)  # type: ignore[arg-type]
+
+
+async def main(http_port: int, grpc_port: int, low: bool = False) -> None:
+    if low:
+        runner: web.BaseRunner = web.ServerRunner(web.Server(low_level), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", http_port).start()
+        await _grpc(grpc_port)
+        return
     app = web.Application()
     app.router.add_post("/v2/models/{model}/infer", infer)
     app.router.add_post("/v2/models/{model}/versions/{v}/infer", infer)
@@ -154,6 +176,10 @@ async def main(http_port: int, grpc_port: int) -> None:
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", http_port).start()
+    await _grpc(grpc_port)
+
+
+async def _grpc(grpc_port: int) -> None:
     server = grpc.aio.server()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), server)
     server.add_insecure_port(f"127.0.0.1:{grpc_port}")
@@ -165,10 +191,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--http-port", type=int, default=28800)
     parser.add_argument("--grpc-port", type=int, default=28801)
+    parser.add_argument(
+        "--low-level",
+        action="store_true",
+        help="serve HTTP with aiohttp's low-level web.Server (no Application or router)",
+    )
     args = parser.parse_args()
     try:
         import uvloop
 
-        uvloop.run(main(args.http_port, args.grpc_port))
+        uvloop.run(main(args.http_port, args.grpc_port, args.low_level))
     except ImportError:
-        asyncio.run(main(args.http_port, args.grpc_port))
+        asyncio.run(main(args.http_port, args.grpc_port, args.low_level))
