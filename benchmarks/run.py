@@ -359,7 +359,8 @@ def perf_analyzer(
         (cpu_seconds(server[0].pid), served_requests(server[1], point.model)) if server else None
     )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    if server is not None and before is not None and done.returncode == 0:
+    # the CPU per request stands even when perf_analyzer found no stable throughput
+    if server is not None and before is not None and server[0].poll() is None:
         cpu = cpu_seconds(server[0].pid) - before[0]
         requests = served_requests(server[1], point.model) - before[1]
         if requests > 0:
