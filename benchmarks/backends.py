@@ -513,7 +513,10 @@ def table_row(p: Any, by: dict[tuple[str, str, str, int], Any]) -> str:
     """The row of run.py's table for a backend point."""
     if p.model.startswith("load "):
         if p.error:
-            return f"| backends | {p.target} | {p.protocol} | {p.model} | - | error: {p.error[:60]} | - | - | | |"
+            return (
+                f"| backends | {p.target} | {p.protocol} | {p.model} | - "
+                f"| error: {p.error[:60]} | - | - | - | | |"
+            )
         vs = ""
         if p.target == "tritonx":
             raw = by.get(("in-process", p.protocol, p.model, 0))
@@ -523,7 +526,7 @@ def table_row(p: Any, by: dict[tuple[str, str, str, int], Any]) -> str:
                     f"{p.extra['rss_mib'] / raw.extra['rss_mib']:.2f}x RSS of the bare process"
                 )
         return (
-            f"| backends | {p.target} | {p.protocol} | {p.model} | - | - | - | - | "
+            f"| backends | {p.target} | {p.protocol} | {p.model} | - | - | - | - | - | "
             f"load {p.extra.get('load_s')} s, RSS {p.extra.get('rss_mib')} MiB | {vs} |"
         )
     r, vs = "", ""
@@ -544,9 +547,10 @@ def table_row(p: Any, by: dict[tuple[str, str, str, int], Any]) -> str:
             r = f"{p.infer_per_s / best.infer_per_s:.2f}x"
             vs = f"{backend} in-process, {what} ({best.concurrency})"
     value = f"{p.infer_per_s:.0f}" if not p.error else f"error: {p.error[:60]}"
+    cpu = f"{p.cpu_us_per_req:.0f}" if getattr(p, "cpu_us_per_req", 0) else "-"
     return (
         f"| backends | {p.target} | {p.protocol} | {p.model} | {p.concurrency} | {value} | "
-        f"{p.p50_ms:.2f} | {p.p99_ms:.2f} | {r} | {vs} |"
+        f"{p.p50_ms:.2f} | {p.p99_ms:.2f} | {cpu} | {r} | {vs} |"
     )
 
 

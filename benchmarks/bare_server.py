@@ -5,6 +5,9 @@ the v2 protocol with canned add_sub responses (no decoding, no model).
 
 It answers what perf_analyzer asks before sending load (server/model metadata and the model
 config) and ``infer`` for one model, ``add_sub`` (INT32 [16] in and out, max_batch_size 16).
+It counts the ``infer`` calls it answers (HTTP and gRPC, unary and streaming) in a
+Triton-shaped ``GET /v2/models/add_sub/stats`` (success count only), so that run.py can
+divide the process's CPU time by the requests it served.
 """
 
 from __future__ import annotations
@@ -55,10 +58,13 @@ HEADER = json.dumps(
     }
 ).encode()
 HTTP_BODY = HEADER + RAW + RAW
+#: infer calls answered (HTTP and gRPC)
+SERVED = [0]
 
 
 async def infer(request: web.Request) -> web.Response:
     await request.read()
+    SERVED[0] += 1
     return web.Response(
         body=HTTP_BODY,
         headers={
@@ -74,6 +80,11 @@ async def config(request: web.Request) -> web.Response:
 
 async def metadata(request: web.Request) -> web.Response:
     return web.Response(body=METADATA, content_type="application/json")
+
+
+async def stats(request: web.Request) -> web.Response:
+    success = {"count": SERVED[0], "ns": 0}
+    return web.json_response({"model_stats": [{"inference_stats": {"success": success}}]})
 
 
 async def ok(request: web.Request) -> web.Response:
@@ -119,10 +130,40 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: ignore[m
         return service_pb2.ModelConfigResponse(config=CONFIG)
 
     async def ModelInfer(self, request, context):  # type: ignore[no-untyped-def]
+        SERVED[0] += 1
         return self.response
 
+    async def ModelStreamInfer(self, request_iterator, context):  # type: ignore[no-untyped-def]
+        async for request in request_iterator:
+            SERVED[0] += 1
+            reply = service_pb2.ModelStreamInferResponse(infer_response=self.response)
+            reply.infer_response.id = request.id
+            yield reply
 
-async def main(http_port: int, grpc_port: int) -> None:
+
+async def low_level(request: web.BaseRequest) -> web.StreamResponse:
+    """The same endpoints behind aiohttp's low-level server (no Application, no router)."""
+    path = request.path
+    if path.endswith("/infer"):
+        return await infer(request)  # type: ignore[arg-type]
+    if path.endswith("/stats"):
+        return await stats(request)  # type: ignore[arg-type]
+    if path.endswith("/config"):
+        return await config(request)  # type: ignore[arg-type]
+    if path == "/v2":
+        return await server_metadata(request)  # type: ignore[arg-type]
+    if path.startswith("/v2/health") or path.endswith("/ready"):
+        return await ok(request)  # type: ignore[arg-type]
+    return await metadata(request)  # type: ignore[arg-type]
+
+
+async def main(http_port: int, grpc_port: int, low: bool = False) -> None:
+    if low:
+        runner: web.BaseRunner = web.ServerRunner(web.Server(low_level), access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", http_port).start()
+        await _grpc(grpc_port)
+        return
     app = web.Application()
     app.router.add_post("/v2/models/{model}/infer", infer)
     app.router.add_post("/v2/models/{model}/versions/{v}/infer", infer)
@@ -130,10 +171,15 @@ async def main(http_port: int, grpc_port: int) -> None:
     app.router.add_get("/v2/models/{model}", metadata)
     app.router.add_get("/v2/health/{what}", ok)
     app.router.add_get("/v2/models/{model}/ready", ok)
+    app.router.add_get("/v2/models/{model}/stats", stats)
     app.router.add_get("/v2", server_metadata)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     await web.TCPSite(runner, "127.0.0.1", http_port).start()
+    await _grpc(grpc_port)
+
+
+async def _grpc(grpc_port: int) -> None:
     server = grpc.aio.server()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(), server)
     server.add_insecure_port(f"127.0.0.1:{grpc_port}")
@@ -145,10 +191,15 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--http-port", type=int, default=28800)
     parser.add_argument("--grpc-port", type=int, default=28801)
+    parser.add_argument(
+        "--low-level",
+        action="store_true",
+        help="serve HTTP with aiohttp's low-level web.Server (no Application or router)",
+    )
     args = parser.parse_args()
     try:
         import uvloop
 
-        uvloop.run(main(args.http_port, args.grpc_port))
+        uvloop.run(main(args.http_port, args.grpc_port, args.low_level))
     except ImportError:
-        asyncio.run(main(args.http_port, args.grpc_port))
+        asyncio.run(main(args.http_port, args.grpc_port, args.low_level))

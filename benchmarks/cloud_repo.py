@@ -159,11 +159,11 @@ def points(
 def table_row(p: Any) -> str:
     """The row of run.py's table."""
     if p.error:
-        return f"| cloud | tritonx | - | {p.model} | - | error: {p.error[:60]} | - | - | | |"
+        return f"| cloud | tritonx | - | {p.model} | - | error: {p.error[:60]} | - | - | - | | |"
     local_s, s3_s = p.extra.get("local_s", 0.0), p.extra.get("s3_s", 0.0)
     ratio = f"{s3_s / local_s:.2f}x" if local_s and s3_s else "-"
     return (
-        f"| cloud | tritonx | - | {p.model} | - | - | - | - | ready: S3 (moto) {s3_s} s, "
+        f"| cloud | tritonx | - | {p.model} | - | - | - | - | - | ready: S3 (moto) {s3_s} s, "
         f"local disk {local_s} s | {ratio} local disk |"
     )
 

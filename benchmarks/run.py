@@ -2,7 +2,7 @@
 
     python benchmarks/run.py            # the full table (~5 min on 2 cores)
     python benchmarks/run.py --smoke    # 1-second points: proves the harness works (CI)
-    python benchmarks/run.py --backends-only   # only the framework-backend rows (backends.py)
+    python benchmarks/run.py --rows backends   # only some groups of rows (--help lists them)
 
 It generates the models (add_sub ONNX INT32 [16], also under the sequence batcher's direct
 and oldest strategies; a ResNet-18-shaped CNN ONNX with random weights and a dynamic batch
@@ -12,6 +12,12 @@ binary tensors) and prints, beside it, the reference limits measured in the same
 aiohttp / grpc.aio endpoint returning canned responses (``bare_server.py``, the protocol limit
 of a Python endpoint) and raw onnxruntime in-process at its best batch size (the compute
 limit). Results also go to ``benchmarks/results/<time>.json``.
+
+Every perf_analyzer row also has the server's CPU per request: the CPU time (user + system)
+of the server process and all its descendants over the whole perf_analyzer run, divided by
+the requests the server completed in it (its ``/v2/models/<model>/stats`` success count,
+which the bare endpoint keeps too). Unlike infer/s, it hardly moves when other processes
+share the cores. ``--rows add_sub`` runs only the add_sub rows and their bare endpoint.
 """
 
 from __future__ import annotations
@@ -104,6 +110,8 @@ class Point:
     p50_ms: float = 0.0
     p99_ms: float = 0.0
     error: str = ""
+    #: server CPU (process + descendants, user + system) per completed request, microseconds
+    cpu_us_per_req: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -204,6 +212,13 @@ def wait_ready(http_port: int, timeout: float, proc: subprocess.Popen[bytes]) ->
     raise RuntimeError("server did not become ready")
 
 
+#: the protocol name of rows driven over gRPC's bidirectional ModelStreamInfer
+STREAM = "grpc-stream"
+
+#: the server the next perf_analyzer run measures: (process, its HTTP port), set by process()
+_SERVER: list[tuple[subprocess.Popen[bytes], int]] = []
+
+
 @contextmanager
 def process(
     cmd: list[str], http_port: int, log: Path, timeout: float = 180
@@ -213,8 +228,11 @@ def process(
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
         try:
             wait_ready(http_port, timeout, proc)
+            _SERVER.append((proc, http_port))
             yield proc, time.monotonic() - started
         finally:
+            if _SERVER and _SERVER[-1][0] is proc:
+                _SERVER.pop()
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
                 try:
@@ -266,6 +284,50 @@ def rss_bytes(pid: int) -> int:
     return total
 
 
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo.extend(children.get(p, ()))
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of ``pid`` and its descendants (live ones, and the finished
+    children they waited for), in seconds."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for p in descendants(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        # after the command: state ppid ... utime(12) stime(13) cutime(14) cstime(15)
+        total += sum(int(x) for x in fields[11:15])
+    return total / ticks
+
+
+def served_requests(http_port: int, model: str) -> int:
+    """Requests ``model`` completed successfully (its stats' success count, all versions)."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{http_port}/v2/models/{model}/stats", timeout=10
+    ) as r:
+        doc = json.load(r)
+    return sum(int(m["inference_stats"]["success"]["count"]) for m in doc["model_stats"])
+
+
 # ----------------------------------------------------------------------------- measurements
 
 
@@ -280,7 +342,8 @@ def perf_analyzer(
         "-u",
         url,
         "-i",
-        point.protocol,
+        "grpc" if point.protocol == STREAM else point.protocol,
+        *(["--streaming"] if point.protocol == STREAM else []),
         "--concurrency-range",
         str(point.concurrency),
         "-p",
@@ -293,7 +356,17 @@ def perf_analyzer(
         str(csv_path),
         *extra,
     ]
+    server = _SERVER[-1] if _SERVER else None
+    before = (
+        (cpu_seconds(server[0].pid), served_requests(server[1], point.model)) if server else None
+    )
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    # the CPU per request stands even when perf_analyzer found no stable throughput
+    if server is not None and before is not None and server[0].poll() is None:
+        cpu = cpu_seconds(server[0].pid) - before[0]
+        requests = served_requests(server[1], point.model) - before[1]
+        if requests > 0:
+            point.cpu_us_per_req = round(cpu / requests * 1e6, 1)
     if done.returncode != 0 or not csv_path.exists():
         point.error = (
             (done.stdout + done.stderr).strip().splitlines()[-1:][0]
@@ -376,15 +449,13 @@ def ratio(a: float, b: float) -> str:
 def table(points: list[Point]) -> str:
     by = {(p.target, p.protocol, p.model, p.concurrency): p for p in points}
     rows = [
-        "| scenario | server | protocol | model | conc | infer/s | p50 ms | p99 ms | ratio | vs |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---|",
+        "| scenario | server | protocol | model | conc | infer/s | p50 ms | p99 ms "
+        "| server CPU us/req | ratio | vs |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
     ]
     best_ort = max((p.infer_per_s for p in points if p.target == "onnxruntime"), default=0.0)
     for p in points:
         r, vs = "", ""
-        if p.scenario == "backends":
-            rows.append(backends.table_row(p, by))
-            continue
         if p.target == "tritonx" and p.model == "add_sub":
             ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
             r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
@@ -407,177 +478,44 @@ def table(points: list[Point]) -> str:
             r, vs = (
                 (ratio(base.infer_per_s, p.infer_per_s), "batching on / off") if base else ("", "")
             )
+        if p.scenario == "backends":
+            rows.append(backends.table_row(p, by))
+            continue
         if p.scenario == "cloud":
             rows.append(cloud_repo.table_row(p))
             continue
         if p.scenario == "memory":
             rows.append(
-                f"| memory | tritonx | - | {p.model} | - | - | - | - | load {p.extra.get('load_s')} s, "
+                f"| memory | tritonx | - | {p.model} | - | - | - | - | - | load {p.extra.get('load_s')} s, "
                 f"RSS {p.extra.get('rss_mib')} MiB | |"
             )
             continue
         value = f"{p.infer_per_s:.0f}" if not p.error else f"error: {p.error[:60]}"
+        cpu = f"{p.cpu_us_per_req:.0f}" if p.cpu_us_per_req else "-"
         rows.append(
             f"| {p.scenario} | {p.target} | {p.protocol} | {p.model} | {p.concurrency} | {value} | "
-            f"{p.p50_ms:.2f} | {p.p99_ms:.2f} | {r} | {vs} |"
+            f"{p.p50_ms:.2f} | {p.p99_ms:.2f} | {cpu} | {r} | {vs} |"
         )
     return "\n".join(rows)
 
 
 # ----------------------------------------------------------------------------- main
 
-
-def other_rows(
-    args: argparse.Namespace,
-    work: Path,
-    log_dir: Path,
-    with_python: bool,
-    concurrencies: list[int],
-    window: int,
-) -> list[Point]:
-    """Every row but the backend rows, in the table's order."""
-    points: list[Point] = []
-    repo = work / "repo"
-    build_repository(repo, with_python)
-    protocols = ("http", "grpc")
-    # reference: the bare endpoint
-    http, grpc_port, _ = PORTS["bare"]
-    bare = [
-        sys.executable,
-        str(ROOT / "benchmarks" / "bare_server.py"),
-        "--http-port",
-        str(http),
-        "--grpc-port",
-        str(grpc_port),
-    ]
-    with process(bare, http, log_dir / "bare.log"):
-        for proto in protocols:
-            for c in concurrencies:
-                url = f"127.0.0.1:{http if proto == 'http' else grpc_port}"
-                points.append(
-                    perf_analyzer(
-                        Point("add_sub", "bare", proto, "add_sub", c), url, window, log_dir
-                    )
-                )
-    # tritonx
-    ports = PORTS["tritonx"]
-    with process(tritonx_cmd(repo, ports), ports[0], log_dir / "tritonx.log"):
-        models = ["add_sub", "cnn"] + (["py_identity", "py_add_sub"] if with_python else [])
-        for model in models:
-            for proto in protocols:
-                for c in concurrencies:
-                    if args.smoke and model == "cnn" and proto == "http":
-                        continue
-                    url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-                    points.append(
-                        perf_analyzer(
-                            Point(
-                                model.split("_")[0] if model.startswith("py") else model,
-                                "tritonx",
-                                proto,
-                                model,
-                                c,
-                            ),
-                            url,
-                            window,
-                            log_dir,
-                        )
-                    )
-        top = max(concurrencies)
-        # 16 concurrent sequences (each perf_analyzer context drives its own sequence)
-        sequences = 1 if args.smoke else 16
-        for proto in protocols if not args.smoke else ("grpc",):
-            url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-            if sequences not in concurrencies:
-                points.append(
-                    perf_analyzer(
-                        Point("add_sub", "tritonx", proto, "add_sub", sequences),
-                        url,
-                        window,
-                        log_dir,
-                    )
-                )
-            for strategy in SEQUENCE_STRATEGIES:
-                model = f"add_sub_seq_{strategy}"
-                points.append(
-                    perf_analyzer(
-                        Point("sequence", "tritonx", proto, model, sequences),
-                        url,
-                        window,
-                        log_dir,
-                    )
-                )
-        for model in ("add_sub_nobatch", "cnn_nobatch"):
-            for proto in protocols if not args.smoke else ("grpc",):
-                url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
-                points.append(
-                    perf_analyzer(
-                        Point("batching", "tritonx", proto, model, top), url, window, log_dir
-                    )
-                )
-    # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
-    points.extend(
-        minilm.points(
-            work,
-            log_dir,
-            max(window, 1000),  # ~10 ms requests: short windows are not stable
-            [1] if args.smoke else [1, 16],
-            ("grpc",) if args.smoke else protocols,
-            point=Point,
-            measure=perf_analyzer,
-            process=process,
-            tritonx_cmd=tritonx_cmd,
-            seconds=0.5 if args.smoke else 3.0,
-        )
-    )
-    # the response cache: a model hit with the same input, with and without the cache
-    points.extend(
-        cache.points(
-            work,
-            log_dir,
-            window,
-            [1] if args.smoke else [1, max(concurrencies)],
-            ("grpc",) if args.smoke else protocols,
-            smoke=args.smoke,
-            point=Point,
-            measure=perf_analyzer,
-            process=process,
-            tritonx_cmd=tritonx_cmd,
-            write_model=write_model,
-        )
-    )
-    # system shared memory: a 4 MB identity with tensors on the wire vs in shared memory
-    points.extend(
-        shm.points(
-            work,
-            log_dir,
-            window,
-            [1] if args.smoke else [1, 4],
-            ("grpc",) if args.smoke else protocols,
-            point=Point,
-            measure=perf_analyzer,
-            process=process,
-            tritonx_cmd=tritonx_cmd,
-            write_model=write_model,
-        )
-    )
-    from tritonx_backend_onnx.models import resnet18
-
-    points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
-    points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
-    # time to ready: N tiny models from an S3 store (moto) vs local disk
-    points.extend(
-        cloud_repo.points(
-            work,
-            log_dir,
-            5 if args.smoke else args.cloud_models,
-            point=Point,
-            process=process,
-            tritonx_cmd=tritonx_cmd,
-            write_model=write_model,
-        )
-    )
-    return points
+#: the groups of rows ``--rows`` selects (``add_sub``: tritonx add_sub and the bare endpoint)
+ROWS = (
+    "add_sub",
+    "cnn",
+    "py",
+    "sequence",
+    "batching",
+    "minilm",
+    "cache",
+    "shm",
+    "onnxruntime",
+    "memory",
+    "cloud",
+    "backends",
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -595,11 +533,14 @@ def main(argv: list[str] | None = None) -> int:
         "--cloud-models", type=int, default=100, help="models of the S3-vs-local-disk row"
     )
     parser.add_argument(
-        "--backends-only",
-        action="store_true",
-        help="only the backend rows (MiniLM encoder and CNN on each framework backend)",
+        "--rows",
+        default=",".join(ROWS),
+        help="comma-separated groups of rows to run (default: all): " + ", ".join(ROWS),
     )
     args = parser.parse_args(argv)
+    rows = set(args.rows.split(","))
+    if rows - set(ROWS):
+        parser.error(f"unknown --rows {sorted(rows - set(ROWS))}: choose from {', '.join(ROWS)}")
     if not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists():
         print(
             f"perf_analyzer is not set up: run `bash {ROOT / 'tools/perf_analyzer/setup.sh'}`",
@@ -621,11 +562,164 @@ def main(argv: list[str] | None = None) -> int:
     log_dir.mkdir(exist_ok=True)
     points: list[Point] = []
     try:
-        if not args.backends_only:
-            points.extend(other_rows(args, work, log_dir, with_python, concurrencies, window))
+        repo = work / "repo"
+        build_repository(repo, with_python)
+        protocols = ("http", "grpc")
+        # reference: the bare endpoint
+        http, grpc_port, _ = PORTS["bare"]
+        bare = [
+            sys.executable,
+            str(ROOT / "benchmarks" / "bare_server.py"),
+            "--http-port",
+            str(http),
+            "--grpc-port",
+            str(grpc_port),
+        ]
+        with process(bare, http, log_dir / "bare.log"):
+            # gRPC streaming (ModelStreamInfer) too: the recommended fast path
+            for proto in (*protocols, STREAM) if "add_sub" in rows else ():
+                for c in concurrencies:
+                    url = f"127.0.0.1:{http if proto == 'http' else grpc_port}"
+                    points.append(
+                        perf_analyzer(
+                            Point("add_sub", "bare", proto, "add_sub", c), url, window, log_dir
+                        )
+                    )
+        # tritonx
+        ports = PORTS["tritonx"]
+        with process(tritonx_cmd(repo, ports), ports[0], log_dir / "tritonx.log"):
+            models = [m for m in ("add_sub", "cnn") if m in rows]
+            if with_python and "py" in rows:
+                models += ["py_identity", "py_add_sub"]
+            for model in models:
+                for proto in (*protocols, STREAM) if model == "add_sub" else protocols:
+                    for c in concurrencies:
+                        if args.smoke and model == "cnn" and proto == "http":
+                            continue
+                        url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                        points.append(
+                            perf_analyzer(
+                                Point(
+                                    model.split("_")[0] if model.startswith("py") else model,
+                                    "tritonx",
+                                    proto,
+                                    model,
+                                    c,
+                                ),
+                                url,
+                                window,
+                                log_dir,
+                            )
+                        )
+            top = max(concurrencies)
+            # 16 concurrent sequences (each perf_analyzer context drives its own sequence)
+            sequences = 1 if args.smoke else 16
+            for proto in (protocols if not args.smoke else ("grpc",)) if "sequence" in rows else ():
+                url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                if sequences not in concurrencies:
+                    points.append(
+                        perf_analyzer(
+                            Point("add_sub", "tritonx", proto, "add_sub", sequences),
+                            url,
+                            window,
+                            log_dir,
+                        )
+                    )
+                for strategy in SEQUENCE_STRATEGIES:
+                    model = f"add_sub_seq_{strategy}"
+                    points.append(
+                        perf_analyzer(
+                            Point("sequence", "tritonx", proto, model, sequences),
+                            url,
+                            window,
+                            log_dir,
+                        )
+                    )
+            for model in ("add_sub_nobatch", "cnn_nobatch") if "batching" in rows else ():
+                for proto in protocols if not args.smoke else ("grpc",):
+                    url = f"127.0.0.1:{ports[0] if proto == 'http' else ports[1]}"
+                    points.append(
+                        perf_analyzer(
+                            Point("batching", "tritonx", proto, model, top), url, window, log_dir
+                        )
+                    )
+        # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
+        points.extend(
+            []
+            if "minilm" not in rows
+            else minilm.points(
+                work,
+                log_dir,
+                max(window, 1000),  # ~10 ms requests: short windows are not stable
+                [1] if args.smoke else [1, 16],
+                ("grpc",) if args.smoke else protocols,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                seconds=0.5 if args.smoke else 3.0,
+            )
+        )
+        # the response cache: a model hit with the same input, with and without the cache
+        points.extend(
+            []
+            if "cache" not in rows
+            else cache.points(
+                work,
+                log_dir,
+                window,
+                [1] if args.smoke else [1, max(concurrencies)],
+                ("grpc",) if args.smoke else protocols,
+                smoke=args.smoke,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+            )
+        )
+        # system shared memory: a 4 MB identity with tensors on the wire vs in shared memory
+        points.extend(
+            []
+            if "shm" not in rows
+            else shm.points(
+                work,
+                log_dir,
+                window,
+                [1] if args.smoke else [1, 4],
+                ("grpc",) if args.smoke else protocols,
+                point=Point,
+                measure=perf_analyzer,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+            )
+        )
+        from tritonx_backend_onnx.models import resnet18
+
+        if "onnxruntime" in rows:
+            points.extend(raw_onnxruntime(resnet18(), 0.5 if args.smoke else 3.0))
+        if "memory" in rows:
+            points.append(memory_point(work, 5 if args.smoke else args.memory_models, log_dir))
+        # time to ready: N tiny models from an S3 store (moto) vs local disk
+        points.extend(
+            []
+            if "cloud" not in rows
+            else cloud_repo.points(
+                work,
+                log_dir,
+                5 if args.smoke else args.cloud_models,
+                point=Point,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+            )
+        )
         # one model on each framework backend vs the framework in-process, load and memory
         points.extend(
-            backends.points(
+            []
+            if "backends" not in rows
+            else backends.points(
                 work,
                 log_dir,
                 # requests of 20-1000 ms (a batch of 16 at concurrency 16): long windows, so

@@ -303,21 +303,34 @@ class DataPlane:
             hit, key = await cache.lookup(request, entry)
             if hit is not None:
                 return hit
-        response = await self._submit(entry, request)
+        future = self._enqueue(entry, request)
+        try:
+            response = await future
+        except asyncio.CancelledError:
+            # the caller stopped waiting (client gone, gRPC deadline, task cancelled): the
+            # request is cancelled and its scheduler drops it if it has not run yet
+            request.cancel()
+            raise
         if response.error is not None:
             raise response.error
         if cache is not None:
             await cache.insert(key, entry, response)
         return response
 
-    async def _submit(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
+    def _enqueue(
+        self, entry: VersionEntry, request: InferenceRequest
+    ) -> asyncio.Future[InferenceResponse]:
+        """Queue ``request`` on its scheduler; the future gets its response."""
         scheduler = entry.scheduler
         assert scheduler is not None
         try:
-            future = scheduler.submit(request)
+            return scheduler.submit(request)
         except TritonXError:
             scheduler.stats.record_failure("REJECTED", 0)
             raise
+
+    async def _submit(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
+        future = self._enqueue(entry, request)
         try:
             return await future
         except asyncio.CancelledError:

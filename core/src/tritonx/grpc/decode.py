@@ -38,6 +38,8 @@ _LE = struct.Struct("<I")
 TRITON_RESERVED_REQUEST_PARAMS = ("triton_enable_empty_final_response",)
 
 _DATATYPES: dict[str, DataType] = {d.value: d for d in DataType}
+#: DataType → (numpy dtype, bytes per element), for the fixed-size types
+_FIXED = {d: (d.numpy_dtype, d.itemsize) for d in DataType if d is not DataType.BYTES}
 
 #: Typed ``InferTensorContents`` field → the datatype it holds, per declared input datatype
 #: (``int_contents`` carries INT8/INT16/INT32, ``uint_contents`` UINT8/UINT16/UINT32).
@@ -250,7 +252,7 @@ def _inputs(
                 f"'{name}' of model '{model}'"
             )
         shape = tuple(io.shape)
-        if any(d < 0 for d in shape):
+        if shape and min(shape) < 0:
             raise invalid_arg(
                 f"{request_prefix(msg.id)}unexpected shape for input '{name}' for model "
                 f"'{model}': dimensions must be non-negative, got {dims_str(shape)}"
@@ -320,10 +322,11 @@ def _raw_input(
     count = math.prod(shape)
     if datatype is DataType.BYTES:
         return _bytes_input(msg, name, raw, count).reshape(shape)
-    expected = count * datatype.itemsize
+    np_dtype, itemsize = _FIXED[datatype]
+    expected = count * itemsize
     if len(raw) != expected:
         raise _byte_size_error(msg, name, expected, len(raw))
-    return np.frombuffer(raw, dtype=datatype.numpy_dtype).reshape(shape)
+    return np.frombuffer(raw, dtype=np_dtype).reshape(shape)
 
 
 def _bytes_input(

@@ -323,7 +323,11 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
             if served.decoupled:
                 raise unsupported(DECOUPLED_MESSAGES["grpc"])
-            decoded = await _decode(request, version, self.dataplane.shared_memory)
+            shm = self.dataplane.shared_memory
+            try:  # on the loop (no coroutine of its own), or in a thread when heavy
+                decoded = decode_infer_request(request, version, offload=True, shm=shm)
+            except Offload:
+                decoded = await _decode(request, version, shm)
             try:
                 trace = _sample(self.dataplane, request.model_name, context)
                 if trace is not None:

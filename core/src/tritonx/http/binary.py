@@ -21,6 +21,8 @@ from tritonx.wire import request_prefix
 Body = bytes | bytearray | memoryview
 
 _LE = struct.Struct("<I")
+#: DataType → (numpy dtype, bytes per element), for the fixed-size types
+_FIXED = {d: (d.numpy_dtype, d.itemsize) for d in DataType if d is not DataType.BYTES}
 
 
 def binary_tensor(
@@ -40,13 +42,14 @@ def binary_tensor(
         return bytes_from_buffer(
             memoryview(body)[offset : offset + size], shape, count, name, request, model_name
         )
-    expected = count * dtype.itemsize
+    np_dtype, itemsize = _FIXED[dtype]
+    expected = count * itemsize
     if size != expected:
         raise invalid_arg(
             f"{request_prefix(request.id)}input byte size mismatch for input '{name}' for model "
             f"'{model_name}'. Expected {expected}, got {size}"
         )
-    return np.frombuffer(body, dtype=dtype.numpy_dtype, count=count, offset=offset).reshape(shape)
+    return np.frombuffer(body, dtype=np_dtype, count=count, offset=offset).reshape(shape)
 
 
 def bytes_from_buffer(

@@ -43,6 +43,7 @@ from tritonx.http.json_tensor import (
     NOT_OBJECT,
     NOT_STRING,
     NOT_UINT,
+    UINT64_MAX,
     is_bool,
     is_uint,
     json_tensor,
@@ -82,6 +83,9 @@ KEPT_JSON_DEPTH = 2 * MAX_JSON_DEPTH
 #: a time.
 PIECEWISE_JSON_BYTES = 4 << 20
 JSON_PIECE_BYTES = 1 << 20
+
+#: protocol datatype name → DataType (a dict lookup: cheaper than ``DataType(name)``)
+_DATATYPES = {d.value: d for d in DataType}
 
 _DEPTH_ERROR = "depth limit exceeded"
 _JSON_SPACE = b" \t\r\n"
@@ -441,7 +445,16 @@ def _decode_input(
     shm: SharedMemoryManager | None,
 ) -> int:
     request = decoded.request
-    has_binary, params = _content_fields(item)
+    params = item.get("parameters")
+    if (
+        type(params) is dict
+        and len(params) == 1
+        and "binary_data_size" in params
+        and "data" not in item
+    ):
+        has_binary = True  # the usual binary input: nothing else to check in _content_fields
+    else:
+        has_binary, params = _content_fields(item)
     name = item.get("name")
     if not isinstance(name, str):
         raise internal(
@@ -458,14 +471,11 @@ def _decode_input(
             f"Unable to parse 'shape': {NOT_ARRAY if 'shape' in item else missing('shape')}"
         )
     for dim in shape:
-        if not is_uint(dim):
+        if type(dim) is not int or not 0 <= dim <= UINT64_MAX:
             raise internal(f"Unable to parse 'shape': {NOT_UINT}")
     if name in request.inputs:
         raise invalid_arg(f"{request_prefix(request.id)}input '{name}' already exists in request")
-    try:
-        dtype: DataType | None = DataType(datatype)
-    except ValueError:
-        dtype = None
+    dtype = _DATATYPES.get(datatype)
 
     if has_binary:
         assert params is not None

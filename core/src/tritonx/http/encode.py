@@ -27,6 +27,10 @@ from tritonx.http.json_tensor import json_data
 from tritonx.types import InferenceResponse
 
 _NUMPY_OPTS = orjson.OPT_SERIALIZE_NUMPY
+#: numpy dtype → (DataType, its name) of the fixed-size types (BF16 is decided by the config)
+_FIXED: dict[np.dtype[Any], tuple[DataType, str]] = {
+    d.numpy_dtype: (d, d.value) for d in DataType if d not in (DataType.BYTES, DataType.BF16)
+}
 
 #: A response with an output of more BYTES elements than this (encoded one by one), or of
 #: more numeric elements than :data:`OFFLOAD_NUMERIC_ELEMENTS`, is encoded off the loop.
@@ -88,11 +92,28 @@ def encode_infer_response(
         opts = out_params.get(name)
         binary = opts["binary_data"] if opts is not None else decoded.binary_default
         class_count = opts["classification"] if opts is not None else 0
+        fixed = _FIXED.get(array.dtype)
         if class_count > 0:
             array = classify(
                 array, class_count, batched=batched, labels=labels(name) if labels else None
             )
             dtype = DataType.BYTES
+        elif fixed is not None and fixed[0] is not DataType.UINT16:  # UINT16 may be BF16
+            dtype = fixed[0]
+            if binary and array.flags.c_contiguous and array.dtype.byteorder != ">":
+                # the usual binary output: its bytes as they are (a view, no copy)
+                nbytes = array.nbytes
+                outputs.append(
+                    {
+                        "name": name,
+                        "datatype": fixed[1],
+                        "shape": list(array.shape),
+                        "parameters": {"binary_data_size": nbytes},
+                    }
+                )
+                if nbytes:
+                    binary_parts.append(array.data.cast("B"))
+                continue
         else:
             dtype = _output_datatype(name, array, config)
         entry: dict[str, Any] = {

@@ -586,8 +586,9 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if request.method != "POST":
         return method_not_allowed()
     recv_start = time.perf_counter_ns()
-    dp = _dataplane(request)
-    settings = request.app[SETTINGS_KEY]
+    app = request.app
+    dp = app[DATAPLANE_KEY]
+    settings = app[SETTINGS_KEY]
     limit = settings.http_max_input_size
     version = parse_version(version_str)
     served = dp.resolve(model, version)  # the one model lookup of this request
