@@ -23,7 +23,7 @@ EXAMPLES: list[m.Message] = [
     m.Finalized(),
     m.Done(7, "segment", TENSORS, [(None, "{}"), (("bad", 3), "{}")], None),
     m.Send(8, None, True),
-    m.BlsCall(5, "other", -1, None, [], ["OUT"], "rid", "corr", 0, 0, "{}", False),
+    m.BlsCall(5, "other", -1, None, [], ["OUT"], "rid", "corr", 0, 0, "{}", False, 7),
     m.RpcCall(6, "load", {"model_name": "other"}),
     m.Log(2, "a line"),
     m.NewMetricFamily("family", "what it counts", 0),

@@ -66,6 +66,7 @@ class StubRuntime(pb_utils.Runtime):
             ((t.name(), t._array, t._datatype) for t in request.inputs()), self.writer
         )
         call_id, box = self._box()
+        parent = request.trace()._parent
         self.send(
             m.BlsCall(
                 call_id,
@@ -80,6 +81,7 @@ class StubRuntime(pb_utils.Runtime):
                 request.timeout(),
                 request.parameters(),
                 decoupled,
+                parent if isinstance(parent, int) else 0,
             )
         )
         if not decoupled:
@@ -252,6 +254,7 @@ class Worker:
                 flags=flags,
                 timeout=timeout,
                 parameters=params,
+                trace=pb_utils.InferenceTrace(key),
             )
             request._cancelled = functools.partial(runtime.is_cancelled, key)
             requests.append(request)

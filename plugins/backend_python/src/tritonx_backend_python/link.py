@@ -160,14 +160,18 @@ class WorkerLink:
                 for key in keys:
                     self._open.pop(key, None)
 
-    def is_cancelled(self, key: int) -> bool:
-        """Whether the request ``key`` (executing or still open) was cancelled."""
+    def request(self, key: int) -> InferenceRequest | None:
+        """The request ``key`` if it is executing or still open."""
         running = self._running
         if running is not None:
             index = key - running[0]
             if 0 <= index < len(running[1]):
-                return running[1][index].is_cancelled()
-        request = self._open.get(key)
+                return running[1][index]
+        return self._open.get(key)
+
+    def is_cancelled(self, key: int) -> bool:
+        """Whether the request ``key`` (executing or still open) was cancelled."""
+        request = self.request(key)
         return request is not None and request.is_cancelled()
 
     # -------------------------------------------------------------- ending
@@ -320,8 +324,9 @@ class WorkerLink:
             wire = wire_response(response, writer)
             self._reply(m.BlsReply(call_id, wire, final), wire[0])
 
+        parent = self.request(call.parent) if call.parent else None
         try:
-            self.bridge.submit(self.bridge.infer(request, call.decoupled, emit))
+            self.bridge.submit(self.bridge.infer(request, call.decoupled, emit, parent))
         except TritonXError as exc:
             emit(exc, True)
 

@@ -173,6 +173,8 @@ class BlsCall(Message):
     timeout: int
     parameters: str
     decoupled: bool
+    #: the key of the received request whose trace this call was given (0: none)
+    parent: int
 
 
 @dataclass(frozen=True, slots=True)
