@@ -21,7 +21,7 @@ EXAMPLES: list[m.Message] = [
     m.InitFailed("RuntimeError: x", "Traceback ..."),
     m.AutoCompleted('{"name": "m"}', None),
     m.Finalized(),
-    m.Done(7, "segment", TENSORS, [(None, "{}"), (("bad", 3), "{}")], None),
+    m.Done(7, "segment", TENSORS, [(None, "{}"), (("bad", 3), "{}")], None, 3),
     m.Send(8, None, True),
     m.BlsCall(5, "other", -1, None, [], ["OUT"], "rid", "corr", 0, 0, "{}", False, 7),
     m.RpcCall(6, "load", {"model_name": "other"}),

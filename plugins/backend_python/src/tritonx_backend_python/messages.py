@@ -146,6 +146,8 @@ class Done(Message):
     tensors: list[TensorDesc[BatchKey]]
     responses: list[ResponseMeta] | None
     error: str | None
+    #: how many messages the worker had sent on the control socket by then
+    sent: int
 
 
 @dataclass(frozen=True, slots=True)
