@@ -19,6 +19,7 @@ import glob
 import itertools
 import mmap
 import os
+import select
 import struct
 import tempfile
 from collections.abc import Iterable, Sequence
@@ -126,6 +127,75 @@ def deserialize_bytes(buffer: bytes | memoryview) -> np.ndarray:
     out = np.empty(len(items), dtype=object)
     out[:] = items
     return out
+
+
+_LENGTH = struct.Struct("!I")
+
+
+class Channel:
+    """One end of a socket carrying length-prefixed messages, with the fewest system calls:
+    a message is one ``write`` and, when small, one ``read`` (what arrives beyond it is kept
+    for the next :meth:`recv_bytes`). One thread sends and one receives at a time.
+
+    The worker's data socket: each request is one write and one read each way.
+    """
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._buffer = b""
+
+    def fileno(self) -> int:
+        """The socket's file descriptor (-1 once closed)."""
+        return self._fd
+
+    def send_bytes(self, data: bytes) -> None:
+        """Send one message (raises OSError once the peer is gone)."""
+        if self._fd < 0:
+            raise OSError("the channel is closed")
+        view = memoryview(_LENGTH.pack(len(data)) + data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+
+    def poll(self, timeout: float | None = None) -> bool:
+        """Whether a message (or the end) can be read within ``timeout`` seconds."""
+        if self._buffer:
+            return True
+        if self._fd < 0:
+            raise OSError("the channel is closed")
+        ready, _, _ = select.select([self._fd], [], [], timeout)
+        return bool(ready)
+
+    def _read(self) -> bytes:
+        chunk = os.read(self._fd, 1 << 16)
+        if not chunk:
+            raise EOFError("the peer closed the channel")
+        return chunk
+
+    def recv_bytes(self) -> bytes:
+        """The next message. :raises EOFError: the peer is gone."""
+        if self._fd < 0:
+            raise OSError("the channel is closed")
+        buffer = self._buffer or self._read()
+        while len(buffer) < 4:
+            buffer += self._read()
+        (size,) = _LENGTH.unpack_from(buffer)
+        end = 4 + size
+        if len(buffer) < end:
+            parts = [buffer]
+            have = len(buffer)
+            while have < end:
+                chunk = self._read()
+                parts.append(chunk)
+                have += len(chunk)
+            buffer = b"".join(parts)
+        self._buffer = buffer[end:]
+        return buffer[4:end]
+
+    def close(self) -> None:
+        """Close the socket."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            os.close(fd)
 
 
 class ShmWriter:

@@ -22,6 +22,7 @@ import itertools
 import json
 import os
 import queue
+import socket
 import sys
 import threading
 import traceback
@@ -155,7 +156,7 @@ class StubRuntime(pb_utils.Runtime):
 class Worker:
     """One model instance in this process."""
 
-    def __init__(self, conn: Connection, data: Connection) -> None:
+    def __init__(self, conn: Connection, data: _ipc.Channel) -> None:
         self.conn = conn
         self.data = data
         self.runtime: StubRuntime | None = None
@@ -316,8 +317,13 @@ class Worker:
             self.data.send_bytes(m.dumps(message))
 
 
-def run(conn: Connection, data: Connection) -> None:
+def run_forked(conn: Connection, data: socket.socket) -> None:
     """Entry point of a forkserver-started worker."""
+    run(conn, _ipc.Channel(data.detach()))
+
+
+def run(conn: Connection, data: _ipc.Channel) -> None:
+    """Run the worker on its control connection and data channel."""
     Worker(conn, data).serve()
     sys.stdout.flush()
     sys.stderr.flush()
@@ -328,7 +334,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m tritonx_backend_python._stub <fd> <data fd>``: a worker in another
     interpreter."""
     args = sys.argv[1:] if argv is None else argv
-    run(Connection(int(args[0])), Connection(int(args[1])))
+    run(Connection(int(args[0])), _ipc.Channel(int(args[1])))
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonx.errors import invalid_arg
-from tritonx_backend_python import _stub
+from tritonx_backend_python import _ipc, _stub
 
 #: config.pbtxt parameter naming a per-model Python environment (folder or conda-pack tarball).
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -93,19 +93,19 @@ class WorkerProcess:
         if env_python is None:
             ctx = _context()
             parent, child = ctx.Pipe(duplex=True)
-            data_parent, data_child = ctx.Pipe(duplex=True)
+            data_ours, data_theirs = socket.socketpair()
             self._process = ctx.Process(
-                target=_stub.run,
-                args=(child, data_child),
+                target=_stub.run_forked,
+                args=(child, data_theirs),
                 name=f"tritonx-python-{name}",
                 daemon=False,
             )
             with _forkserver_lock, _main_module_hidden():
                 self._process.start()
             child.close()
-            data_child.close()
+            data_theirs.close()
             self.conn: Connection = parent
-            self.data: Connection = data_parent
+            self.data = _ipc.Channel(data_ours.detach())
             self.pid: int = self._process.pid
         else:
             ours, theirs = socket.socketpair()
@@ -127,7 +127,7 @@ class WorkerProcess:
             theirs.close()
             data_theirs.close()
             self.conn = Connection(ours.detach())
-            self.data = Connection(data_ours.detach())
+            self.data = _ipc.Channel(data_ours.detach())
             self.pid = self._popen.pid
         _live_workers.add(self)
 
