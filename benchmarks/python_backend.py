@@ -3,7 +3,8 @@
 concurrency 1, 4 and 16, and a 4 MB FP32 identity over the Python backend beside the ONNX
 identity, for one or more source trees (``--tree label=path``: each server runs with
 ``PYTHONPATH`` pointing at that tree's ``core/src`` and plugin sources), the trees alternating
-round by round so that the load of a shared machine falls on each alike.
+(A B, B A, A B ...) so that the load of a shared machine falls on each alike. Figures are the
+median over the rounds.
 
 Each row: requests/s and p50 (perf_analyzer), and the server's CPU time per request (user +
 system time of the server process and all its descendants, the workers included, over the
@@ -128,9 +129,11 @@ def main() -> None:
     rows: dict[tuple[str, str, str, int], list[run.Point]] = defaultdict(list)
     print(f"load average at start: {os.getloadavg()}", flush=True)
     for r in range(args.rounds):
-        for label, path in trees:
+        # A B, B A, A B ...: a load that rises or falls during the run falls on each alike
+        for label, path in trees if r % 2 == 0 else trees[::-1]:
             env_path = os.pathsep.join(str(Path(path).resolve() / s) for s in SRC)
             os.environ["PYTHONPATH"] = env_path
+            os.environ["TRITONX_PLUGINS"] = "backend_onnx,backend_python"  # only these
             cmd = run.tritonx_cmd(repo, PORTS)
             with run.process(cmd, PORTS[0], work / f"{label}-{r}.log") as (proc, _):
                 for proto in ("http", "grpc"):
