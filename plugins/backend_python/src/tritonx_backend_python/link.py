@@ -294,6 +294,7 @@ class WorkerLink:
         self.writer.cleanup()
         _ipc.ShmWriter(self.writer.prefix, str(self.proc.pid)).cleanup()
         self.proc.kill()  # reaps it and forgets it (it is gone already)
+        self.proc.interrupt()  # wakes an instance thread still reading the data socket
         self.proc.close()
 
     def _dispatch(self, message: m.Message) -> None:

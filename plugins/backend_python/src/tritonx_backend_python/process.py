@@ -176,11 +176,13 @@ class WorkerProcess:
     def interrupt(self) -> None:
         """Wake the threads blocked reading the connections (they read EOF), even when a
         process the model forked still holds the worker's ends of the sockets."""
-        for conn in (self.conn, self.data):
+        socks = []
+        for conn in (self.data, self.conn):  # both held before either is shut down
             try:
-                sock = socket.socket(fileno=os.dup(conn.fileno()))
+                socks.append(socket.socket(fileno=os.dup(conn.fileno())))
             except (OSError, ValueError):
                 continue
+        for sock in socks:
             try:
                 sock.shutdown(socket.SHUT_RDWR)
             except OSError:
