@@ -418,7 +418,7 @@ def test_worker_exits_when_initialize_fails(tmp_path: Path) -> None:
     proc = WorkerProcess("init-fails")
     try:
         args = {"model_instance_name": "m_0", "model_config": "{}"}
-        proc.conn.send_bytes(messages.dumps(messages.Init(str(model), args, False, "x_")))
+        proc.data.send_bytes(messages.dumps(messages.Init(str(model), args, False, "x_")))
         assert proc.conn.poll(30)
         reply = messages.loads(proc.conn.recv_bytes())
         assert isinstance(reply, messages.InitFailed)

@@ -194,6 +194,45 @@ async def test_in_flight_request_fails_when_its_worker_is_killed(
     assert await pid_of(server) != first
 
 
+async def test_worker_killed_mid_traffic_comes_back(server: Server, http_client) -> None:
+    """kill -9 while four HTTP clients keep the instance busy: the requests in flight fail with
+    Triton's message, the instance restarts, and the same clients are served by the new
+    worker."""
+    first = await pid_of(server)
+    served: list[int] = []
+    failures: list[str] = []
+    stop = asyncio.Event()
+
+    async def client() -> None:
+        while not stop.is_set():
+            try:
+                result = await http_client.infer("life", http_command("pid"))
+            except InferenceServerException as exc:
+                failures.append(exc.message() or "")
+                await asyncio.sleep(0.01)
+                continue
+            served.append(int(result.as_numpy("PID")[0]))
+
+    tasks = [asyncio.create_task(client()) for _ in range(4)]
+    try:
+        await eventually(lambda: len(served) >= 50)
+        os.kill(first, signal.SIGKILL)
+        await eventually(lambda: any(pid != first for pid in served))
+        count = len(served)
+        await eventually(lambda: len(served) >= count + 50)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+    after = served[served.index(next(pid for pid in served if pid != first)) :]
+    assert first not in after  # once the new worker served, nothing reached the old one
+    assert len(set(after)) == 1 and alive(after[0])
+    assert await pid_of(server) == after[0]
+    not_ready = "Request for unknown model: 'life' has no available versions"
+    for message in failures:
+        assert message in ("Stub process 'life_0' is not healthy.", not_ready), message
+    await eventually(lambda: not alive(first))
+
+
 async def test_death_noticed_while_a_forked_child_holds_the_socket(
     server: Server, state: Path
 ) -> None:

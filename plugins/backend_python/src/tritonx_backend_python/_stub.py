@@ -1,10 +1,13 @@
 """The worker process that runs one instance of a python model (Triton's "stub").
 
 The server starts it (through a forkserver, or as ``python -m tritonx_backend_python._stub
-<fd>`` for models with their own ``EXECUTION_ENV_PATH``) with one end of a socket pair. The
-worker's main thread runs the model through a :class:`~tritonx_backend_python.runner.ModelRunner`
-(``initialize``, ``execute``, ``finalize``); a reader thread receives messages
-(:mod:`~tritonx_backend_python.messages`), so BLS replies and metric values reach an
+<fd> <data fd>`` for models with their own ``EXECUTION_ENV_PATH``) with one end of two
+socket pairs. The worker's main thread reads its work (init, execute, finalize) from the data
+socket itself and runs the model through a
+:class:`~tritonx_backend_python.runner.ModelRunner`; the result of a non-decoupled batch goes
+back on the same socket, straight to the server thread waiting for it. Everything else
+(:mod:`~tritonx_backend_python.messages`: BLS calls, logs, metrics, decoupled responses) goes on
+the control socket, whose reader thread delivers BLS replies and metric values to an
 ``execute`` that waits for them. If the server goes away, or ``initialize`` fails, the worker
 exits.
 
@@ -19,6 +22,7 @@ import itertools
 import json
 import os
 import queue
+import socket
 import sys
 import threading
 import traceback
@@ -47,6 +51,9 @@ class StubRuntime(pb_utils.Runtime):
         self.model_dir = model_dir
         self._send_lock = threading.Lock()
         self._ids = itertools.count(1)
+        #: how many messages were sent (a batch result on the data socket carries it, so the
+        #: server handles a batch's logs and metric updates before answering its requests)
+        self.sent = 0
         self._waiting: dict[int, queue.SimpleQueue[Any]] = {}
 
     def send(self, message: m.Message) -> None:
@@ -54,6 +61,7 @@ class StubRuntime(pb_utils.Runtime):
         data = m.dumps(message)
         with self._send_lock:
             self.conn.send_bytes(data)
+            self.sent += 1
 
     def _box(self) -> tuple[int, queue.SimpleQueue[Any]]:
         call_id = next(self._ids)
@@ -66,6 +74,7 @@ class StubRuntime(pb_utils.Runtime):
             ((t.name(), t._array, t._datatype) for t in request.inputs()), self.writer
         )
         call_id, box = self._box()
+        parent = request.trace()._parent
         self.send(
             m.BlsCall(
                 call_id,
@@ -80,6 +89,7 @@ class StubRuntime(pb_utils.Runtime):
                 request.timeout(),
                 request.parameters(),
                 decoupled,
+                parent if isinstance(parent, int) else 0,
             )
         )
         if not decoupled:
@@ -146,16 +156,17 @@ class StubRuntime(pb_utils.Runtime):
 class Worker:
     """One model instance in this process."""
 
-    def __init__(self, conn: Connection) -> None:
+    def __init__(self, conn: Connection, data: _ipc.Channel) -> None:
         self.conn = conn
-        self.work: queue.SimpleQueue[m.Message] = queue.SimpleQueue()
+        self.data = data
         self.runtime: StubRuntime | None = None
         self.runner: ModelRunner | None = None
 
     # -------------------------------------------------------------- plumbing
 
     def reader(self) -> None:
-        """Receive messages; route replies, queue work. The server gone → exit."""
+        """Receive the replies to BLS calls and RPCs on the control socket. The server gone →
+        exit."""
         conn = self.conn
         while True:
             try:
@@ -165,11 +176,8 @@ class Worker:
             if self.runtime is not None:
                 if type(message) is m.BlsReply:
                     self.runtime.deliver_bls(message)
-                    continue
-                if type(message) is m.RpcReply:
+                elif type(message) is m.RpcReply:
                     self.runtime.deliver_rpc(message)
-                    continue
-            self.work.put(message)
 
     def send(self, message: m.Message) -> None:
         if self.runtime is not None:
@@ -182,8 +190,12 @@ class Worker:
     def serve(self) -> None:
         """The main loop: run commands until ``finalize`` (or a failed ``initialize``)."""
         threading.Thread(target=self.reader, daemon=True, name="stub-reader").start()
+        recv = self.data.recv_bytes
         while True:
-            message = self.work.get()
+            try:
+                message = m.loads(recv())
+            except (EOFError, OSError):
+                os._exit(0)
             try:
                 match message:
                     case m.Execute():
@@ -252,6 +264,7 @@ class Worker:
                 flags=flags,
                 timeout=timeout,
                 parameters=params,
+                trace=pb_utils.InferenceTrace(key),
             )
             request._cancelled = functools.partial(runtime.is_cancelled, key)
             requests.append(request)
@@ -275,10 +288,10 @@ class Worker:
         except ExecuteFailed as exc:
             details = "".join(traceback.format_exception(exc.__cause__ or exc))
             self.send(m.Log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}"))
-            self.send(m.Done(message.batch_id, None, [], None, str(exc)))
+            self.done(m.Done(message.batch_id, None, [], None, str(exc), runtime.sent))
             return
         if responses is None:
-            self.send(m.Done(message.batch_id, None, [], None, None))
+            self.done(m.Done(message.batch_id, None, [], None, None, runtime.sent))
             return
         tensors: list[tuple[m.BatchKey, Any, str]] = []
         metas: list[m.ResponseMeta] = []
@@ -291,21 +304,37 @@ class Worker:
                 ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
             )
         segment, descs = _ipc.pack_tensors(tensors, writer)
-        self.send(m.Done(message.batch_id, segment, descs, metas, None))
+        self.done(m.Done(message.batch_id, segment, descs, metas, None, runtime.sent))
+
+    def done(self, message: m.Done) -> None:
+        """A batch's result: on the data socket, read by the server thread that waits for it;
+        a decoupled model's on the control socket, after the responses it sent."""
+        runner = self.runner
+        assert runner is not None
+        if runner.decoupled:
+            self.send(message)
+        else:
+            self.data.send_bytes(m.dumps(message))
 
 
-def run(conn: Connection) -> None:
+def run_forked(conn: Connection, data: socket.socket) -> None:
     """Entry point of a forkserver-started worker."""
-    Worker(conn).serve()
+    run(conn, _ipc.Channel(data.detach()))
+
+
+def run(conn: Connection, data: _ipc.Channel) -> None:
+    """Run the worker on its control connection and data channel."""
+    Worker(conn, data).serve()
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m tritonx_backend_python._stub <fd>``: a worker in another interpreter."""
+    """``python -m tritonx_backend_python._stub <fd> <data fd>``: a worker in another
+    interpreter."""
     args = sys.argv[1:] if argv is None else argv
-    run(Connection(int(args[0])))
+    run(Connection(int(args[0])), _ipc.Channel(int(args[1])))
 
 
 if __name__ == "__main__":

@@ -53,14 +53,21 @@ class ServerBridge:
             raise
         return server.run_threadsafe(coro)
 
-    async def infer(self, request: InferenceRequest, decoupled: bool, emit: Emit) -> None:
-        """Run a BLS request; ``emit(response or error, final)`` for each response."""
+    async def infer(
+        self,
+        request: InferenceRequest,
+        decoupled: bool,
+        emit: Emit,
+        parent: InferenceRequest | None = None,
+    ) -> None:
+        """Run a BLS request; ``emit(response or error, final)`` for each response.
+        ``parent``: the request it is made for (traced: the call gets a child trace)."""
         server = self._server()
         try:
             if not decoupled:
-                emit(await server.infer(request), True)
+                emit(await server.infer(request, parent=parent), True)
                 return
-            async for response in server.infer_stream(request):
+            async for response in server.infer_stream(request, parent=parent):
                 emit(response, response.final)
                 if response.final:
                     return

@@ -69,7 +69,12 @@ class InProcessRuntime(pb_utils.Runtime):
                 iterator._put(from_core_response(response), final)
 
         try:
-            future = self.bridge.submit(self.bridge.infer(core, decoupled, emit))
+            parent = request.trace()._parent
+            future = self.bridge.submit(
+                self.bridge.infer(
+                    core, decoupled, emit, parent if isinstance(parent, InferenceRequest) else None
+                )
+            )
         except TritonXError as exc:
             emit(exc, True)
             future = None
@@ -135,6 +140,7 @@ class InProcessInstance(ModelInstance):
                 flags=request.flags,
                 timeout=request.timeout_us,
                 parameters=parameters_json(request.parameters),
+                trace=pb_utils.InferenceTrace(request),
             )
             pb_request._cancelled = request.is_cancelled
             pb_requests.append(pb_request)

@@ -1,9 +1,12 @@
-"""One worker process of a model instance, seen from the server: the socket to it, what is in
+"""One worker process of a model instance, seen from the server: the sockets to it, what is in
 flight on it, the thread that reads what it sends, and how its end is noticed.
 
-A :class:`WorkerLink` lives as long as its process. The reader thread dispatches the worker's
-messages (batch results, decoupled responses, BLS / control / metric / log / cancellation
-requests); a watcher thread waits for the process to end, so a death is noticed at once even
+A :class:`WorkerLink` lives as long as its process. The work of the worker's main thread
+(init, execute, finalize) goes on the data socket; the instance thread that sent a
+non-decoupled batch reads that batch's result from the same socket itself (one process
+ping-pong, no relay thread). The reader thread dispatches what the worker's other threads send
+on the control socket (decoupled responses and results, BLS / control / metric / log /
+cancellation requests, the answers to init and finalize); a watcher thread waits for the process to end, so a death is noticed at once even
 when a process the model forked still holds the worker's end of the socket. When the worker
 is gone, everything in flight on it fails with one error (Triton's ``Stub process '<instance>'
 is not healthy.`` unless the link was told otherwise) and the instance is told
@@ -78,6 +81,10 @@ class WorkerLink:
         self.expected = False
         self._on_gone = on_gone
         self._send_lock = threading.Lock()
+        self._data_lock = threading.Lock()
+        #: messages of the control socket dispatched so far (see :meth:`wait_done`)
+        self._dispatched = 0
+        self._dispatch_cond = threading.Condition()
         self._lock = threading.Lock()
         self._batches: dict[int, concurrent.futures.Future[m.Done]] = {}
         #: the batch executing now: (key of its first request, its requests)
@@ -102,6 +109,13 @@ class WorkerLink:
         with self._send_lock:
             self.proc.conn.send_bytes(data)
 
+    def send_work(self, message: m.Message) -> None:
+        """Send work to the worker's main thread (raises OSError / ValueError once the worker
+        is gone)."""
+        data = m.dumps(message)
+        with self._data_lock:
+            self.proc.data.send_bytes(data)
+
     def _reply(self, message: m.Message, segment: str | None = None) -> None:
         try:
             self.send(message)
@@ -121,7 +135,7 @@ class WorkerLink:
                 raise EOFError("the worker process is gone")
             self._control = future
         try:
-            self.send(message)
+            self.send_work(message)
         except (OSError, ValueError) as exc:
             raise EOFError(str(exc)) from None
         return future.result(timeout)
@@ -146,10 +160,34 @@ class WorkerLink:
                 for key, request in zip(keys, requests, strict=True):
                     self._open[key] = request
         try:
-            self.send(message)
+            self.send_work(message)
         except (OSError, ValueError):
             pass  # the reader notices the death and fails the future
         return future
+
+    def wait_done(
+        self, future: concurrent.futures.Future[m.Done], timeout: float | None
+    ) -> m.Done | None:
+        """Read the result of the non-decoupled batch sent last from the data socket (only
+        the thread that submitted it calls this); ``None`` past ``timeout`` seconds.
+
+        :raises TritonXError: the worker is gone (what the requests in flight failed with).
+        """
+        data = self.proc.data
+        try:
+            if timeout is not None and not data.poll(timeout):
+                return None
+            message = m.loads(data.recv_bytes())
+        except (EOFError, OSError, ValueError):
+            return future.result(30.0)  # the reader fails it once it has seen the worker go
+        assert type(message) is m.Done
+        self.served = True
+        if self._dispatched < message.sent:  # its logs / metric updates are not handled yet
+            with self._dispatch_cond:
+                self._dispatch_cond.wait_for(
+                    lambda: self._dispatched >= message.sent or self.gone, 5.0
+                )
+        return message
 
     def finish(self, batch_id: int, keys: Sequence[int], failed: bool) -> None:
         """The batch ``batch_id`` is over (``failed``: its decoupled requests are closed)."""
@@ -160,14 +198,18 @@ class WorkerLink:
                 for key in keys:
                     self._open.pop(key, None)
 
-    def is_cancelled(self, key: int) -> bool:
-        """Whether the request ``key`` (executing or still open) was cancelled."""
+    def request(self, key: int) -> InferenceRequest | None:
+        """The request ``key`` if it is executing or still open."""
         running = self._running
         if running is not None:
             index = key - running[0]
             if 0 <= index < len(running[1]):
-                return running[1][index].is_cancelled()
-        request = self._open.get(key)
+                return running[1][index]
+        return self._open.get(key)
+
+    def is_cancelled(self, key: int) -> bool:
+        """Whether the request ``key`` (executing or still open) was cancelled."""
+        request = self.request(key)
         return request is not None and request.is_cancelled()
 
     # -------------------------------------------------------------- ending
@@ -214,6 +256,11 @@ class WorkerLink:
                 log.exception(
                     "python model instance '%s': handling a worker message failed", self.name
                 )
+            with self._dispatch_cond:
+                self._dispatched += 1
+                self._dispatch_cond.notify_all()
+        with self._dispatch_cond:
+            self._dispatch_cond.notify_all()
         self._gone()
 
     def _gone(self) -> None:
@@ -247,6 +294,7 @@ class WorkerLink:
         self.writer.cleanup()
         _ipc.ShmWriter(self.writer.prefix, str(self.proc.pid)).cleanup()
         self.proc.kill()  # reaps it and forgets it (it is gone already)
+        self.proc.interrupt()  # wakes an instance thread still reading the data socket
         self.proc.close()
 
     def _dispatch(self, message: m.Message) -> None:
@@ -320,8 +368,9 @@ class WorkerLink:
             wire = wire_response(response, writer)
             self._reply(m.BlsReply(call_id, wire, final), wire[0])
 
+        parent = self.request(call.parent) if call.parent else None
         try:
-            self.bridge.submit(self.bridge.infer(request, call.decoupled, emit))
+            self.bridge.submit(self.bridge.infer(request, call.decoupled, emit, parent))
         except TritonXError as exc:
             emit(exc, True)
 

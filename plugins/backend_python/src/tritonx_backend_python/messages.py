@@ -146,6 +146,8 @@ class Done(Message):
     tensors: list[TensorDesc[BatchKey]]
     responses: list[ResponseMeta] | None
     error: str | None
+    #: how many messages the worker had sent on the control socket by then
+    sent: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,8 @@ class BlsCall(Message):
     timeout: int
     parameters: str
     decoupled: bool
+    #: the key of the received request whose trace this call was given (0: none)
+    parent: int
 
 
 @dataclass(frozen=True, slots=True)

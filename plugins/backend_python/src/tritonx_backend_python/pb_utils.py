@@ -381,7 +381,16 @@ class PreferredMemory:
 
 
 class InferenceTrace:
-    """A request's trace handle (tracing is not implemented: the context is empty)."""
+    """A request's trace handle: ``request.trace()`` of a request the model received.
+
+    Pass it to a BLS request (``pb_utils.InferenceRequest(..., trace=request.trace())``) to
+    trace that call as a child of the received request (``parent_id`` = its trace id), as
+    Triton does; a BLS request given no trace is not traced.
+    """
+
+    def __init__(self, parent: Any = None) -> None:
+        #: what the server knows the received request by (None: a handle of no request)
+        self._parent = parent
 
     def get_context(self, mode: str = "opentelemetry") -> str | None:
         """The trace context (None: tracing is off)."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonx.errors import invalid_arg
-from tritonx_backend_python import _stub
+from tritonx_backend_python import _ipc, _stub
 
 #: config.pbtxt parameter naming a per-model Python environment (folder or conda-pack tarball).
 ENV_PARAMETER = "EXECUTION_ENV_PATH"
@@ -75,7 +75,10 @@ def _kill_workers() -> None:
 
 
 class WorkerProcess:
-    """A worker process and the socket to it (forkserver child or env subprocess).
+    """A worker process and its two sockets (forkserver child or env subprocess): ``conn``
+    carries the messages of the worker's other threads (BLS, logs, metrics, decoupled
+    responses) and their replies, ``data`` the work of its main thread (init, execute,
+    finalize) and the results of non-decoupled batches, read by the thread waiting for them.
 
     :param name: names the process (``tritonx-python-<name>``).
     :param env_python: the interpreter of the model's ``EXECUTION_ENV_PATH``; ``None`` forks
@@ -90,16 +93,23 @@ class WorkerProcess:
         if env_python is None:
             ctx = _context()
             parent, child = ctx.Pipe(duplex=True)
+            data_ours, data_theirs = socket.socketpair()
             self._process = ctx.Process(
-                target=_stub.run, args=(child,), name=f"tritonx-python-{name}", daemon=False
+                target=_stub.run_forked,
+                args=(child, data_theirs),
+                name=f"tritonx-python-{name}",
+                daemon=False,
             )
             with _forkserver_lock, _main_module_hidden():
                 self._process.start()
             child.close()
+            data_theirs.close()
             self.conn: Connection = parent
+            self.data = _ipc.Channel(data_ours.detach())
             self.pid: int = self._process.pid
         else:
             ours, theirs = socket.socketpair()
+            data_ours, data_theirs = socket.socketpair()
             package_root = str(Path(_stub.__file__).resolve().parents[1])
             env = dict(os.environ)
             env["PYTHONPATH"] = os.pathsep.join(
@@ -107,14 +117,17 @@ class WorkerProcess:
             )
             env_bin = str(Path(env_python).parent)
             env["PATH"] = os.pathsep.join((env_bin, env.get("PATH", "")))
+            fds = [theirs.fileno(), data_theirs.fileno()]
             self._popen = subprocess.Popen(
-                [env_python, "-m", "tritonx_backend_python._stub", str(theirs.fileno())],
-                pass_fds=[theirs.fileno()],
+                [env_python, "-m", "tritonx_backend_python._stub", *map(str, fds)],
+                pass_fds=fds,
                 env=env,
                 close_fds=True,
             )
             theirs.close()
+            data_theirs.close()
             self.conn = Connection(ours.detach())
+            self.data = _ipc.Channel(data_ours.detach())
             self.pid = self._popen.pid
         _live_workers.add(self)
 
@@ -161,25 +174,29 @@ class WorkerProcess:
         _live_workers.discard(self)
 
     def interrupt(self) -> None:
-        """Wake a thread blocked reading the connection (it reads EOF), even when a process
-        the model forked still holds the worker's end of the socket."""
-        try:
-            sock = socket.socket(fileno=os.dup(self.conn.fileno()))
-        except (OSError, ValueError):
-            return
-        try:
-            sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        finally:
-            sock.close()
+        """Wake the threads blocked reading the connections (they read EOF), even when a
+        process the model forked still holds the worker's ends of the sockets."""
+        socks = []
+        for conn in (self.data, self.conn):  # both held before either is shut down
+            try:
+                socks.append(socket.socket(fileno=os.dup(conn.fileno())))
+            except (OSError, ValueError):
+                continue
+        for sock in socks:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            finally:
+                sock.close()
 
     def close(self) -> None:
-        """Close the connection to the process."""
-        try:
-            self.conn.close()
-        except OSError:
-            pass
+        """Close the connections to the process."""
+        for conn in (self.conn, self.data):
+            try:
+                conn.close()
+            except OSError:
+                pass
 
 
 def describe_exit(code: int | None) -> str:

@@ -375,12 +375,18 @@ class WorkerInstance(ModelInstance):
         return responses
 
     def _wait(self, link: WorkerLink, future: concurrent.futures.Future[m.Done]) -> m.Done:
-        """The batch's answer; past the execution timeout the worker is killed (its requests
-        then fail with the timeout error, raised here)."""
-        try:
-            return future.result(self.exec_timeout)
-        except concurrent.futures.TimeoutError:
-            pass
+        """The batch's answer (a decoupled model's comes through the link's reader thread,
+        any other's is read here); past the execution timeout the worker is killed (its
+        requests then fail with the timeout error, raised here)."""
+        if not self.decoupled:
+            done = link.wait_done(future, self.exec_timeout)
+            if done is not None:
+                return done
+        else:
+            try:
+                return future.result(self.exec_timeout)
+            except concurrent.futures.TimeoutError:
+                pass
         seconds = f"{self.exec_timeout:g}"
         error = TritonXError(
             f"execute() of model '{self.ctx.model_name}' timed out after {seconds} s on "
@@ -443,14 +449,14 @@ def auto_complete_in_worker(
     proc = WorkerProcess(f"{config.get('name', '?')}-autocomplete", python)
     grace = 2.0
     try:
-        proc.conn.send_bytes(m.dumps(m.AutoComplete(str(model_path), json.dumps(config))))
+        proc.data.send_bytes(m.dumps(m.AutoComplete(str(model_path), json.dumps(config))))
         if not proc.conn.poll(timeout):
             grace = 0.0
             raise invalid_arg(
                 f"auto-complete of model '{config.get('name')}' timed out after {timeout:g} s"
             )
         reply = m.loads(proc.conn.recv_bytes())
-        proc.conn.send_bytes(m.dumps(m.Finalize()))
+        proc.data.send_bytes(m.dumps(m.Finalize()))
     except (EOFError, OSError) as exc:
         code = proc.exitcode(wait=2.0)
         raise invalid_arg(
