@@ -6,9 +6,7 @@ Every model is built here with the onnx helper API; nothing is downloaded.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shutil
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +18,12 @@ onnx = pytest.importorskip("onnx")
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from tritonx import InferenceRequest, InstanceSpec, LoadContext, Server  # noqa: E402
+from tritonx import InferenceRequest, InstanceSpec, LoadContext  # noqa: E402
 from tritonx.config import EXAMPLE_REPOSITORY  # noqa: E402
 from tritonx.errors import Code, TritonXError  # noqa: E402
-from tritonx.testing import BackendContract, ModelRepositoryBuilder, loopback_settings  # noqa: E402
+from tritonx.testing import BackendContract, ModelRepositoryBuilder  # noqa: E402
+from tritonx.testing import model_status as status  # noqa: E402
+from tritonx.testing import serve_repository as serve  # noqa: E402
 from tritonx.types import ModelState  # noqa: E402
 from tritonx_backend_onnx.backend import OnnxRuntimeBackend  # noqa: E402
 from tritonx_backend_onnx.models import add_sub, identity, make_model, resnet18  # noqa: E402
@@ -36,24 +36,6 @@ ONE_CPU = "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
 @pytest.fixture
 def tritonx_plugins() -> tuple[str, ...]:
     return ("backend_onnx",)
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    repo: ModelRepositoryBuilder, plugin_manager: Any, **overrides: Any
-) -> AsyncIterator[Server]:
-    """A server over ``repo`` (started after the test wrote its models)."""
-    async with Server(
-        loopback_settings(repo.root, **overrides), plugin_manager=plugin_manager
-    ) as server:
-        yield server
-
-
-def status(server: Any, name: str) -> tuple[ModelState | None, str]:
-    """(state, reason) of a model's first version in the repository index."""
-    rows = [r for r in server.repository_index() if r.name == name]
-    assert rows, server.status_table()
-    return rows[0].state, rows[0].reason
 
 
 # ----------------------------------------------------------------------------- the contract

@@ -8,8 +8,6 @@ the same ONNX graph.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +30,9 @@ from tritonx.testing import (  # noqa: E402
     BackendContract,
     ModelRepositoryBuilder,
     identity,
-    loopback_settings,
 )
+from tritonx.testing import model_status as status  # noqa: E402
+from tritonx.testing import serve_repository as serve  # noqa: E402
 from tritonx.types import ModelState  # noqa: E402
 from tritonx_backend_openvino.backend import OpenVINOBackend  # noqa: E402
 from tritonx_backend_openvino.models import binary, dense, encoder, to_ir  # noqa: E402
@@ -49,24 +48,6 @@ def plugin_manager() -> Any:
     """The identity test backend plus this plugin, registered from its module (the plugin is
     used from the source tree whether or not its distribution is installed)."""
     return make_plugin_manager(autoload=False, extra=[identity, tritonx_backend_openvino])
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    repo: ModelRepositoryBuilder, plugin_manager: Any, **overrides: Any
-) -> AsyncIterator[Server]:
-    """A server over ``repo`` (started after the test wrote its models)."""
-    async with Server(
-        loopback_settings(repo.root, **overrides), plugin_manager=plugin_manager
-    ) as server:
-        yield server
-
-
-def status(server: Any, name: str) -> tuple[ModelState | None, str]:
-    """(state, reason) of a model's first version in the repository index."""
-    rows = [r for r in server.repository_index() if r.name == name]
-    assert rows, server.status_table()
-    return rows[0].state, rows[0].reason
 
 
 def ort_run(model: bytes, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

@@ -9,13 +9,12 @@ it; they run with ``--run-gpu`` where TensorRT and a GPU are present.
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,15 +22,15 @@ import numpy as np
 import pytest
 
 import tritonx_backend_tensorrt
-from tritonx import Server
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.proto import model_config_pb2
 from tritonx.testing import (
     BackendContract,
     ModelRepositoryBuilder,
-    loopback_settings,
 )
+from tritonx.testing import model_status as status
+from tritonx.testing import serve_repository as serve
 from tritonx.types import ModelState
 from tritonx_backend_tensorrt import modelconfig
 from tritonx_backend_tensorrt.modelconfig import EngineIO
@@ -43,18 +42,6 @@ GPU_GROUP = "instance_group [ { count: 1, kind: KIND_GPU } ]\n"
 @pytest.fixture(autouse=True)
 def _tensorrt_plugin(register_plugin: Callable[[object], None]) -> None:
     register_plugin(tritonx_backend_tensorrt)
-
-
-@contextlib.asynccontextmanager
-async def serve(repo: ModelRepositoryBuilder, plugin_manager: Any) -> AsyncIterator[Server]:
-    async with Server(loopback_settings(repo.root), plugin_manager=plugin_manager) as server:
-        yield server
-
-
-def status(server: Server, name: str) -> tuple[ModelState | None, str]:
-    rows = [r for r in server.repository_index() if r.name == name]
-    assert rows, server.status_table()
-    return rows[0].state, rows[0].reason
 
 
 def dynamic_engine() -> list[EngineIO]:

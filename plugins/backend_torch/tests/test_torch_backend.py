@@ -8,13 +8,12 @@ source tree whether or not ``tritonx-backend-torch`` is pip-installed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,9 @@ from tritonx.errors import Code, TritonXError  # noqa: E402
 from tritonx.testing import (  # noqa: E402
     BackendContract,
     ModelRepositoryBuilder,
-    loopback_settings,
 )
+from tritonx.testing import model_status as status  # noqa: E402
+from tritonx.testing import serve_repository as serve  # noqa: E402
 from tritonx.types import ModelState  # noqa: E402
 from tritonx_backend_torch import TorchBackend  # noqa: E402
 
@@ -142,22 +142,6 @@ def exported(module: torch.nn.Module, args: tuple[Any, ...], dynamic: Any = None
     buffer = io.BytesIO()
     torch.export.save(program, buffer)
     return buffer.getvalue()
-
-
-@contextlib.asynccontextmanager
-async def serve(
-    repo: ModelRepositoryBuilder, plugin_manager: Any, **overrides: Any
-) -> AsyncIterator[Server]:
-    async with Server(
-        loopback_settings(repo.root, **overrides), plugin_manager=plugin_manager
-    ) as server:
-        yield server
-
-
-def status(server: Server, name: str) -> tuple[ModelState | None, str]:
-    rows = [r for r in server.repository_index() if r.name == name]
-    assert rows, server.status_table()
-    return rows[0].state, rows[0].reason
 
 
 def addsub_model(repo: ModelRepositoryBuilder, name: str = "addsub", **kw: Any) -> Path:

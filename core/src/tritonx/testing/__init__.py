@@ -12,11 +12,16 @@ Fixtures:
 * ``server_thread``: a started server on its own loop thread, for synchronous clients.
 * ``http_client`` / ``grpc_client``: tritonclient aio clients connected to ``server``.
 
+Helpers: :func:`serve_repository` (a started server over a repository a test wrote, as an
+async context manager) and :func:`model_status` (a model's state and reason in the repository
+index).
+
 And :class:`BackendContract`, the test suite every backend inherits.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -32,8 +37,16 @@ from tritonx.testing import identity
 from tritonx.testing.contract import BackendContract
 from tritonx.testing.repository import ModelRepositoryBuilder
 from tritonx.testing.server_thread import ServerThread
+from tritonx.types import ModelState
 
-__all__ = ["BackendContract", "ModelRepositoryBuilder", "ServerThread", "loopback_settings"]
+__all__ = [
+    "BackendContract",
+    "ModelRepositoryBuilder",
+    "ServerThread",
+    "loopback_settings",
+    "model_status",
+    "serve_repository",
+]
 
 
 def loopback_settings(
@@ -54,6 +67,25 @@ def loopback_settings(
     }
     base.update(overrides)
     return ServerSettings(**base)
+
+
+@contextlib.asynccontextmanager
+async def serve_repository(
+    repo: ModelRepositoryBuilder, plugin_manager: pluggy.PluginManager, **overrides: Any
+) -> AsyncIterator[Server]:
+    """A started server over ``repo`` (after the test wrote its models), on loopback ports
+    chosen by the OS; ``overrides`` are :class:`ServerSettings` fields."""
+    async with Server(
+        loopback_settings(repo.root, **overrides), plugin_manager=plugin_manager
+    ) as server:
+        yield server
+
+
+def model_status(server: Server, name: str) -> tuple[ModelState | None, str]:
+    """(state, reason) of model ``name``'s first row in the repository index."""
+    rows = [r for r in server.repository_index() if r.name == name]
+    assert rows, server.status_table()
+    return rows[0].state, rows[0].reason
 
 
 @pytest.fixture
