@@ -397,3 +397,19 @@ async def test_engine_profiles_over_http_and_grpc(
                     np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), 0 * x)
             finally:
                 await client.close()
+
+
+def test_backend_config_it_does_not_act_on_is_refused() -> None:
+    """Triton's coalesce-request-input / execution-policy are refused, not silently kept;
+    version-compatible takes Triton's boolean spellings and refuses others."""
+    from tritonx_backend_tensorrt.backend import TensorRTBackend
+
+    for key in ("coalesce-request-input", "execution-policy"):
+        with pytest.raises(TritonXError) as err:
+            TensorRTBackend({key: "true"})
+        assert err.value.code is Code.INVALID_ARG
+        assert f"--backend-config=tensorrt,{key} is not supported by tritonx" in err.value.message
+    assert TensorRTBackend({"version-compatible": "Yes"}).version_compatible is True
+    assert TensorRTBackend({}).version_compatible is False
+    with pytest.raises(TritonXError, match="failed to convert 'version-compatible'"):
+        TensorRTBackend({"version-compatible": "maybe"})

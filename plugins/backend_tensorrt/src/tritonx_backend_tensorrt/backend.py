@@ -29,6 +29,7 @@ from tritonx import (
     ModelInstance,
 )
 from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.parameters import parse_bool
 from tritonx.proto import model_config_pb2
 from tritonx_backend_tensorrt import modelconfig
 from tritonx_backend_tensorrt.cuda import Cuda, DeviceBuffer, load_runtime
@@ -37,8 +38,9 @@ from tritonx_backend_tensorrt.modelconfig import EngineIO
 log = logging.getLogger("tritonx.backend.tensorrt")
 
 MODEL_FILE = "model.plan"
-#: ``--backend-config=tensorrt,<key>`` keys Triton has and this backend does not act on.
-_NO_EFFECT = ("coalesce-request-input", "execution-policy")
+#: ``--backend-config=tensorrt,<key>`` keys Triton has and this backend does not act on:
+#: refused, never silently accepted.
+_NOT_SUPPORTED = ("coalesce-request-input", "execution-policy")
 
 
 def import_tensorrt() -> Any:
@@ -85,7 +87,7 @@ class TensorRTBackend(Backend):
     ``--backend-config=tensorrt,<key>=<value>``: ``plugins`` (``;``-separated TensorRT plugin
     libraries loaded before any engine), ``version-compatible`` (allow version-compatible
     engines, which run the lean runtime they carry). ``coalesce-request-input`` and
-    ``execution-policy`` are accepted with a warning that they have no effect here.
+    ``execution-policy`` are refused (INVALID_ARG): tritonx does not act on them.
     """
 
     name: ClassVar[str] = "tensorrt"
@@ -94,21 +96,18 @@ class TensorRTBackend(Backend):
 
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)
-        self.version_compatible = self.config.get("version-compatible", "false").lower() in (
-            "1",
-            "true",
-            "on",
-            "yes",
+        for key in _NOT_SUPPORTED:
+            if key in self.config:
+                raise invalid_arg(
+                    f"--backend-config=tensorrt,{key} is not supported by tritonx: each "
+                    "instance gathers its requests' inputs into one host buffer and runs on its "
+                    "own thread"
+                )
+        self.version_compatible = parse_bool(
+            "version-compatible", self.config.get("version-compatible", "false")
         )
         self.plugin_libraries = [p for p in self.config.get("plugins", "").split(";") if p]
         self._plugins_loaded = False
-        for key in _NO_EFFECT:
-            if key in self.config:
-                log.warning(
-                    "--backend-config=tensorrt,%s has no effect in tritonx: each instance "
-                    "gathers its requests' inputs into one host buffer and runs on its own thread",
-                    key,
-                )
 
     def _runtime(self, trt: Any) -> Any:
         logger = trt.Logger(trt.Logger.WARNING)
