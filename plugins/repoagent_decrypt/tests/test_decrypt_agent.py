@@ -308,6 +308,14 @@ def test_key_file_and_bad_key_text(
     http.unload_model("enc")
     key_file.write_text("not a key")
     assert "bad key (key_file): the key must be 16, 24 or 32 bytes" in refused("http", http, "enc")
+    # a key_file that is no key file (here an endless device) is refused after one page
+    config.write_text(
+        'backend: "onnxruntime"\n'
+        'model_repository_agents { agents [ { name: "decrypt" parameters { key: "key_file" value: "/dev/zero" } } ] }\n'
+    )
+    assert "key_file '/dev/zero' is longer than 4096 bytes: not a key file" in refused(
+        "http", http, "enc"
+    )
     http.close()
 
 

@@ -31,6 +31,8 @@ log = logging.getLogger("tritonx.repoagent.decrypt")
 #: the environment variable naming tritonx's temporary root (default: the system's)
 TMPDIR_ENV = "TRITONX_TMPDIR"
 PARAMETERS = ("key_env", "key_file")
+#: The longest key file read (a key is 44-64 characters of base64 or hex).
+KEY_FILE_LIMIT = 4096
 
 
 def temp_root() -> Path:
@@ -92,12 +94,20 @@ def read_key(model: str, parameters: Mapping[str, str]) -> bytes:
                 Code.INVALID_ARG,
             )
         try:
-            return parse_key(path.read_bytes())
+            with path.open("rb") as f:  # a key is short: never read more than a page of it
+                data = f.read(KEY_FILE_LIMIT + 1)
         except OSError as exc:
             raise TritonXError(
                 f"decrypt agent of model '{model}': cannot read key_file '{path}': {exc.strerror}",
                 Code.INVALID_ARG,
             ) from exc
+        if len(data) > KEY_FILE_LIMIT:
+            raise TritonXError(
+                f"decrypt agent of model '{model}': key_file '{path}' is longer than "
+                f"{KEY_FILE_LIMIT} bytes: not a key file",
+                Code.INVALID_ARG,
+            )
+        return parse_key(data)
     except CryptoError as exc:
         raise TritonXError(
             f"decrypt agent of model '{model}': bad key ({given[0]}): {exc}", Code.INVALID_ARG
