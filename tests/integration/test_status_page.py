@@ -60,6 +60,10 @@ async def get(server: Server, path: str, **headers: str) -> tuple[int, str, Any]
 async def test_page_assets_and_data(server: Server) -> None:
     status, ctype, html = await get(server, "/")
     assert status == 200 and ctype == "text/html; charset=utf-8"
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://{server.http_url}/") as resp:
+            # the README's claim: the page only loads what the server itself ships
+            assert resp.headers["Content-Security-Policy"].startswith("default-src 'self';")
     assert '<script src="/status/status.js">' in html and "http" not in html.split("<body")[1]
     for asset, kind in (("status.js", "application/javascript"), ("status.css", "text/css")):
         status, ctype, _ = await get(server, f"/status/{asset}")
