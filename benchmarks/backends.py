@@ -13,7 +13,8 @@ Two models, each in every format:
   of the same ONNX file (FP32 weights).
 
 Backends (one ``tritonx serve`` each, serving its two models: ``max_batch_size`` 16,
-``dynamic_batching``, one CPU instance, the framework's default threads; onnxruntime: intra-op
+``dynamic_batching`` with no queue delay (Triton's default: a request at concurrency 1 does
+not wait for others), one CPU instance, the framework's default threads; onnxruntime: intra-op
 threads 2, inter-op 1, as the ``cnn`` row): ``onnxruntime`` (``*_onnx``), ``pytorch``
 (TorchScript ``*_torchscript`` and ``torch.export`` ``*_torch_export``) and ``openvino``
 (``*_openvino``, FP32 inference precision). Per backend: load time and resident memory (process
@@ -64,7 +65,7 @@ CNN_CONFIG = """name: "{name}"
 max_batch_size: 16
 input [ {{ name: "input", data_type: TYPE_FP32, dims: [ 3, 224, 224 ] }} ]
 output [ {{ name: "logits", data_type: TYPE_FP32, dims: [ 1000 ] }} ]
-dynamic_batching {{ max_queue_delay_microseconds: 2000 }}
+dynamic_batching {{ }}
 instance_group [ {{ count: 1, kind: KIND_CPU }} ]
 """
 TEXT = (
@@ -489,17 +490,56 @@ def points(
                         )
                     for proto in protocols:
                         url = f"127.0.0.1:{PORTS[0] if proto == 'http' else PORTS[1]}"
-                        rows.append(
-                            measure(
-                                point("backends", "tritonx", proto, model, c),
-                                url,
-                                window_ms,
-                                log_dir,
-                                extra=extra,
-                            )
+                        before = batch_counts(PORTS[0], model)
+                        row = measure(
+                            point("backends", "tritonx", proto, model, c),
+                            url,
+                            window_ms,
+                            log_dir,
+                            extra=extra,
                         )
+                        rows.append(row)
+                        if c > 1 and not row.error:
+                            formed = _minus(batch_counts(PORTS[0], model), before)
+                            row.extra.update(same_batches(fmt, repo / model, formed, seconds))
         rows += [raw, served]
     return rows
+
+
+def batch_counts(http_port: int, model: str) -> dict[int, int]:
+    """How many executions the server ran at each batch size so far (its statistics)."""
+    import urllib.request
+
+    url = f"http://127.0.0.1:{http_port}/v2/models/{model}/stats"
+    with urllib.request.urlopen(url, timeout=10) as r:
+        stats = json.load(r)["model_stats"][0]
+    return {b["batch_size"]: b["compute_infer"]["count"] for b in stats.get("batch_stats", [])}
+
+
+def _minus(after: dict[int, int], before: dict[int, int]) -> dict[int, int]:
+    return {b: n - before.get(b, 0) for b, n in after.items() if n > before.get(b, 0)}
+
+
+def same_batches(fmt: str, folder: Path, formed: dict[int, int], seconds: float) -> dict[str, Any]:
+    """The in-process reference at the batch sizes the server formed during a point: the
+    framework run in-process at each size that made up 5 % or more of the executions, weighted
+    by how often the server ran it (infer/s if the framework had run exactly those batches
+    back to back). Concurrency 16 with one instance and no queue delay does not give batches
+    of 16: the dynamic batcher takes what is queued when the instance frees up, so the sizes
+    settle into a pattern (e.g. 4 and 12 alternating for the CNN) whose framework cost the
+    best-batch reference does not show."""
+    total = sum(formed.values())
+    if not total:
+        return {}
+    sizes = sorted(b for b, n in formed.items() if n >= 0.05 * total)
+    ms = {b: p50 for b, _, p50 in in_process(fmt, folder, seconds / 2, sizes)}
+    runs = {b: formed[b] for b in sizes}
+    samples = sum(b * n for b, n in runs.items())
+    busy_s = sum(n * ms[b] / 1000 for b, n in runs.items())
+    return {
+        "batches": ", ".join(f"{b}x{n}" for b, n in sorted(runs.items())),
+        "same_batches_infer_per_s": samples / busy_s if busy_s else 0.0,
+    }
 
 
 def _backend_of(model: str) -> str:
@@ -546,6 +586,12 @@ def table_row(p: Any, by: dict[tuple[str, str, str, int], Any]) -> str:
         if best is not None and best.infer_per_s:
             r = f"{p.infer_per_s / best.infer_per_s:.2f}x"
             vs = f"{backend} in-process, {what} ({best.concurrency})"
+        same = p.extra.get("same_batches_infer_per_s")
+        if same:
+            vs += (
+                f"; {p.infer_per_s / same:.2f}x in-process at the server's batches "
+                f"(size x runs: {p.extra.get('batches')})"
+            )
     value = f"{p.infer_per_s:.0f}" if not p.error else f"error: {p.error[:60]}"
     cpu = f"{p.cpu_us_per_req:.0f}" if getattr(p, "cpu_us_per_req", 0) else "-"
     return (

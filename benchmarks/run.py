@@ -37,6 +37,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import backends
 import cache
@@ -112,7 +113,7 @@ class Point:
     error: str = ""
     #: server CPU (process + descendants, user + system) per completed request, microseconds
     cpu_us_per_req: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- models
