@@ -107,9 +107,7 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--model-load-retry-count",
     "--model-namespacing",
     "--enable-peer-access",
-    "--reuse-http-port",
     "--http-header-forward-pattern",
-    "--reuse-grpc-port",
     "--grpc-header-forward-pattern",
     "--grpc-infer-thread-count",
     "--grpc-max-response-pool-size",
@@ -288,6 +286,13 @@ def cli() -> None:
 @bool_option("--allow-http", True, "Serve HTTP/REST.")
 @click.option("--http-address", default="0.0.0.0", show_default=True)
 @click.option("--http-port", type=int, default=8000, show_default=True)
+@bool_option(
+    "--reuse-http-port",
+    False,
+    "Allow several servers to listen on the same HTTP port when every one of them sets "
+    "this (SO_REUSEPORT: the kernel spreads new connections over them). Each server keeps "
+    "its own models, statistics and registrations: serve the same models from every one.",
+)
 @click.option(
     "--http-thread-count",
     type=int,
@@ -374,6 +379,13 @@ def cli() -> None:
 @bool_option("--allow-grpc", True, "Serve gRPC.")
 @click.option("--grpc-address", default="0.0.0.0", show_default=True)
 @click.option("--grpc-port", type=int, default=8001, show_default=True)
+@bool_option(
+    "--reuse-grpc-port",
+    False,
+    "Allow several servers to listen on the same gRPC port when every one of them sets "
+    "this (SO_REUSEPORT: the kernel spreads new connections over them). Each server keeps "
+    "its own models, statistics and registrations: serve the same models from every one.",
+)
 @click.option(
     "--grpc-infer-allocation-pool-size",
     type=int,
@@ -568,6 +580,7 @@ def serve(**opts: Any) -> None:
         allow_http=opts["allow_http"],
         http_address=opts["http_address"],
         http_port=opts["http_port"],
+        reuse_http_port=opts["reuse_http_port"],
         http_thread_count=opts["http_thread_count"],
         http_max_input_size=opts["http_max_input_size"],
         http_header_timeout_secs=opts["http_header_timeout_secs"],
@@ -584,6 +597,7 @@ def serve(**opts: Any) -> None:
         allow_grpc=opts["allow_grpc"],
         grpc_address=opts["grpc_address"],
         grpc_port=opts["grpc_port"],
+        reuse_grpc_port=opts["reuse_grpc_port"],
         grpc_infer_allocation_pool_size=opts["grpc_infer_allocation_pool_size"],
         grpc_max_message_size=opts["grpc_max_message_size"],
         grpc_keepalive_time=opts["grpc_keepalive_time"],

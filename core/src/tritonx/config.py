@@ -40,6 +40,9 @@ class ServerSettings:
     allow_http: bool = True
     http_address: str = "0.0.0.0"
     http_port: int = 8000
+    #: ``--reuse-http-port``: bind the HTTP port with ``SO_REUSEPORT``, so that several servers
+    #: (each with this set) listen on it and the kernel spreads new connections over them
+    reuse_http_port: bool = False
     http_thread_count: int = 8
     http_max_input_size: int = 64 * 1024 * 1024
     #: tritonx only (``tritonx.http.listener``): seconds a connection may take to send a
@@ -71,6 +74,8 @@ class ServerSettings:
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
     grpc_port: int = 8001
+    #: ``--reuse-grpc-port``: the same for the gRPC port
+    reuse_grpc_port: bool = False
     grpc_infer_allocation_pool_size: int = 8
     #: tritonx only: largest gRPC message received (after decompression) or sent, in bytes;
     #: larger ones are refused with RESOURCE_EXHAUSTED (tritonserver: INT32_MAX, the default)

@@ -10,6 +10,7 @@ Usable in-process without any network frontend::
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import socket
@@ -26,6 +27,7 @@ from tritonx._core.metrics import TritonMetrics
 from tritonx._core.metrics_app import export_registry, make_metrics_app
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
+from tritonx.errors import Code, TritonXError
 from tritonx.plugins import collect, make_plugin_manager
 from tritonx.stats import ModelStats
 from tritonx.types import (
@@ -175,7 +177,11 @@ class Server:
             from tritonx.http.app import http_ssl_context, make_app
 
             self.http_port = await self._serve_app(
-                make_app(self._dataplane, s), s.http_address, s.http_port, http_ssl_context(s)
+                make_app(self._dataplane, s),
+                s.http_address,
+                s.http_port,
+                http_ssl_context(s),
+                reuse_port=s.reuse_http_port,
             )
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
@@ -186,10 +192,17 @@ class Server:
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
 
     async def _serve_app(
-        self, app: web.Application, host: str, port: int, ssl_context: ssl.SSLContext | None = None
+        self,
+        app: web.Application,
+        host: str,
+        port: int,
+        ssl_context: ssl.SSLContext | None = None,
+        *,
+        reuse_port: bool = False,
     ) -> int:
         """Serve ``app`` on ``host:port`` behind the ``http_*`` connection limits
-        (:mod:`tritonx.http.listener`); returns the bound port."""
+        (:mod:`tritonx.http.listener`); returns the bound port. ``reuse_port``: bind with
+        ``SO_REUSEPORT`` (``--reuse-http-port``)."""
         from tritonx.http.listener import HTTPLimits, LimitedSite
 
         limits = HTTPLimits.from_settings(self.settings)
@@ -204,7 +217,17 @@ class Server:
         self._runners.append(runner)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:  # tritonserver's words
+                raise TritonXError(
+                    f"Socket '{host}:{port}' already in use", Code.UNAVAILABLE
+                ) from None
+            raise
         site = LimitedSite(
             runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
         )

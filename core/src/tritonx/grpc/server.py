@@ -24,8 +24,8 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
 
     Message sizes are limited to ``grpc_max_message_size`` (default INT32_MAX, Triton's
     ``MAX_GRPC_MESSAGE_SIZE``), a compressed message by its decompressed size (grpc stops
-    inflating past it: RESOURCE_EXHAUSTED); ``SO_REUSEPORT`` is off (Triton's
-    ``--grpc-port-reuse`` defaults to false, grpc's own default is on); the keepalive
+    inflating past it: RESOURCE_EXHAUSTED); ``SO_REUSEPORT`` follows ``--reuse-grpc-port``
+    (off by default as in Triton; grpc's own default is on); the keepalive
     arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags.
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
     one response message per call.
@@ -34,7 +34,7 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_size),
         ("grpc.max_receive_message_length", max_size),
-        ("grpc.so_reuseport", 0),
+        ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
         ("grpc.keepalive_time_ms", int(settings.grpc_keepalive_time)),
         ("grpc.keepalive_timeout_ms", int(settings.grpc_keepalive_timeout)),
         (
