@@ -3,7 +3,6 @@ them) with the identity test backend installed as a plugin through a real entry 
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -17,31 +16,13 @@ from pathlib import Path
 
 import pytest
 
-ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
+from tritonx.testing import echo_plugin_env, free_port
 
 
 @pytest.fixture
 def echo_env(tmp_path: Path) -> dict[str, str]:
     """An environment where the identity backend is an installed plugin (its entry point)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "backend_echo.py").write_text(ECHO)
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), *sys.path])
-    environ["TRITONX_PLUGINS"] = "backend_echo"
-    return environ
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return echo_plugin_env(tmp_path / "site", pythonpath=sys.path)
 
 
 def http_status(url: str, timeout: float = 2.0) -> int | None:

@@ -7,9 +7,7 @@ leave, LRU eviction by byte size, private copies, Triton's config refusals, and 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +27,7 @@ from tritonx import InferenceRequest, InferenceResponse, ModelState, ResponseCac
 from tritonx.builtin.local_cache import LocalCache, entry_size
 from tritonx.config import ServerSettings
 from tritonx.errors import TritonXError
-from tritonx.testing import ModelRepositoryBuilder, loopback_settings
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, free_port, loopback_settings
 
 CACHED = "response_cache { enable: true }"
 MiB = "1048576"
@@ -372,30 +370,10 @@ async def test_cache_summaries_and_no_request_summary(
 
 # ---------------------------------------------------------------- the command line
 
-ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
-
 
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """An environment where the identity test backend is an installed plugin."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "backend_echo.py").write_text(ECHO)
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    env["PYTHONPATH"] = str(site)
-    env["TRITONX_PLUGINS"] = "backend_echo"
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return echo_plugin_env(tmp_path / "site")
 
 
 def test_cli_cache_config_local(model_repository: ModelRepositoryBuilder, tmp_path: Path) -> None:

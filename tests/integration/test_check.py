@@ -5,14 +5,13 @@ without loading any instance."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tritonx.testing import ModelRepositoryBuilder
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env
 
 pytest.importorskip("onnx")
 from onnx import TensorProto
@@ -42,20 +41,7 @@ identity.IdentityBackend.load = _traced
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "backend_echo.py").write_text(ECHO)
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p
-    )
-    environ["TRITONX_PLUGINS"] = "backend_echo,backend_onnx"
+    environ = echo_plugin_env(tmp_path / "site", ECHO, plugins=("backend_echo", "backend_onnx"))
     environ["LOAD_TRACE"] = str(tmp_path / "trace")
     return environ
 

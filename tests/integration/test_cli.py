@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -13,27 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tritonx.testing import ModelRepositoryBuilder
-
-ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """An environment where the identity test backend is an installed plugin (real entry point)."""
-    site = tmp_path / "site"
-    site.mkdir()
-    (site / "backend_echo.py").write_text(ECHO)
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    environ["PYTHONPATH"] = str(site)
-    environ["TRITONX_PLUGINS"] = "backend_echo"
-    return environ
+    return echo_plugin_env(tmp_path / "site")
 
 
 def tritonx(*args: str) -> list[str]:

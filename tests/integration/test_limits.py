@@ -32,11 +32,10 @@ import orjson
 import pytest
 
 from tritonx.proto import service_pb2, service_pb2_grpc
-from tritonx.testing import ModelRepositoryBuilder
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
-ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
 MiB = 1 << 20
 HCL = "Inference-Header-Content-Length"
 
@@ -105,20 +104,7 @@ def _repository(root: Path) -> Path:
 @pytest.fixture(scope="module")
 def plugin_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """An environment where the identity test backend is an installed plugin."""
-    site = tmp_path_factory.mktemp("site")
-    (site / "backend_echo.py").write_text(ECHO)
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith(("TRITONX_", "MALLOC_"))}
-    environ["PYTHONPATH"] = os.pathsep.join(
-        p for p in (os.environ.get("PYTHONPATH"), str(site)) if p
-    )
-    environ["TRITONX_PLUGINS"] = "backend_echo"
-    return environ
+    return echo_plugin_env(tmp_path_factory.mktemp("site"), drop=("TRITONX_", "MALLOC_"))
 
 
 @pytest.fixture(scope="module")

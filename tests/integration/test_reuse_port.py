@@ -4,48 +4,29 @@ tritonserver; without the flag the second server cannot bind."""
 
 from __future__ import annotations
 
-import os
 import re
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from tritonx.testing import ModelRepositoryBuilder
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, free_port
 
-ECHO = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
 CONNECTIONS = 24
 
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
     """The identity test backend as an installed plugin (a real entry point)."""
-    site = tmp_path / "site"
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir(parents=True)
-    (site / "backend_echo.py").write_text(ECHO)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    environ["PYTHONPATH"] = str(site)
-    environ["TRITONX_PLUGINS"] = "backend_echo"
-    return environ
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return echo_plugin_env(tmp_path / "site")
 
 
 class Served:
@@ -104,28 +85,25 @@ def start(env: dict[str, str], tmp_path: Path) -> Iterator[object]:
         proc.wait(30)
 
 
-def _infer_http(port: int) -> None:
-    client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")  # a new connection
+def _infer(client_module: Any, port: int) -> None:
+    """One request on a new connection (tritonclient.http) or channel (tritonclient.grpc)."""
+    client = client_module.InferenceServerClient(f"127.0.0.1:{port}")
     try:
         data = np.arange(4, dtype=np.float32).reshape(1, 4)
-        tensor = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+        tensor = client_module.InferInput("INPUT0", [1, 4], "FP32")
         tensor.set_data_from_numpy(data)
         result = client.infer("echo", [tensor])
         np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
     finally:
         client.close()
+
+
+def _infer_http(port: int) -> None:
+    _infer(httpclient, port)
 
 
 def _infer_grpc(port: int) -> None:
-    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")  # a new channel
-    try:
-        data = np.arange(4, dtype=np.float32).reshape(1, 4)
-        tensor = grpcclient.InferInput("INPUT0", [1, 4], "FP32")
-        tensor.set_data_from_numpy(data)
-        result = client.infer("echo", [tensor])
-        np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), data)
-    finally:
-        client.close()
+    _infer(grpcclient, port)
 
 
 def test_two_servers_share_the_ports(

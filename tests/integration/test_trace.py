@@ -30,7 +30,7 @@ from tritonclient.utils import InferenceServerException
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
 from tritonx.plugins import make_plugin_manager
-from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, identity, loopback_settings
 
 pytest.importorskip("onnxruntime")
 from tritonx_backend_onnx.models import add_sub
@@ -602,21 +602,7 @@ async def test_restricted_trace_category(repo: ModelRepositoryBuilder) -> None:
 
 def _env(tmp_path: Path) -> dict[str, str]:
     """An environment where the identity test backend is an installed plugin."""
-    site = tmp_path / "site"
-    site.mkdir(exist_ok=True)
-    (site / "backend_echo.py").write_text(
-        "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
-    )
-    info = site / "tritonx_backend_echo-0.1.dist-info"
-    info.mkdir(exist_ok=True)
-    (info / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
-    environ = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    environ["PYTHONPATH"] = os.pathsep.join([str(site), environ.get("PYTHONPATH", "")])
-    environ["TRITONX_PLUGINS"] = "backend_echo"
-    return environ
+    return echo_plugin_env(tmp_path / "site")
 
 
 def _serve_cli(tmp_path: Path, repo: Path, *flags: str) -> subprocess.CompletedProcess[str]:

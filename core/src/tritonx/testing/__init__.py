@@ -13,8 +13,9 @@ Fixtures:
 * ``http_client`` / ``grpc_client``: tritonclient aio clients connected to ``server``.
 
 Helpers: :func:`serve_repository` (a started server over a repository a test wrote, as an
-async context manager) and :func:`model_status` (a model's state and reason in the repository
-index).
+async context manager), :func:`model_status` (a model's state and reason in the repository
+index), :func:`echo_plugin_env` (an environment where the identity backend is an installed
+plugin, for ``tritonx`` subprocesses) and :func:`free_port`.
 
 And :class:`BackendContract`, the test suite every backend inherits.
 """
@@ -23,7 +24,9 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
-from collections.abc import AsyncIterator, Callable, Iterator
+import os
+import socket
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,10 +46,54 @@ __all__ = [
     "BackendContract",
     "ModelRepositoryBuilder",
     "ServerThread",
+    "echo_plugin_env",
+    "free_port",
     "loopback_settings",
     "model_status",
     "serve_repository",
 ]
+
+
+#: The module of the ``backend_echo`` plugin :func:`echo_plugin_env` installs: it registers the
+#: identity test backend (:mod:`tritonx.testing.identity`).
+ECHO_PLUGIN = "from tritonx.testing.identity import tritonx_register_backends  # noqa: F401\n"
+
+
+def echo_plugin_env(
+    folder: Path,
+    source: str = ECHO_PLUGIN,
+    *,
+    plugins: Sequence[str] = ("backend_echo",),
+    pythonpath: Sequence[str] = (),
+    drop: Sequence[str] = ("TRITONX_",),
+) -> dict[str, str]:
+    """An environment for a ``tritonx`` subprocess in which ``source`` is an installed plugin
+    named ``backend_echo`` (a module and a dist-info folder with its entry point, written to
+    ``folder``), selected with ``TRITONX_PLUGINS`` (``plugins``).
+
+    ``PYTHONPATH`` is ``folder``, then ``pythonpath``, then the caller's; variables starting
+    with one of ``drop`` are left out (the caller's plugin switches by default)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "backend_echo.py").write_text(source)
+    info = folder / "tritonx_backend_echo-0.1.dist-info"
+    info.mkdir(exist_ok=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: tritonx-backend-echo\nVersion: 0.1\n"
+    )
+    (info / "entry_points.txt").write_text("[tritonx]\nbackend_echo = backend_echo\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(tuple(drop))}
+    paths = [str(folder), *pythonpath, os.environ.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env["TRITONX_PLUGINS"] = ",".join(plugins)
+    return env
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on ``host`` now (for a subprocess that needs its port on the command
+    line; another process may take it before it binds)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
 
 
 def loopback_settings(
