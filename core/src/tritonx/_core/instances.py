@@ -126,6 +126,9 @@ class InstanceScheduler:
         self._seq = 0
         self._next_seq = 0
         self._held: dict[int, tuple[Pending, InferenceResponse]] = {}
+        #: every instance loaded and none can become unready (``is_ready`` not overridden):
+        #: readiness is known without asking them (it is asked for at every request)
+        self._steady = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -153,6 +156,10 @@ class InstanceScheduler:
         if errors:
             await self.stop()
             raise TritonXError.wrap(errors[0])
+        self._steady = not all(self.passive) and all(
+            instance is not None and type(instance).is_ready is ModelInstance.is_ready
+            for instance in self.instances
+        )
 
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
         if not self.rate_limiter.enabled:
@@ -173,6 +180,7 @@ class InstanceScheduler:
         (their daemon threads end with the process); returns False when that happened.
         """
         self._stopping.set()
+        self._steady = False
         active = sum(1 for p in self.passive if not p)
         left = self.batcher.stop(active)
         if left and self._loop is not None:
@@ -207,6 +215,8 @@ class InstanceScheduler:
     def is_ready(self) -> bool:
         """Every instance loaded, and at least one that takes requests ready (the others may
         be recovering, e.g. a python model's worker process being restarted)."""
+        if self._steady:
+            return True
         ready = False
         for instance, passive in zip(self.instances, self.passive, strict=True):
             if instance is None:

@@ -102,8 +102,9 @@ def validate_request(request: InferenceRequest, config: ModelConfig) -> None:
                 f"'{model}' expects '{io.datatype.value}'"
             )
         shape = array.shape[1:] if max_batch > 0 else array.shape
-        if len(shape) != len(io.dims) or any(
-            d != -1 and d != s for d, s in zip(io.dims, shape, strict=True)
+        if shape != io.dims and (  # equal: the common case, one tuple comparison
+            len(shape) != len(io.dims)
+            or any(d != -1 and d != s for d, s in zip(io.dims, shape, strict=True))
         ):
             full = (-1, *io.dims) if max_batch > 0 else io.dims
             raise invalid_arg(
