@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import select
 import socket
 import subprocess
 import sys
@@ -390,6 +391,44 @@ def test_idle_and_slow_connections_are_closed(serve: Callable[..., Tritonx]) -> 
         sock.close()
     status, _, _, _ = http_request(server.http, "/v2/health/ready", method="GET")
     assert status == 200
+
+
+def test_header_deadline_of_a_later_request_on_a_kept_connection(
+    serve: Callable[..., Tritonx],
+) -> None:
+    """Each request's headers get their own deadline: a connection that keeps asking in time
+    stays open past the header timeout, and a later request whose headers trickle in is cut
+    off one header timeout after its own first byte (not at a deadline counted from the
+    connection's opening)."""
+    server = serve("--http-header-timeout-secs=1", "--http-keepalive-timeout-secs=30")
+    request = b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 60 + b"\r\n\r\n"
+    sock = socket.create_connection(("127.0.0.1", server.http))
+    opened = time.monotonic()
+    sock.settimeout(5)
+    while time.monotonic() - opened < 2.5:  # 2.5 header timeouts of prompt requests
+        sock.sendall(request)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        time.sleep(0.3)
+    time.sleep(0.3)  # the trickle starts partway into a deadline counted from an earlier byte
+    first_byte = time.monotonic()
+    closed_at = None
+    for byte in range(len(request) - 4):  # one byte each 0.1 s, never the end of the headers
+        try:
+            sock.sendall(request[byte : byte + 1])
+        except OSError:
+            closed_at = time.monotonic()
+            break
+        if select.select([sock], [], [], 0.1)[0]:
+            try:
+                data = sock.recv(65536)
+            except ConnectionResetError:
+                data = b""
+            if not data:
+                closed_at = time.monotonic()
+                break
+    sock.close()
+    assert closed_at is not None
+    assert 0.9 < closed_at - first_byte < 2.0
 
 
 def test_connection_cap_queues_new_clients(serve: Callable[..., Tritonx]) -> None:

@@ -89,12 +89,18 @@ class Connection(RequestHandler):
     """aiohttp's per-connection protocol with a header deadline and idleness tracking.
 
     The header deadline runs from the opening of the connection, and from the first byte
-    received while waiting for the next request; a complete request header cancels it.
+    received while waiting for the next request; a complete request header ends it. One timer
+    per connection serves every request: receiving a request only notes when its first byte
+    came (``_header_since``); the timer, when it fires, closes the connection if headers are
+    still awaited past the deadline, or sets itself again for the deadline of the request
+    under way (creating and cancelling a timer for each request cost more than the rest of
+    this bookkeeping).
     """
 
     __slots__ = (
         "_fresh",
         "_header_handle",
+        "_header_since",
         "_header_timeout",
         "_listener",
         "_on_lost",
@@ -108,6 +114,8 @@ class Connection(RequestHandler):
         self._listener = listener
         self._header_timeout = header_timeout
         self._header_handle: asyncio.TimerHandle | None = None
+        #: loop time the awaited request header started (0: none awaited)
+        self._header_since = 0.0
         self._opened_at = 0.0
         self._fresh = True  # no byte received yet
         self._on_lost: Callable[[], object] | None = None
@@ -116,7 +124,7 @@ class Connection(RequestHandler):
         super().connection_made(transport)
         self._opened_at = self._loop.time()
         self._listener.opened(self)
-        self._arm_header_deadline()
+        self._start_header_deadline(self._opened_at)
 
     def connection_lost(self, exc: BaseException | None) -> None:
         if self._header_handle is not None:
@@ -139,27 +147,38 @@ class Connection(RequestHandler):
 
     def data_received(self, data: bytes) -> None:
         self._fresh = False
-        if self._header_handle is None and self._waiting():
-            self._arm_header_deadline()  # the first byte of the next request
+        if not self._header_since and self._waiting():
+            self._start_header_deadline(self._loop.time())  # the next request's first byte
         super().data_received(data)
-        if self._header_handle is not None and self._messages:
-            self._header_handle.cancel()  # its headers are complete
-            self._header_handle = None
+        if self._header_since and self._messages:
+            self._header_since = 0.0  # its headers are complete
 
     def _waiting(self) -> bool:
         """Whether the handler waits for the next request (aiohttp's idle state)."""
         waiter = self._waiter
         return waiter is not None and not waiter.done() and not self._messages
 
-    def _arm_header_deadline(self) -> None:
+    def _start_header_deadline(self, since: float) -> None:
         if self._header_timeout > 0:
-            self._header_handle = self._loop.call_later(self._header_timeout, self._header_deadline)
+            self._header_since = since
+            if self._header_handle is None:
+                self._header_handle = self._loop.call_later(
+                    self._header_timeout, self._header_deadline
+                )
 
     def _header_deadline(self) -> None:
         self._header_handle = None
-        if self.transport is not None and not self._force_close and self._waiting():
+        since = self._header_since
+        if not since or self.transport is None or self._force_close:
+            return  # no header awaited now: the next request sets a timer again
+        left = since + self._header_timeout - self._loop.time()
+        if left > 0:  # a later request's header, still in time
+            self._header_handle = self._loop.call_later(left, self._header_deadline)
+        elif self._waiting():
             log.debug("closing an HTTP connection: no request headers in time")
             self.force_close()
+        else:
+            self._header_since = 0.0
 
     def close_after_response(self) -> None:
         """Close the connection once the current response is sent, without reading (and
@@ -177,7 +196,7 @@ class Connection(RequestHandler):
         (None while a request is received or handled)."""
         if not self._waiting():
             return None
-        if self._header_handle is not None:  # a deadline: fresh, or headers under way
+        if self._header_since:  # a deadline: fresh, or headers under way
             return now - self._opened_at if self._fresh else None
         return now - (self._next_keepalive_close_time - self._keepalive_timeout)
 
