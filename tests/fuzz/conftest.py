@@ -8,11 +8,9 @@ liveness check: the process must still run and answer ``/v2/health/live``.
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -20,6 +18,8 @@ from pathlib import Path
 
 import pytest
 import requests
+
+from tritonx.testing import listening
 
 
 @dataclass
@@ -66,23 +66,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     ]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     proc = subprocess.Popen(args, env=env, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    ports: dict[str, int] = {}
-    lines: list[str] = []
-    deadline = time.monotonic() + 120
-    while len(ports) < 2 and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        found = re.search(r"Started (HTTPService|GRPCInferenceService) at [\d.]+:(\d+)", line)
-        if found:
-            ports[found.group(1)] = int(found.group(2))
-    if len(ports) < 2:
-        proc.kill()
-        raise AssertionError("tritonx serve did not start:\n" + "".join(lines)[-4000:])
-    server = Served(proc, ports["HTTPService"], ports["GRPCInferenceService"], lines)
+    addresses, lines = listening(proc, timeout=120)
+    port = {name: int(address.rpartition(":")[2]) for name, address in addresses.items()}
+    server = Served(proc, port["HTTPService"], port["GRPCInferenceService"], lines)
     stream = proc.stderr
+    assert stream is not None
     threading.Thread(target=lambda: lines.extend(stream), daemon=True).start()
     try:
         yield server

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, listening
 
 
 @pytest.fixture
@@ -223,19 +223,8 @@ def _start_http(
         stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stderr is not None
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        found = re.search(r"Started HTTPService at (\S+):(\d+)", line)
-        if found:
-            return proc, f"{found.group(1)}:{found.group(2)}", lines
-    proc.kill()
-    raise AssertionError("".join(lines))
+    addresses, lines = listening(proc, ("HTTPService",))
+    return proc, addresses["HTTPService"], lines
 
 
 def _slow_infer(url: str, result: dict[str, object]) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import select
 import socket
 import subprocess
@@ -33,7 +32,7 @@ import orjson
 import pytest
 
 from tritonx.proto import service_pb2, service_pb2_grpc
-from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env
+from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, listening
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -150,24 +149,12 @@ def _start(
     proc = subprocess.Popen(
         args, env={**env, **(extra_env or {})}, stderr=subprocess.PIPE, text=True
     )
-    assert proc.stderr is not None
-    ports: dict[str, int] = {}
-    lines: list[str] = []
-    deadline = time.monotonic() + 60
-    while len(ports) < 2 and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        found = re.search(r"Started (HTTPService|GRPCInferenceService) at [\d.]+:(\d+)", line)
-        if found:
-            ports[found.group(1)] = int(found.group(2))
-    if len(ports) < 2:
-        proc.kill()
-        raise AssertionError("tritonx serve did not start:\n" + "".join(lines)[-3000:])
-    server = Tritonx(proc, ports["HTTPService"], ports["GRPCInferenceService"])
+    addresses, lines = listening(proc)
+    port = {name: int(address.rpartition(":")[2]) for name, address in addresses.items()}
+    server = Tritonx(proc, port["HTTPService"], port["GRPCInferenceService"])
     server.log = lines
     stream = proc.stderr
+    assert stream is not None
     threading.Thread(target=lambda: lines.extend(stream), daemon=True).start()
     time.sleep(0.5)  # let start-up allocations settle before a baseline is taken
     return server

@@ -10,12 +10,10 @@ import ipaddress
 import json
 import os
 import queue
-import re
 import signal
 import ssl
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,7 +38,13 @@ from tritonx.http import routes
 from tritonx.http.app import make_app
 from tritonx.plugins import make_plugin_manager
 from tritonx.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
-from tritonx.testing import ModelRepositoryBuilder, ServerThread, identity, loopback_settings
+from tritonx.testing import (
+    ModelRepositoryBuilder,
+    ServerThread,
+    identity,
+    listening,
+    loopback_settings,
+)
 
 ADMIN = {"admin-key": "admin-value"}
 INFER = {"infer-key": "infer-value"}
@@ -838,21 +842,8 @@ def test_cli_serves_restricted_apis_over_tls(
         f"--http-root-cert={pki.ca}",
     )
     proc = subprocess.Popen(args, env=cli_env, stderr=subprocess.PIPE, text=True)
-    assert proc.stderr is not None
-    urls: dict[str, str] = {}
-    seen = ""
+    urls, lines = listening(proc)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(urls) < 2:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            seen += line
-            found = re.search(r"Started (HTTPService|GRPCInferenceService) at (\S+):(\d+)", line)
-            if found:
-                urls[found.group(1)] = f"{found.group(2)}:{found.group(3)}"
-        assert len(urls) == 2, seen
-
         ssl_options = {"ca_certs": pki.ca, "certfile": pki.client_cert, "keyfile": pki.client_key}
         client = httpclient.InferenceServerClient(
             urls["HTTPService"], ssl=True, ssl_options=ssl_options
@@ -883,4 +874,4 @@ def test_cli_serves_restricted_apis_over_tls(
     finally:
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()
-        assert proc.wait(30) == 0, seen + rest
+        assert proc.wait(30) == 0, "".join(lines) + rest

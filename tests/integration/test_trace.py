@@ -10,11 +10,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
-import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -30,7 +28,13 @@ from tritonclient.utils import InferenceServerException
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
 from tritonx.plugins import make_plugin_manager
-from tritonx.testing import ModelRepositoryBuilder, echo_plugin_env, identity, loopback_settings
+from tritonx.testing import (
+    ModelRepositoryBuilder,
+    echo_plugin_env,
+    identity,
+    listening,
+    loopback_settings,
+)
 
 pytest.importorskip("onnxruntime")
 from tritonx_backend_onnx.models import add_sub
@@ -651,20 +655,9 @@ def test_cli_trace_flags_configure_a_running_server(
          "level=TIMESTAMPS", "--trace-config", "rate=1", "--trace-count", "5"],
         env=_env(tmp_path), stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    assert proc.stderr is not None
-    lines: list[str] = []
-    url = ""
-    deadline = time.monotonic() + 60
+    addresses, lines = listening(proc, ("HTTPService",))
+    url = "http://" + addresses["HTTPService"]
     try:
-        while time.monotonic() < deadline and not url:
-            line = proc.stderr.readline()
-            if not line:
-                break
-            lines.append(line)
-            found = re.search(r"Started HTTPService at (\S+):(\d+)", line)
-            if found:
-                url = f"http://{found.group(1)}:{found.group(2)}"
-        assert url, "".join(lines)
         with urllib.request.urlopen(f"{url}/v2/trace/setting") as reply:
             settings = json.loads(reply.read())
         assert settings == {

@@ -15,7 +15,8 @@ Fixtures:
 Helpers: :func:`serve_repository` (a started server over a repository a test wrote, as an
 async context manager), :func:`model_status` (a model's state and reason in the repository
 index), :func:`echo_plugin_env` (an environment where the identity backend is an installed
-plugin, for ``tritonx`` subprocesses) and :func:`free_port`.
+plugin, for ``tritonx`` subprocesses), :func:`listening` (the addresses a ``tritonx serve``
+subprocess started its listeners on) and :func:`free_port`.
 
 And :class:`BackendContract`, the test suite every backend inherits.
 """
@@ -25,7 +26,10 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import os
+import re
 import socket
+import subprocess
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -48,6 +52,7 @@ __all__ = [
     "ServerThread",
     "echo_plugin_env",
     "free_port",
+    "listening",
     "loopback_settings",
     "model_status",
     "serve_repository",
@@ -86,6 +91,36 @@ def echo_plugin_env(
     env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["TRITONX_PLUGINS"] = ",".join(plugins)
     return env
+
+
+#: The start-up log line of each listener (``tritonx serve`` logs it as tritonserver does).
+_STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService) at (\S+):(\d+)")
+
+
+def listening(
+    proc: subprocess.Popen[str],
+    services: Sequence[str] = ("HTTPService", "GRPCInferenceService"),
+    timeout: float = 60.0,
+) -> tuple[dict[str, str], list[str]]:
+    """Read ``proc``'s stderr (text) until each of ``services`` logged ``Started <service> at
+    <host>:<port>``; returns ``{service: "host:port"}`` and the lines read. Past ``timeout``,
+    or if the process ends first, it is killed and AssertionError carries its log."""
+    assert proc.stderr is not None
+    found: dict[str, str] = {}
+    lines: list[str] = []
+    deadline = time.monotonic() + timeout
+    while not all(s in found for s in services) and time.monotonic() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        lines.append(line)
+        match = _STARTED.search(line)
+        if match:
+            found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
+    if not all(s in found for s in services):
+        proc.kill()
+        raise AssertionError("tritonx serve did not start:\n" + "".join(lines)[-4000:])
+    return found, lines
 
 
 def free_port(host: str = "127.0.0.1") -> int:
