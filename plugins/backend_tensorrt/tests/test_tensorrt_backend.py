@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from tritonx.proto import model_config_pb2
 from tritonx.testing import (
     BackendContract,
     ModelRepositoryBuilder,
+    listed_plugins,
 )
 from tritonx.testing import model_status as status
 from tritonx.testing import serve_repository as serve
@@ -287,35 +287,8 @@ def test_tritonx_plugins_lists_the_backend(tmp_path: Path) -> None:
     """``tritonx plugins`` finds the backend through the entry point its pyproject declares
     (written into a dist-info here, so the test needs no pip install) and lists what it
     registered, without importing the framework."""
-    import tomllib
-
-    root = Path(__file__).resolve().parents[1]
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    entry_points = project["entry-points"]["tritonx"]
-    assert entry_points == {"backend_tensorrt": "tritonx_backend_tensorrt"}
-    info = tmp_path / "tritonx_backend_tensorrt-{}.dist-info".format(project["version"])
-    info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    (info / "entry_points.txt").write_text(
-        "[tritonx]\nbackend_tensorrt = tritonx_backend_tensorrt\n"
-    )
-    (info / "top_level.txt").write_text("tritonx_backend_tensorrt\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(tmp_path), str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
-    env["TRITONX_PLUGINS"] = "backend_tensorrt"
-    out = subprocess.run(
-        [sys.executable, "-m", "tritonx", "plugins"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        timeout=60,
-    )
-    listed = {p["name"]: p for p in json.loads(out.stdout)}
+    listed = listed_plugins(Path(__file__).resolve().parents[1], tmp_path)
+    assert list(listed) == ["backend_tensorrt"]
     assert listed["backend_tensorrt"]["distribution"] == "tritonx-backend-tensorrt"
     assert listed["backend_tensorrt"]["registered"]["backends"] == ["tensorrt"]
 

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -32,6 +28,7 @@ from tritonx.errors import Code, TritonXError  # noqa: E402
 from tritonx.testing import (  # noqa: E402
     BackendContract,
     ModelRepositoryBuilder,
+    listed_plugins,
 )
 from tritonx.testing import model_status as status  # noqa: E402
 from tritonx.testing import serve_repository as serve  # noqa: E402
@@ -955,32 +952,7 @@ def test_tritonx_plugins_lists_the_backend(tmp_path: Path) -> None:
     """``tritonx plugins`` finds the backend through the entry point its pyproject declares
     (written into a dist-info here, so the test needs no pip install) and lists what it
     registered, without importing the framework."""
-    import tomllib
-
-    root = Path(__file__).resolve().parents[1]
-    project = tomllib.loads((root / "pyproject.toml").read_text())["project"]
-    entry_points = project["entry-points"]["tritonx"]
-    assert entry_points == {"backend_torch": "tritonx_backend_torch"}
-    info = tmp_path / "tritonx_backend_torch-{}.dist-info".format(project["version"])
-    info.mkdir()
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    (info / "entry_points.txt").write_text("[tritonx]\nbackend_torch = tritonx_backend_torch\n")
-    (info / "top_level.txt").write_text("tritonx_backend_torch\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    env["PYTHONPATH"] = os.pathsep.join(
-        [str(tmp_path), str(root / "src"), *filter(None, [os.environ.get("PYTHONPATH")])]
-    )
-    env["TRITONX_PLUGINS"] = "backend_torch"
-    out = subprocess.run(
-        [sys.executable, "-m", "tritonx", "plugins"],
-        capture_output=True,
-        text=True,
-        check=True,
-        env=env,
-        timeout=60,
-    )
-    listed = {p["name"]: p for p in json.loads(out.stdout)}
+    listed = listed_plugins(Path(__file__).resolve().parents[1], tmp_path)
+    assert list(listed) == ["backend_torch"]
     assert listed["backend_torch"]["distribution"] == "tritonx-backend-torch"
     assert listed["backend_torch"]["registered"]["backends"] == ["pytorch"]

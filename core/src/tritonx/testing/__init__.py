@@ -16,7 +16,8 @@ Helpers: :func:`serve_repository` (a started server over a repository a test wro
 async context manager), :func:`model_status` (a model's state and reason in the repository
 index), :func:`echo_plugin_env` (an environment where the identity backend is an installed
 plugin, for ``tritonx`` subprocesses), :func:`listening` (the addresses a ``tritonx serve``
-subprocess started its listeners on) and :func:`free_port`.
+subprocess started its listeners on), :func:`listed_plugins` (what ``tritonx plugins``
+lists for a plugin source tree, without installing it) and :func:`free_port`.
 
 And :class:`BackendContract`, the test suite every backend inherits.
 """
@@ -25,10 +26,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.metadata
+import json
 import os
 import re
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
@@ -52,6 +55,7 @@ __all__ = [
     "ServerThread",
     "echo_plugin_env",
     "free_port",
+    "listed_plugins",
     "listening",
     "loopback_settings",
     "model_status",
@@ -121,6 +125,38 @@ def listening(
         proc.kill()
         raise AssertionError("tritonx serve did not start:\n" + "".join(lines)[-4000:])
     return found, lines
+
+
+def listed_plugins(plugin_root: Path, folder: Path) -> dict[str, dict[str, Any]]:
+    """What ``tritonx plugins`` lists, by name, for the plugin distribution whose
+    ``pyproject.toml`` is in ``plugin_root`` (sources in ``src/``): a dist-info with the entry
+    points the pyproject declares is written to ``folder`` (no pip install needed), and only
+    those plugins are selected."""
+    import tomllib
+
+    project = tomllib.loads((plugin_root / "pyproject.toml").read_text())["project"]
+    entry_points: dict[str, str] = project["entry-points"]["tritonx"]
+    module = project["name"].replace("-", "_")
+    info = folder / f"{module}-{project['version']}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+    )
+    lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+    (info / "entry_points.txt").write_text("[tritonx]\n" + lines)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
+    paths = [str(folder), str(plugin_root / "src"), os.environ.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    env["TRITONX_PLUGINS"] = ",".join(entry_points)
+    out = subprocess.run(
+        [sys.executable, "-m", "tritonx", "plugins"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env=env,
+        timeout=60,
+    )
+    return {p["name"]: p for p in json.loads(out.stdout)}
 
 
 def free_port(host: str = "127.0.0.1") -> int:
