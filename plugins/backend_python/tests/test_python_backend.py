@@ -146,8 +146,10 @@ async def test_large_tensors_cross_by_shared_memory(server: Server, monkeypatch)
     np.testing.assert_array_equal(response.outputs["DATA_OUT"], data[::-1])
     if server.model_config("init_args").parameters.get("TRITONX_EXECUTION_MODE") != "in_process":
         assert segments, "a 4 MB input should travel through a shared-memory segment"
+    # at most the segment kept for reuse in each direction (removed on unload:
+    # test_transport.py) remains
     leftovers = glob.glob(os.path.join(_ipc._SHM_DIR, f"{_ipc.DEFAULT_PREFIX}*"))
-    assert not leftovers
+    assert len(leftovers) <= 2, leftovers
 
 
 @BOTH_MODES

@@ -1,19 +1,29 @@
 """How requests reach a worker process: large tensors cross through shared memory in both
 directions, never through the worker's sockets (counted by the kernel: the bytes the worker
 and this process read with system calls, ``rchar`` in ``/proc/<pid>/io``; shared memory is
-mapped, not read), over HTTP and gRPC."""
+mapped, not read), over HTTP and gRPC; the segments are kept and reused while the model is
+loaded (seen in ``/dev/shm`` under the backend's ``shm-region-prefix-name``), never while a
+response still uses one, and removed when the model is unloaded."""
 
 from __future__ import annotations
 
+import glob
 import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcclient
+import tritonclient.http as httpsync
 import tritonclient.http.aio as httpclient
 
-from tritonx.testing import ModelRepositoryBuilder
+from tritonx.server import Server
+from tritonx.testing import ModelRepositoryBuilder, listening
+from tritonx.types import InferenceRequest
 
 ELEMENTS = 1 << 20  # FP32: 4 MiB
 MODEL_PY = """
@@ -39,9 +49,22 @@ class TritonPythonModel:
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/<pid>/io")
 
+SHM_DIR = "/dev/shm"
+
 
 @pytest.fixture
-def server_settings(model_repository: ModelRepositoryBuilder) -> object:
+def shm_prefix(tmp_path: Path) -> str:
+    """A segment-name prefix of this test's own (``shm-region-prefix-name``)."""
+    return f"tritonx_test_{os.getpid()}_{tmp_path.name}_"
+
+
+def segments(prefix: str) -> set[str]:
+    """The shared-memory segments in /dev/shm whose names start with ``prefix``."""
+    return {os.path.basename(p) for p in glob.glob(os.path.join(SHM_DIR, f"{prefix}*"))}
+
+
+@pytest.fixture
+def server_settings(model_repository: ModelRepositoryBuilder, shm_prefix: str) -> object:
     from tritonx.testing import loopback_settings
 
     model_repository.add(
@@ -51,7 +74,12 @@ def server_settings(model_repository: ModelRepositoryBuilder) -> object:
         outputs=[("OUT", "FP32", [ELEMENTS]), ("PID", "INT64", [1])],
         versions={1: {"model.py": MODEL_PY}},
     )
-    return loopback_settings(model_repository.root)
+    return loopback_settings(
+        model_repository.root,
+        model_control_mode="explicit",
+        load_model=("big",),
+        backend_config={"python": {"shm-region-prefix-name": shm_prefix}},
+    )
 
 
 def io_bytes(pid: int) -> tuple[int, int]:
@@ -93,3 +121,115 @@ async def test_a_4mb_tensor_moves_no_bytes_through_the_worker_sockets(
     # worker -> server: the server reads the worker's sockets with read(2) (counted; its
     # HTTP and gRPC sockets are read with recv, which is not), and read no output from them
     assert here < tensor_bytes // 20, here
+
+
+@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")
+async def test_segments_are_reused_never_under_a_live_response_and_removed_on_unload(
+    server: Server, shm_prefix: str
+) -> None:
+    rng = np.random.default_rng(1)
+
+    async def infer(data: np.ndarray) -> np.ndarray:
+        response = await server.infer(InferenceRequest("big", {"IN": data}))
+        return response.outputs["OUT"]
+
+    first_in = rng.random(ELEMENTS, dtype=np.float32)
+    held = await infer(first_in)  # kept: this array is a view of the worker's segment
+    kept = segments(shm_prefix)
+    assert kept, "a 4 MB tensor should cross through shared memory"
+    for _ in range(12):
+        data = rng.random(ELEMENTS, dtype=np.float32)
+        np.testing.assert_array_equal(await infer(data), data + 1)
+        # the held response was not overwritten by the later ones
+        np.testing.assert_array_equal(held, first_in + 1)
+    # the segments are reused: the held response pins one more, no more appear per request
+    reused = segments(shm_prefix)
+    assert len(reused) <= len(kept) + 2, (kept, reused)
+    for _ in range(12):
+        data = rng.random(ELEMENTS, dtype=np.float32)
+        np.testing.assert_array_equal(await infer(data), data + 1)
+    assert segments(shm_prefix) == reused
+    np.testing.assert_array_equal(held, first_in + 1)
+    await server.unload_model("big")
+    assert not segments(shm_prefix)
+    # what a response holds stays readable after its segment is gone
+    np.testing.assert_array_equal(held, first_in + 1)
+
+
+def dead_pid() -> int:
+    """The id of a process that has ended."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    return int(done.stdout)
+
+
+@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")
+def test_segments_of_a_killed_server_are_removed_by_its_worker_and_the_next_server(
+    server_settings: object, model_repository: ModelRepositoryBuilder, shm_prefix: str
+) -> None:
+    # (server_settings: the repository with "big"; served here by `tritonx serve`)
+    pid = dead_pid()
+    orphans = {f"{shm_prefix}{pid}_k0", f"{shm_prefix}{pid}w2_7"}
+    someone_elses = f"{shm_prefix}{os.getpid()}w99_k0"  # a live process's: left alone
+    for name in (*orphans, someone_elses):
+        Path(SHM_DIR, name).write_bytes(b"x")
+
+    def serve() -> tuple[subprocess.Popen[str], str]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tritonx",
+                "serve",
+                f"--model-repository={model_repository.root}",
+                "--http-address=127.0.0.1",
+                "--http-port=0",
+                "--grpc-address=127.0.0.1",
+                "--grpc-port=0",
+                "--allow-metrics=false",
+                f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            ],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        urls, _ = listening(proc, ("HTTPService",))
+        return proc, urls["HTTPService"]
+
+    try:
+        proc, url = serve()
+        try:
+            # the orphans of a dead process were removed when the backend started
+            assert segments(shm_prefix) == {someone_elses}
+            client = httpsync.InferenceServerClient(url)
+            data = np.random.default_rng(2).random(ELEMENTS, dtype=np.float32)
+            tensor = httpsync.InferInput("IN", [ELEMENTS], "FP32")
+            tensor.set_data_from_numpy(data)
+            result = client.infer("big", [tensor])
+            np.testing.assert_array_equal(result.as_numpy("OUT"), data + 1)
+            worker = int(result.as_numpy("PID")[0])
+            theirs = {n for n in segments(shm_prefix) if n.startswith(f"{shm_prefix}{worker}_")}
+            ours = segments(shm_prefix) - theirs - {someone_elses}
+            assert theirs and ours  # a kept segment each way
+            client.close()
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(10)
+            proc.stderr.close()  # type: ignore[union-attr]
+        # the worker sees the server go, removes its own segments and exits
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not Path(f"/proc/{worker}").exists(), "the worker outlived its server"
+        assert segments(shm_prefix) == ours | {someone_elses}
+        # the killed server's own are removed by the next server
+        proc, _ = serve()
+        try:
+            assert segments(shm_prefix) == {someone_elses}
+        finally:
+            proc.terminate()
+            proc.wait(30)
+            proc.stderr.close()  # type: ignore[union-attr]
+    finally:
+        for name in segments(shm_prefix):
+            os.unlink(os.path.join(SHM_DIR, name))

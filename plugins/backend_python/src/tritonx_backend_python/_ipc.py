@@ -4,11 +4,18 @@ Messages (:mod:`tritonx_backend_python.messages`) are small pickles sent over a 
 (a :class:`Channel` for the data socket, a ``multiprocessing.connection.Connection`` for the
 control socket). Tensors never travel inside them
 when they are large: :func:`pack_tensors` writes the tensor bytes of one message into a
-single shared-memory segment (a file in ``/dev/shm``, written with ``pwrite``) and the
+shared-memory segment (a file in ``/dev/shm``, written with ``pwrite``) and the
 message carries only names, datatypes, shapes and offsets. The receiver maps the segment
-(pages populated at once), unlinks it and builds numpy arrays directly on the mapping (no copy
-on receive; the mapping goes away with the last array). Tensors of a message totalling less than
-:data:`INLINE_LIMIT` bytes go inline, which is faster than any segment.
+(pages populated at once) and builds numpy arrays directly on the mapping (no copy on
+receive).
+
+A writer keeps its segments for reuse (:data:`POOL_LIMIT` bytes in all): the first page of
+a kept segment holds one byte that says whether a message occupies it; the receiver clears
+it when the last array built on that message is gone, and the writer then writes the next
+message into the same, already allocated, pages. A message that fits no free kept segment
+goes into a one-off segment, which the receiver unlinks as soon as it has mapped it.
+Tensors of a message totalling less than :data:`INLINE_LIMIT` bytes go inline, which is
+faster than any segment.
 
 This module needs only the standard library and numpy: it is imported by worker processes,
 including ones running in another interpreter (``EXECUTION_ENV_PATH``).
@@ -23,6 +30,8 @@ import os
 import select
 import struct
 import tempfile
+import threading
+import weakref
 from collections.abc import Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -30,6 +39,13 @@ import numpy as np
 
 #: Tensors of one message below this many bytes in total are sent inside the message.
 INLINE_LIMIT = 64 * 1024
+
+#: Bytes of kept (reusable) segments one writer may hold; beyond it messages use one-off
+#: segments.
+POOL_LIMIT = 64 << 20
+
+#: The smallest kept segment (capacities are powers of two from here).
+POOL_MIN = 1 << 20
 
 #: Default file-name prefix of shared-memory segments (``shm-region-prefix-name``).
 DEFAULT_PREFIX = "tritonx_python_backend_shm_"
@@ -201,20 +217,78 @@ class Channel:
             os.close(fd)
 
 
+#: A kept segment's first page: byte 0 is :data:`_BUSY` while a message occupies the segment.
+_HEADER = mmap.PAGESIZE
+_FREE, _BUSY = 0, 1
+#: The last part of a kept segment's name starts with this (one-off ones are a number).
+_KEPT = "k"
+
+
+class _Kept:
+    """A segment a writer keeps: its name, capacity (bytes after the header) and a mapping
+    of it (header included) that lives as long as the writer keeps it."""
+
+    __slots__ = ("capacity", "data", "header", "name")
+
+    def __init__(self, name: str, fd: int, capacity: int) -> None:
+        self.name = name
+        self.capacity = capacity
+        self.header = mmap.mmap(fd, _HEADER + capacity)
+        self.data = memoryview(self.header)[_HEADER:]
+
+    def write(self, buffers: Sequence[memoryview]) -> None:
+        """Copy ``buffers`` back to back into the segment (a plain memory copy: the pages
+        stay mapped from one message to the next)."""
+        offset = 0
+        data = self.data
+        for buf in buffers:
+            end = offset + buf.nbytes
+            data[offset:end] = buf
+            offset = end
+
+    def close(self) -> None:
+        self.data.release()
+        try:
+            self.header.close()
+        except BufferError:  # an array of this process still uses it: unmapped with it
+            pass
+
+
+def _pwrite_all(fd: int, buffers: Sequence[memoryview], offset: int) -> None:
+    for buf in buffers:
+        view = buf
+        while view.nbytes:
+            written = os.pwrite(fd, view, offset)
+            offset += written
+            view = view[written:]
+
+
 class ShmWriter:
-    """Creates the shared-memory segments this process sends; names carry ``tag``."""
+    """Creates the shared-memory segments this process sends; names carry ``tag``.
+
+    Thread-safe: several threads of a process may send through one writer.
+    """
 
     def __init__(self, prefix: str = DEFAULT_PREFIX, tag: str = "") -> None:
         self.prefix = prefix
         self.tag = tag or str(os.getpid())
         self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self._kept: list[_Kept] = []
+        self._kept_bytes = 0
 
     def pattern(self) -> str:
         """A glob matching every segment this writer may have left behind."""
         return os.path.join(_SHM_DIR, f"{self.prefix}{self.tag}_*")
 
     def cleanup(self) -> None:
-        """Unlink the segments of this writer nobody consumed (after a peer died)."""
+        """Unlink the segments of this writer (its kept ones, and one-off ones nobody
+        consumed after a peer died). Arrays a receiver built on them stay valid."""
+        with self._lock:
+            kept, self._kept, self._kept_bytes = self._kept, [], 0
+        for segment in kept:
+            segment.close()
+        _forget(f"{self.prefix}{self.tag}_")
         for path in glob.glob(self.pattern()):
             try:
                 os.unlink(path)
@@ -222,7 +296,75 @@ class ShmWriter:
                 pass
 
     def write(self, buffers: Sequence[memoryview], total: int) -> str:
-        """One segment holding ``buffers`` back to back; returns its file name."""
+        """One segment holding ``buffers`` back to back; returns its name."""
+        segment = self._take(total)
+        if segment is None:
+            return self._write_once(buffers, total)
+        try:
+            segment.write(buffers)
+        except BaseException:
+            segment.header[0] = _FREE
+            raise
+        return segment.name
+
+    def _take(self, total: int) -> _Kept | None:
+        """A kept segment of at least ``total`` bytes, now marked busy (None: none to keep)."""
+        with self._lock:
+            best: _Kept | None = None
+            for segment in self._kept:
+                if segment.capacity >= total and segment.header[0] == _FREE:
+                    if best is None or segment.capacity < best.capacity:
+                        best = segment
+            if best is None:
+                capacity = max(POOL_MIN, 1 << (max(total, 1) - 1).bit_length())
+                if capacity > POOL_LIMIT:
+                    return None
+                while self._kept_bytes + capacity > POOL_LIMIT:
+                    free = [s for s in self._kept if s.header[0] == _FREE]
+                    if not free:
+                        return None
+                    self._drop(min(free, key=lambda s: s.capacity))
+                created = self._create(capacity)
+                if created is None:
+                    return None
+                best = created
+            best.header[0] = _BUSY
+            return best
+
+    def _create(self, capacity: int) -> _Kept | None:
+        """A new kept segment, its pages allocated now (None: /dev/shm is full). Writing into
+        a mapping of pages tmpfs cannot allocate would kill the process (SIGBUS), so they
+        are all allocated here, where running out is an error."""
+        name = f"{self.prefix}{self.tag}_{_KEPT}{next(self._seq)}"
+        path = os.path.join(_SHM_DIR, name)
+        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        try:
+            os.ftruncate(fd, _HEADER + capacity)
+            if hasattr(os, "posix_fallocate"):
+                os.posix_fallocate(fd, 0, _HEADER + capacity)
+            segment = _Kept(name, fd, capacity)
+        except OSError:
+            os.unlink(path)
+            return None
+        except BaseException:
+            os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        self._kept.append(segment)
+        self._kept_bytes += capacity
+        return segment
+
+    def _drop(self, segment: _Kept) -> None:
+        self._kept.remove(segment)
+        self._kept_bytes -= segment.capacity
+        segment.close()
+        try:
+            os.unlink(os.path.join(_SHM_DIR, segment.name))
+        except OSError:
+            pass
+
+    def _write_once(self, buffers: Sequence[memoryview], total: int) -> str:
         name = f"{self.prefix}{self.tag}_{next(self._seq)}"
         path = os.path.join(_SHM_DIR, name)
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
@@ -230,13 +372,7 @@ class ShmWriter:
             # written with pwrite, not through a mapping: one copy into the file's pages with no
             # page faults (a fresh mapping faults each 4 KiB page in)
             os.ftruncate(fd, max(total, 1))
-            offset = 0
-            for buf in buffers:
-                view = buf
-                while view.nbytes:
-                    written = os.pwrite(fd, view, offset)
-                    offset += written
-                    view = view[written:]
+            _pwrite_all(fd, buffers, 0)
         except BaseException:
             os.close(fd)
             os.unlink(path)
@@ -245,10 +381,90 @@ class ShmWriter:
         return name
 
 
+def remove_orphans(prefix: str = DEFAULT_PREFIX) -> list[str]:
+    """Unlink the segments named ``<prefix><pid>...`` whose process ``pid`` is gone (left by
+    a server or worker that was killed); returns their names."""
+    removed: list[str] = []
+    for path in glob.glob(os.path.join(_SHM_DIR, f"{glob.escape(prefix)}*")):
+        name = os.path.basename(path)
+        rest = name[len(prefix) :]
+        digits = len(rest) - len(rest.lstrip("0123456789"))
+        if not digits:
+            continue
+        try:
+            os.kill(int(rest[:digits]), 0)
+        except ProcessLookupError:
+            try:
+                os.unlink(path)
+                removed.append(name)
+            except OSError:
+                pass
+        except OSError:  # alive, someone else's
+            pass
+    return removed
+
+
+def _is_kept(segment: str) -> bool:
+    return segment.rpartition("_")[2].startswith(_KEPT)
+
+
+#: Kept segments of other processes this process has mapped, by name (most recent last), and
+#: the bytes they span; beyond :data:`_MAPPED_LIMIT` the least recently used are let go (a
+#: mapping an array still uses goes away with the array).
+_mapped: dict[str, mmap.mmap] = {}
+_mapped_bytes = 0
+_MAPPED_LIMIT = 4 * POOL_LIMIT
+_mapped_lock = threading.Lock()
+
+
+def _mapping(segment: str) -> mmap.mmap:
+    """This process's mapping of the kept segment ``segment`` (made once, then reused)."""
+    global _mapped_bytes
+    with _mapped_lock:
+        mm = _mapped.pop(segment, None)
+        if mm is None:
+            fd = os.open(os.path.join(_SHM_DIR, segment), os.O_RDWR)
+            try:
+                mm = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED | _POPULATE)
+            finally:
+                os.close(fd)
+            _mapped_bytes += len(mm)
+            while _mapped_bytes > _MAPPED_LIMIT and _mapped:
+                _mapped_bytes -= len(_mapped.pop(next(iter(_mapped))))
+        _mapped[segment] = mm
+        return mm
+
+
+def _forget(prefix: str) -> None:
+    """Let go of the mappings of kept segments whose names start with ``prefix``."""
+    global _mapped_bytes
+    with _mapped_lock:
+        for name in [name for name in _mapped if name.startswith(prefix)]:
+            _mapped_bytes -= len(_mapped.pop(name))
+
+
+def _release(mm: mmap.mmap) -> None:
+    """The receiver is done with the message in a kept segment: the writer may reuse it."""
+    mm[0] = _FREE
+
+
 def unlink_segment(segment: str) -> None:
-    """Remove a segment nobody will consume (its receiver is gone)."""
+    """Give up a segment nobody will consume (its receiver is gone)."""
+    path = os.path.join(_SHM_DIR, segment)
+    if _is_kept(segment):
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, bytes((_FREE,)), 0)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        return
     try:
-        os.unlink(os.path.join(_SHM_DIR, segment))
+        os.unlink(path)
     except OSError:
         pass
 
@@ -297,12 +513,29 @@ def unpack_tensors(
 ) -> list[tuple[K, np.ndarray, str]]:
     """The ``(name, array, datatype)`` tensors a message describes; consumes its segment.
 
-    Arrays read from a segment are views of a mapping of it: writable, never copied, and
-    the segment file is already unlinked when this returns (so what a model writes into its
-    inputs reaches no other process).
+    Arrays read from a segment are views of a mapping of it: writable and never copied. A
+    one-off segment's file is already unlinked when this returns; a kept one goes back to its
+    writer when the last of these arrays is gone (the writer does not read it back, so what a
+    model writes into its inputs reaches no other tensor).
     """
     if segment is None:
         return [(n, _decode(dt, shape, data), dt) for n, dt, shape, data in descs]
+    if _is_kept(segment):
+        # the writer's kept segment, mapped once by this process: the arrays are views of one
+        # array spanning this message; when it is gone, the segment is the writer's again
+        mm = _mapping(segment)
+        length = max((offset + nbytes for *_, (offset, nbytes) in descs), default=0)
+        whole = np.frombuffer(mm, dtype=np.uint8, count=length, offset=_HEADER)
+        weakref.finalize(whole, _release, mm)
+        out: list[tuple[K, np.ndarray, str]] = []
+        for name, datatype, shape, (offset, nbytes) in descs:
+            part = whole[offset : offset + nbytes]
+            if datatype == "BYTES":
+                array = deserialize_bytes(part.data).reshape(shape)
+            else:
+                array = part.view(NUMPY_OF[datatype]).reshape(shape)
+            out.append((name, array, datatype))
+        return out
     path = os.path.join(_SHM_DIR, segment)
     fd = os.open(path, os.O_RDWR)
     try:
@@ -314,7 +547,7 @@ def unpack_tensors(
     finally:
         os.close(fd)
         os.unlink(path)
-    out: list[tuple[K, np.ndarray, str]] = []
+    out = []
     for name, datatype, shape, (offset, nbytes) in descs:
         view = memoryview(mm)[offset : offset + nbytes]
         out.append((name, _decode(datatype, shape, view), datatype))

@@ -28,7 +28,7 @@ import threading
 import traceback
 from multiprocessing.connection import Connection
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from tritonx_backend_python import _ipc, pb_utils
 from tritonx_backend_python import messages as m
@@ -172,12 +172,18 @@ class Worker:
             try:
                 message = m.loads(conn.recv_bytes())
             except (EOFError, OSError):
-                os._exit(0)
+                self.server_gone()
             if self.runtime is not None:
                 if type(message) is m.BlsReply:
                     self.runtime.deliver_bls(message)
                 elif type(message) is m.RpcReply:
                     self.runtime.deliver_rpc(message)
+
+    def server_gone(self) -> NoReturn:
+        """The server is gone: remove this worker's segments (nobody else will) and exit."""
+        if self.runtime is not None:
+            self.runtime.writer.cleanup()
+        os._exit(0)
 
     def send(self, message: m.Message) -> None:
         if self.runtime is not None:
@@ -195,7 +201,7 @@ class Worker:
             try:
                 message = m.loads(recv())
             except (EOFError, OSError):
-                os._exit(0)
+                self.server_gone()
             try:
                 match message:
                     case m.Execute():

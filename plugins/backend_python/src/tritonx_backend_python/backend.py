@@ -11,6 +11,7 @@ The pieces: ``runner`` drives a ``TritonPythonModel`` (both modes), ``worker`` /
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from typing import Any
@@ -41,6 +42,8 @@ __all__ = [
 MODE_PARAMETER = "TRITONX_EXECUTION_MODE"
 MODES = ("process", "in_process")
 
+log = logging.getLogger("tritonx.backend.python")
+
 
 class PythonBackend(Backend):
     """Backend ``python``: Triton python_backend models (``model.py``).
@@ -63,6 +66,9 @@ class PythonBackend(Backend):
             )
         self.stub_timeout = float(self.config.get("stub-timeout-seconds", "30"))
         self.shm_prefix = self.config.get("shm-region-prefix-name", _ipc.DEFAULT_PREFIX)
+        # segments a killed server or worker left behind in /dev/shm
+        for name in _ipc.remove_orphans(self.shm_prefix):
+            log.info("python backend: removed the orphaned shared-memory segment '%s'", name)
         #: this backend's live worker processes
         self.workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
         #: set by :meth:`close`: dying workers are not restarted any more

@@ -194,9 +194,10 @@ class ModelRunner:
                     if response is not None:
                         via_sender[index] = response
 
-            request._sender = pb_utils.InferenceResponseSender(
-                send, decoupled, request.is_cancelled
-            )
+            # the server's answer itself, not the request's method: a sender that refers to its
+            # request would keep it (and its input tensors' shared memory) until a garbage
+            # collection
+            request._sender = pb_utils.InferenceResponseSender(send, decoupled, request._cancelled)
         # the runtime is bound without a context manager: this is the per-request path
         runtime = self.runtime
         token = pb_utils._current.set(runtime) if runtime is not None else None
