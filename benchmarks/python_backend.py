@@ -1,7 +1,7 @@
 """The Python backend's transport, measured: a Python identity model served by ``tritonx serve``
 (its instance in a worker process, the default) driven by perf_analyzer over HTTP and gRPC at
 concurrency 1, 4 and 16, and a 4 MB FP32 identity over the Python backend beside the ONNX
-identity, for one or more source trees (``--tree label=path``: each server runs with
+identity (HTTP and gRPC, concurrency 1 and 4), for one or more source trees (``--tree label=path``: each server runs with
 ``PYTHONPATH`` pointing at that tree's ``core/src`` and plugin sources), the trees alternating
 (A B, B A, A B ...) so that the load of a shared machine falls on each alike. Figures are the
 median over the rounds.
@@ -117,12 +117,14 @@ def main() -> None:
     parser.add_argument("--window-ms", type=int, default=1500)
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--big-concurrency", default="1,4")
+    parser.add_argument("--big-protocols", default="http,grpc", help="protocols of the 4 MB rows")
     parser.add_argument("--perf-analyzer", default=str(run.PERF_ANALYZER))
     args = parser.parse_args()
     run.PERF_ANALYZER = Path(args.perf_analyzer)
     trees = [tuple(t.split("=", 1)) for t in args.tree] or [("this", str(run.ROOT))]
     concurrencies = [int(c) for c in args.concurrency.split(",")]
     big = [int(c) for c in args.big_concurrency.split(",")]
+    big_protocols = args.big_protocols.split(",")
     work = Path(tempfile.mkdtemp(prefix="tritonx-pybench-"))
     repo = work / "repo"
     build(repo)
@@ -140,10 +142,11 @@ def main() -> None:
                     for c in concurrencies:
                         p = measure(proc.pid, label, proto, "py_identity", c, args.window_ms, work)
                         rows[(label, proto, "py_identity", c)].append(p)
-                for model in ("py_identity_4mb", "onnx_identity_4mb"):
-                    for c in big:
-                        p = measure(proc.pid, label, "http", model, c, args.window_ms, work)
-                        rows[(label, "http", model, c)].append(p)
+                for proto in big_protocols:
+                    for model in ("py_identity_4mb", "onnx_identity_4mb"):
+                        for c in big:
+                            p = measure(proc.pid, label, proto, model, c, args.window_ms, work)
+                            rows[(label, proto, model, c)].append(p)
             print(f"round {r + 1} {label} done, load average {os.getloadavg()}", flush=True)
     print(f"\nload average at end: {os.getloadavg()}")
     print("| tree | protocol | model | conc | infer/s | p50 ms | server CPU µs/req |")
@@ -172,15 +175,16 @@ def main() -> None:
             other = best.get((first, proto, model, c))
             if label == last and other:
                 print(f"  {proto} {model} c{c}: {rate / other:.2f}x")
-    print("\n4 MB: Python identity / ONNX identity (HTTP):")
+    print("\n4 MB: Python identity / ONNX identity:")
     for label in labels:
-        for c in big:
-            py, onnx = (
-                best.get((label, "http", "py_identity_4mb", c)),
-                best.get((label, "http", "onnx_identity_4mb", c)),
-            )
-            if py and onnx:
-                print(f"  {label} c{c}: {py / onnx:.2f}x")
+        for proto in big_protocols:
+            for c in big:
+                py, onnx = (
+                    best.get((label, proto, "py_identity_4mb", c)),
+                    best.get((label, proto, "onnx_identity_4mb", c)),
+                )
+                if py and onnx:
+                    print(f"  {label} {proto} c{c}: {py / onnx:.2f}x")
     time.sleep(0)
 
 
