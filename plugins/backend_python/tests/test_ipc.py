@@ -1,0 +1,104 @@
+"""Shared-memory segments between processes (here both ends in one process): a writer keeps
+its segments and reuses one only once the arrays built on its last message are gone; past
+its limit it falls back to one-off segments, and a larger message replaces free smaller
+segments."""
+
+from __future__ import annotations
+
+import gc
+import glob
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tritonx_backend_python import _ipc
+
+MIB = 1 << 20
+pytestmark = pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+
+
+@pytest.fixture
+def writer(tmp_path: Path) -> Iterator[_ipc.ShmWriter]:
+    w = _ipc.ShmWriter(f"tritonx_test_ipc_{os.getpid()}_", tmp_path.name)
+    yield w
+    w.cleanup()
+    assert not files(w)
+
+
+def files(writer: _ipc.ShmWriter) -> set[str]:
+    return set(glob.glob(writer.pattern()))
+
+
+def send(writer: _ipc.ShmWriter, *arrays: np.ndarray) -> list[np.ndarray]:
+    """Pack ``arrays`` as one message and unpack it, as the receiving process would."""
+    tensors = [(f"T{i}", a, _ipc.datatype_of(a)) for i, a in enumerate(arrays)]
+    segment, descs = _ipc.pack_tensors(tensors, writer)
+    assert segment is not None
+    return [array for _, array, _ in _ipc.unpack_tensors(segment, descs)]
+
+
+def test_a_segment_is_reused_only_when_its_arrays_are_gone(writer: _ipc.ShmWriter) -> None:
+    first = np.full(MIB, 1.0, dtype=np.float32)  # 4 MiB
+    held = send(writer, first)[0]
+    kept = files(writer)
+    assert len(kept) == 1
+    for value in range(2, 6):
+        out = send(writer, np.full(MIB, float(value), dtype=np.float32))[0]
+        assert out[0] == value and out[-1] == value
+        del out
+        np.testing.assert_array_equal(held, first)  # never overwritten while held
+    assert len(files(writer)) == 2  # the held one and one reused for every other message
+    view = held[10:20]  # a view keeps the message's segment too
+    del held
+    gc.collect()
+    send(writer, np.zeros(MIB, dtype=np.float32))
+    assert view.tolist() == [1.0] * 10
+    del view
+    assert len(files(writer)) == 2
+
+
+def test_mixed_tensors_and_writes_into_received_arrays(writer: _ipc.ShmWriter) -> None:
+    ints = np.arange(300_000, dtype=np.int64).reshape(1000, 300)
+    halves = np.linspace(0, 1, 40_000, dtype=np.float16)
+    words = np.array([b"a", b"\x00bc", "d\u00e9"], dtype=object)
+    out = send(writer, ints, halves, words)
+    np.testing.assert_array_equal(out[0], ints)
+    np.testing.assert_array_equal(out[1], halves)
+    assert out[2].tolist() == [b"a", b"\x00bc", "d\u00e9".encode()]
+    out[0][:] = -1  # the receiver may write into its inputs; the sender's array is its own
+    assert ints[0, 1] == 1
+    del out
+    again = send(writer, ints)[0]  # the same segment, rewritten
+    np.testing.assert_array_equal(again, ints)
+
+
+def test_past_the_limit_messages_use_one_off_segments(writer: _ipc.ShmWriter) -> None:
+    per_message = 4 * MIB
+    count = _ipc.POOL_LIMIT // per_message + 4  # more held at once than the pool holds
+    held = [send(writer, np.full(MIB, float(i), dtype=np.float32))[0] for i in range(count)]
+    for i, array in enumerate(held):
+        assert array[0] == i and array[-1] == i
+    # the kept ones fill the pool; the others were unlinked as soon as they were mapped
+    assert len(files(writer)) == _ipc.POOL_LIMIT // per_message
+    del held, array
+    gc.collect()
+    # every kept segment is free again: the next messages reuse them, nothing new appears
+    before = files(writer)
+    for i in range(3):
+        assert send(writer, np.full(MIB, float(i), dtype=np.float32))[0][5] == i
+    assert files(writer) == before
+
+
+def test_a_larger_message_replaces_free_smaller_segments(writer: _ipc.ShmWriter) -> None:
+    small = np.ones(MIB // 4, dtype=np.float32)  # 1 MiB: the smallest kept segment
+    held = [send(writer, small)[0] for _ in range(_ipc.POOL_LIMIT // MIB)]
+    assert len(files(writer)) == _ipc.POOL_LIMIT // MIB  # the pool is full
+    del held
+    gc.collect()
+    big = np.arange(8 * MIB, dtype=np.float32)  # 32 MiB
+    np.testing.assert_array_equal(send(writer, big)[0], big)
+    # 32 of the free 1 MiB segments made room for one of 32 MiB
+    assert len(files(writer)) == _ipc.POOL_LIMIT // MIB - 32 + 1
