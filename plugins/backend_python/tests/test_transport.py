@@ -7,7 +7,9 @@ response still uses one, and removed when the model is unloaded."""
 
 from __future__ import annotations
 
+import dataclasses
 import glob
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +23,7 @@ import tritonclient.grpc.aio as grpcclient
 import tritonclient.http as httpsync
 import tritonclient.http.aio as httpclient
 
+from tritonx.config import ServerSettings
 from tritonx.server import Server
 from tritonx.testing import ModelRepositoryBuilder, listening
 from tritonx.types import InferenceRequest
@@ -64,7 +67,7 @@ def segments(prefix: str) -> set[str]:
 
 
 @pytest.fixture
-def server_settings(model_repository: ModelRepositoryBuilder, shm_prefix: str) -> object:
+def server_settings(model_repository: ModelRepositoryBuilder, shm_prefix: str) -> ServerSettings:
     from tritonx.testing import loopback_settings
 
     model_repository.add(
@@ -233,3 +236,24 @@ def test_segments_of_a_killed_server_are_removed_by_its_worker_and_the_next_serv
     finally:
         for name in segments(shm_prefix):
             os.unlink(os.path.join(SHM_DIR, name))
+
+
+async def test_triton_shm_sizes_are_accepted_with_a_warning(
+    server_settings: ServerSettings, plugin_manager: object, shm_prefix: str, caplog
+) -> None:
+    caplog.set_level(logging.WARNING)
+    python = {
+        "shm-region-prefix-name": shm_prefix,
+        "shm-default-byte-size": "16777216",
+        "shm-growth-byte-size": "1048576",
+    }
+    settings = dataclasses.replace(server_settings, backend_config={"python": python})
+    async with Server(settings, plugin_manager=plugin_manager) as server:  # type: ignore[arg-type]
+        data = np.ones(ELEMENTS, dtype=np.float32)
+        response = await server.infer(InferenceRequest("big", {"IN": data}))
+        np.testing.assert_array_equal(response.outputs["OUT"], data + 1)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    for key in ("shm-default-byte-size", "shm-growth-byte-size"):
+        assert any(
+            f"--backend-config=python,{key} has no effect in tritonx" in w for w in warnings
+        ), warnings

@@ -44,6 +44,19 @@ MODES = ("process", "in_process")
 
 log = logging.getLogger("tritonx.backend.python")
 
+_SEGMENTS = (
+    "tensors cross in shared-memory segments each side keeps and reuses (up to "
+    f"{_ipc.POOL_LIMIT >> 20} MiB per worker and per instance), messages through sockets"
+)
+#: Triton python_backend ``--backend-config`` keys that size its shared-memory region and
+#: message queue, which tritonx does not have: accepted (command lines written for Triton keep
+#: working) with a warning that they change nothing.
+NO_EFFECT = {
+    "shm-default-byte-size": _SEGMENTS,
+    "shm-growth-byte-size": _SEGMENTS,
+    "shm-message-queue-size": _SEGMENTS,
+}
+
 
 class PythonBackend(Backend):
     """Backend ``python``: Triton python_backend models (``model.py``).
@@ -66,6 +79,12 @@ class PythonBackend(Backend):
             )
         self.stub_timeout = float(self.config.get("stub-timeout-seconds", "30"))
         self.shm_prefix = self.config.get("shm-region-prefix-name", _ipc.DEFAULT_PREFIX)
+        for key in sorted(NO_EFFECT.keys() & self.config.keys()):
+            log.warning(
+                "python backend: --backend-config=python,%s has no effect in tritonx: %s",
+                key,
+                NO_EFFECT[key],
+            )
         # segments a killed server or worker left behind in /dev/shm
         for name in _ipc.remove_orphans(self.shm_prefix):
             log.info("python backend: removed the orphaned shared-memory segment '%s'", name)
