@@ -299,17 +299,11 @@ class Worker:
         if responses is None:
             self.done(m.Done(message.batch_id, None, [], None, None, runtime.sent))
             return
-        tensors: list[tuple[m.BatchKey, Any, str]] = []
-        metas: list[m.ResponseMeta] = []
-        for index, response in enumerate(responses):
-            err = response.error()
-            metas.append(
-                ((err.message(), err.code()) if err is not None else None, response.parameters())
-            )
-            tensors.extend(
-                ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
-            )
+        tensors, metas = _outputs(responses)
         segment, descs = _ipc.pack_tensors(tensors, writer)
+        # the inputs' segment goes back to the server before it reads the result, so that
+        # its next request can reuse it (an output may be an input array)
+        del requests, responses, tensors
         self.done(m.Done(message.batch_id, segment, descs, metas, None, runtime.sent))
 
     def done(self, message: m.Done) -> None:
@@ -321,6 +315,24 @@ class Worker:
             self.send(message)
         else:
             self.data.send_bytes(m.dumps(message))
+
+
+def _outputs(
+    responses: list[pb_utils.InferenceResponse],
+) -> tuple[list[tuple[m.BatchKey, Any, str]], list[m.ResponseMeta]]:
+    """A batch's output tensors (keyed by response index and name) and per-response metadata
+    (error, parameters)."""
+    tensors: list[tuple[m.BatchKey, Any, str]] = []
+    metas: list[m.ResponseMeta] = []
+    for index, response in enumerate(responses):
+        err = response.error()
+        metas.append(
+            ((err.message(), err.code()) if err is not None else None, response.parameters())
+        )
+        tensors.extend(
+            ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
+        )
+    return tensors, metas
 
 
 def run_forked(conn: Connection, data: socket.socket) -> None:
