@@ -16,7 +16,7 @@ import pytest
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, ModelState, Server
-from tritonx.errors import PluginError, TritonXError
+from tritonx.errors import Code, PluginError, TritonXError
 from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
@@ -204,11 +204,22 @@ class ChainInstance(tritonx.ModelInstance):
         return out
 
 
+class TunedBackend(tritonx.Backend):
+    """Declares the one ``--backend-config`` key it reads (no model uses it)."""
+
+    name = "tuned"
+    config_keys = frozenset({"speed"})
+
+    def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
+        raise AssertionError("no model uses this backend")
+
+
 class Plugin:
     @tritonx.hookimpl
     def tritonx_register_backends(self, registry: tritonx.BackendRegistry) -> None:
         registry.add(AcmeBackend)
         registry.add(ChainBackend)
+        registry.add(TunedBackend)
 
     @tritonx.hookimpl
     def tritonx_register_repoagents(self, registry: tritonx.RepoAgentRegistry) -> None:
@@ -351,6 +362,33 @@ async def test_unknown_cache_fails_start_up(model_repository: ModelRepositoryBui
     with pytest.raises(PluginError, match="unknown cache 'nosuch' in --cache-config"):
         async with make_server(model_repository.root, cache_config={"nosuch": {"size": "1"}}):
             pass
+
+
+async def test_backend_config_keys_a_backend_does_not_read_fail_start_up(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    with pytest.raises(
+        TritonXError,
+        match=r"--backend-config=tuned,sped: backend 'tuned' has no setting 'sped' "
+        r"\(its settings: default-max-batch-size, speed\)",
+    ) as caught:
+        async with make_server(
+            model_repository.root, backend_config={"tuned": {"speed": "2", "sped": "1"}}
+        ):
+            pass
+    assert caught.value.code is Code.INVALID_ARG
+    # its own keys and the global ones; any key of a backend that declares none, of one that
+    # is not installed, and in the global section
+    async with make_server(
+        model_repository.root,
+        backend_config={
+            "tuned": {"speed": "2", "default-max-batch-size": "4"},
+            "chain": {"anything": "1"},
+            "notinstalled": {"x": "1"},
+            "": {"whatever": "1"},
+        },
+    ):
+        pass
 
 
 async def test_repository_plugin_by_url_scheme(model_repository: ModelRepositoryBuilder) -> None:

@@ -190,6 +190,10 @@ class ModelInstance(abc.ABC):
         return "model instance is not ready"
 
 
+#: ``--backend-config`` keys every backend may be given (Triton's global backend settings).
+GLOBAL_CONFIG_KEYS = frozenset({"default-max-batch-size"})
+
+
 class Backend(abc.ABC):
     """A backend: creates :class:`ModelInstance` objects for models that name it.
 
@@ -204,6 +208,10 @@ class Backend(abc.ABC):
     default_model_filename: ClassVar[str | None] = None
     #: Default instance count for KIND_CPU groups that give none (Triton uses 2 for some).
     default_cpu_instance_count: ClassVar[int] = 1
+    #: The ``--backend-config=<name>,<key>=<value>`` keys this backend reads, besides
+    #: :data:`GLOBAL_CONFIG_KEYS`: the server refuses to start with any other key under this
+    #: backend's name. ``None`` (the default): not declared, every key is passed on.
+    config_keys: ClassVar[frozenset[str] | None] = None
 
     def __init__(self, config: Mapping[str, str]) -> None:
         """``config`` holds the ``--backend-config=<name>,<key>=<value>`` settings."""

@@ -276,7 +276,12 @@ def cli() -> None:
 @click.option(
     "--id", "server_id", default="triton", show_default=True, help="Server identifier (/v2 name)."
 )
-@click.option("--backend-config", multiple=True, help="<backend>,<key>=<value> (repeatable).")
+@click.option(
+    "--backend-config",
+    multiple=True,
+    help="<backend>,<key>=<value> (repeatable); a key the named backend does not read "
+    "stops the start with an error naming the keys it does read.",
+)
 @click.option(
     "--cache-config",
     multiple=True,
@@ -802,7 +807,9 @@ def check(
         backend_config=parse_keyed_config(backend_config, "--backend-config"),
     )
     try:
-        manager = ModelManager(settings, collect(make_plugin_manager()))
+        registries = collect(make_plugin_manager())
+        registries.backends.check_config(settings.backend_config)
+        manager = ModelManager(settings, registries)
         results = asyncio.run(check_repositories(manager))
     except (TritonXError, PluginError) as exc:
         click.echo(f"error: {exc.message}", err=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import lru_cache
 from typing import Generic, TypeVar
 
-from tritonx.backend import Backend
+from tritonx.backend import GLOBAL_CONFIG_KEYS, Backend
 from tritonx.cache import ResponseCache
-from tritonx.errors import PluginError
+from tritonx.errors import PluginError, invalid_arg
 from tritonx.metrics import MetricSink
 from tritonx.repoagent import RepoAgent
 from tritonx.repository import Repository, url_scheme
@@ -106,6 +106,24 @@ class BackendRegistry(Registry[Backend]):
     def backend_for_platform(self, platform: str) -> str | None:
         """The backend name serving ``platform``, if a registered backend declared it."""
         return self._platforms.get(platform)
+
+    def check_config(self, backend_config: Mapping[str, Mapping[str, str]]) -> None:
+        """Refuse ``--backend-config=<name>,<key>=...`` keys that backend ``<name>`` does not
+        read (when it declares :attr:`~tritonx.backend.Backend.config_keys`).
+
+        :raises TritonXError: INVALID_ARG naming the key and the backend's keys.
+        """
+        for name, section in backend_config.items():
+            cls = self.get(name) if name else None
+            if cls is None or cls.config_keys is None:
+                continue
+            known = cls.config_keys | GLOBAL_CONFIG_KEYS
+            unknown = sorted(set(section) - known)
+            if unknown:
+                raise invalid_arg(
+                    f"--backend-config={name},{unknown[0]}: backend '{name}' has no setting "
+                    f"'{unknown[0]}' (its settings: {', '.join(sorted(known))})"
+                )
 
     def platforms_of(self, name: str) -> tuple[str, ...]:
         cls = self.get(name)

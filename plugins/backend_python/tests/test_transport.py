@@ -257,3 +257,24 @@ async def test_triton_shm_sizes_are_accepted_with_a_warning(
         assert any(
             f"--backend-config=python,{key} has no effect in tritonx" in w for w in warnings
         ), warnings
+
+
+@pytest.mark.parametrize("command", ["serve", "check"])
+def test_a_misspelt_key_is_refused(
+    server_settings: object, model_repository: ModelRepositoryBuilder, command: str
+) -> None:
+    args = [sys.executable, "-m", "tritonx", command]
+    if command == "serve":
+        args += ["--model-repository", str(model_repository.root), "--http-port=0"]
+        args += ["--grpc-port=0", "--allow-metrics=false"]
+    else:
+        args.append(str(model_repository.root))
+    args.append("--backend-config=python,shm-defualt-byte-size=1048576")
+    done = subprocess.run(args, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr[-2000:]
+    assert (
+        "--backend-config=python,shm-defualt-byte-size: backend 'python' has no setting "
+        "'shm-defualt-byte-size' (its settings: default-max-batch-size, execution-mode, "
+        "shm-default-byte-size, shm-growth-byte-size, shm-message-queue-size, "
+        "shm-region-prefix-name, stub-timeout-seconds)"
+    ) in done.stderr

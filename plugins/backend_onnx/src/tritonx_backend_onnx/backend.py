@@ -114,6 +114,10 @@ class OnnxRuntimeBackend(Backend):
     platforms: ClassVar[tuple[str, ...]] = ("onnxruntime_onnx",)
     default_model_filename: ClassVar[str | None] = MODEL_FILE
     default_cpu_instance_count: ClassVar[int] = 2
+    # (enable-global-threadpool is refused below with its own reason)
+    config_keys: ClassVar[frozenset[str] | None] = frozenset(
+        {"enable-global-threadpool", *modelconfig.SESSION_KEYS}
+    )
 
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)

@@ -121,6 +121,8 @@ class OpenVINOBackend(Backend):
 
     name: ClassVar[str] = "openvino"
     default_model_filename: ClassVar[str | None] = MODEL_FILE
+    #: only the global default-max-batch-size
+    config_keys: ClassVar[frozenset[str] | None] = frozenset()
 
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)

@@ -68,6 +68,9 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = "model.py"
+    config_keys = frozenset(
+        {"execution-mode", "stub-timeout-seconds", "shm-region-prefix-name", *NO_EFFECT}
+    )
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)

@@ -93,6 +93,10 @@ class TensorRTBackend(Backend):
     name: ClassVar[str] = "tensorrt"
     platforms: ClassVar[tuple[str, ...]] = ("tensorrt_plan",)
     default_model_filename: ClassVar[str | None] = MODEL_FILE
+    # (the unsupported ones are refused below with their own reason)
+    config_keys: ClassVar[frozenset[str] | None] = frozenset(
+        {"version-compatible", "plugins", *_NOT_SUPPORTED}
+    )
 
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)

@@ -96,6 +96,8 @@ class TorchBackend(Backend):
     name: ClassVar[str] = "pytorch"
     platforms: ClassVar[tuple[str, ...]] = (TORCHSCRIPT, EXPORTED)
     default_model_filename: ClassVar[str | None] = "model.pt"
+    #: only the global default-max-batch-size
+    config_keys: ClassVar[frozenset[str] | None] = frozenset()
 
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)
