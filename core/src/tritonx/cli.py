@@ -807,9 +807,7 @@ def check(
         backend_config=parse_keyed_config(backend_config, "--backend-config"),
     )
     try:
-        registries = collect(make_plugin_manager())
-        registries.backends.check_config(settings.backend_config)
-        manager = ModelManager(settings, registries)
+        manager = ModelManager(settings, collect(make_plugin_manager()))
         results = asyncio.run(check_repositories(manager))
     except (TritonXError, PluginError) as exc:
         click.echo(f"error: {exc.message}", err=True)

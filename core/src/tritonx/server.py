@@ -103,7 +103,6 @@ class Server:
         pm = self.plugin_manager or make_plugin_manager()
         self.plugin_manager = pm
         registries = collect(pm)
-        registries.backends.check_config(self.settings.backend_config)
         cache = build_cache(registries, self.settings.cache_config)
         sinks = build_metric_sinks(registries, self.settings.metric_sinks)
 

@@ -102,3 +102,17 @@ def test_a_larger_message_replaces_free_smaller_segments(writer: _ipc.ShmWriter)
     np.testing.assert_array_equal(send(writer, big)[0], big)
     # 32 of the free 1 MiB segments made room for one of 32 MiB
     assert len(files(writer)) == _ipc.POOL_LIMIT // MIB - 32 + 1
+
+
+@pytest.mark.parametrize("name", ["../x_k0", "/tmp/x_1", "sub/x_k1", ".hidden_2", ""])
+def test_a_segment_name_that_is_not_a_plain_file_name_is_refused(tmp_path: Path, name: str) -> None:
+    # a worker names the segments it sends; the server opens, maps and (one-off) unlinks
+    # them: a name must not reach a file outside the shared-memory folder
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"\0" * 4096)
+    descs = [("T", "UINT8", (4096,), (0, 4096))]
+    with pytest.raises(ValueError, match="invalid shared-memory segment name"):
+        _ipc.unpack_tensors(name, descs)
+    with pytest.raises(ValueError, match="invalid shared-memory segment name"):
+        _ipc.unlink_segment(name)
+    assert victim.read_bytes() == b"\0" * 4096

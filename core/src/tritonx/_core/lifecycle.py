@@ -194,6 +194,8 @@ class ModelManager:
         *,
         cache_enabled: bool = False,
     ) -> None:
+        # keys a backend does not read stop the start (``serve`` and ``check`` alike)
+        registries.backends.check_config(settings.backend_config)
         self.settings = settings
         self.registries = registries
         self.server = server

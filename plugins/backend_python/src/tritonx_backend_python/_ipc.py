@@ -228,13 +228,13 @@ class _Kept:
     """A segment a writer keeps: its name, capacity (bytes after the header) and a mapping
     of it (header included) that lives as long as the writer keeps it."""
 
-    __slots__ = ("capacity", "data", "header", "name")
+    __slots__ = ("capacity", "data", "mm", "name")
 
     def __init__(self, name: str, fd: int, capacity: int) -> None:
         self.name = name
         self.capacity = capacity
-        self.header = mmap.mmap(fd, _HEADER + capacity)
-        self.data = memoryview(self.header)[_HEADER:]
+        self.mm = mmap.mmap(fd, _HEADER + capacity)
+        self.data = memoryview(self.mm)[_HEADER:]
 
     def write(self, buffers: Sequence[memoryview]) -> None:
         """Copy ``buffers`` back to back into the segment (a plain memory copy: the pages
@@ -249,7 +249,7 @@ class _Kept:
     def close(self) -> None:
         self.data.release()
         try:
-            self.header.close()
+            self.mm.close()
         except BufferError:  # an array of this process still uses it: unmapped with it
             pass
 
@@ -303,7 +303,7 @@ class ShmWriter:
         try:
             segment.write(buffers)
         except BaseException:
-            segment.header[0] = _FREE
+            segment.mm[0] = _FREE
             raise
         return segment.name
 
@@ -312,7 +312,7 @@ class ShmWriter:
         with self._lock:
             best: _Kept | None = None
             for segment in self._kept:
-                if segment.capacity >= total and segment.header[0] == _FREE:
+                if segment.capacity >= total and segment.mm[0] == _FREE:
                     if best is None or segment.capacity < best.capacity:
                         best = segment
             if best is None:
@@ -320,7 +320,7 @@ class ShmWriter:
                 if capacity > POOL_LIMIT:
                     return None
                 while self._kept_bytes + capacity > POOL_LIMIT:
-                    free = [s for s in self._kept if s.header[0] == _FREE]
+                    free = [s for s in self._kept if s.mm[0] == _FREE]
                     if not free:
                         return None
                     self._drop(min(free, key=lambda s: s.capacity))
@@ -328,7 +328,7 @@ class ShmWriter:
                 if created is None:
                     return None
                 best = created
-            best.header[0] = _BUSY
+            best.mm[0] = _BUSY
             return best
 
     def _create(self, capacity: int) -> _Kept | None:
@@ -408,6 +408,17 @@ def _is_kept(segment: str) -> bool:
     return segment.rpartition("_")[2].startswith(_KEPT)
 
 
+def _path(segment: str) -> str:
+    """The file of a segment a peer named (a plain file name in the shared-memory folder,
+    never a path leading elsewhere).
+
+    :raises ValueError: ``segment`` is not a plain file name.
+    """
+    if not segment or segment.startswith(".") or os.path.basename(segment) != segment:
+        raise ValueError(f"invalid shared-memory segment name {segment!r}")
+    return os.path.join(_SHM_DIR, segment)
+
+
 #: Kept segments of other processes this process has mapped, by name (most recent last), and
 #: the bytes they span; beyond :data:`_MAPPED_LIMIT` the least recently used are let go (a
 #: mapping an array still uses goes away with the array).
@@ -423,7 +434,7 @@ def _mapping(segment: str) -> mmap.mmap:
     with _mapped_lock:
         mm = _mapped.pop(segment, None)
         if mm is None:
-            fd = os.open(os.path.join(_SHM_DIR, segment), os.O_RDWR)
+            fd = os.open(_path(segment), os.O_RDWR)
             try:
                 mm = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_SHARED | _POPULATE)
             finally:
@@ -450,7 +461,7 @@ def _release(mm: mmap.mmap) -> None:
 
 def unlink_segment(segment: str) -> None:
     """Give up a segment nobody will consume (its receiver is gone)."""
-    path = os.path.join(_SHM_DIR, segment)
+    path = _path(segment)
     if _is_kept(segment):
         try:
             fd = os.open(path, os.O_RDWR)
@@ -536,7 +547,7 @@ def unpack_tensors(
                 array = part.view(NUMPY_OF[datatype]).reshape(shape)
             out.append((name, array, datatype))
         return out
-    path = os.path.join(_SHM_DIR, segment)
+    path = _path(segment)
     fd = os.open(path, os.O_RDWR)
     try:
         size = os.fstat(fd).st_size

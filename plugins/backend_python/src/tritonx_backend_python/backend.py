@@ -44,18 +44,10 @@ MODES = ("process", "in_process")
 
 log = logging.getLogger("tritonx.backend.python")
 
-_SEGMENTS = (
-    "tensors cross in shared-memory segments each side keeps and reuses (up to "
-    f"{_ipc.POOL_LIMIT >> 20} MiB per worker and per instance), messages through sockets"
-)
 #: Triton python_backend ``--backend-config`` keys that size its shared-memory region and
 #: message queue, which tritonx does not have: accepted (command lines written for Triton keep
 #: working) with a warning that they change nothing.
-NO_EFFECT = {
-    "shm-default-byte-size": _SEGMENTS,
-    "shm-growth-byte-size": _SEGMENTS,
-    "shm-message-queue-size": _SEGMENTS,
-}
+NO_EFFECT = frozenset({"shm-default-byte-size", "shm-growth-byte-size", "shm-message-queue-size"})
 
 
 class PythonBackend(Backend):
@@ -82,11 +74,13 @@ class PythonBackend(Backend):
             )
         self.stub_timeout = float(self.config.get("stub-timeout-seconds", "30"))
         self.shm_prefix = self.config.get("shm-region-prefix-name", _ipc.DEFAULT_PREFIX)
-        for key in sorted(NO_EFFECT.keys() & self.config.keys()):
+        for key in sorted(NO_EFFECT & self.config.keys()):
             log.warning(
-                "python backend: --backend-config=python,%s has no effect in tritonx: %s",
+                "python backend: --backend-config=python,%s has no effect in tritonx: tensors "
+                "cross in shared-memory segments each side keeps and reuses (up to %d MiB per "
+                "worker and per instance), messages through sockets",
                 key,
-                NO_EFFECT[key],
+                _ipc.POOL_LIMIT >> 20,
             )
         # segments a killed server or worker left behind in /dev/shm
         for name in _ipc.remove_orphans(self.shm_prefix):
