@@ -59,6 +59,9 @@ class ServerSettings:
     #: backlog and an idle connection is closed to make room. 0: from the open-file limit
     #: (``tritonx.http.listener.default_max_connections``).
     http_max_connections: int = 0
+    #: tritonx only (``--http-fast-infer``): serve plain ``/infer`` requests below aiohttp's
+    #: ``web`` layer (:mod:`tritonx.http.fast_infer`); same answers, less CPU per request
+    http_fast_infer: bool = True
     #: ``--http-restricted-api``: category (``tritonx.security.RESTRICTED_CATEGORIES``) →
     #: (header, value) a request to that category's endpoints must carry, else 403
     http_restricted_api: Mapping[str, tuple[str, str]] = field(default_factory=dict)

@@ -297,6 +297,31 @@ class DataPlane:
         finally:
             trace.end()
 
+    def infer_future(
+        self,
+        request: InferenceRequest,
+        *,
+        protocol: str = "inprocess",
+        model: ServedModel | None = None,
+    ) -> asyncio.Future[InferenceResponse] | None:
+        """:meth:`infer` without a coroutine, for a transport that answers from a callback
+        (the HTTP ``/infer`` fast path): validate and queue ``request`` now and return the
+        future of its response, or None when the request needs :meth:`infer` (a traced
+        request, a model behind the response cache): nothing is queued then.
+
+        The response's ``error`` is the caller's to answer (:meth:`infer` raises it). To
+        cancel, call ``request.cancel()`` and cancel the future. Raises as :meth:`infer`
+        does when the request is refused (validation, a full queue, the server exiting).
+        """
+        if request.trace is not None:
+            return None
+        entry = self._accept(
+            request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
+        )
+        if entry.cached and self._cache is not None:
+            return None  # infer() validates again: cached models pay it, others do not
+        return self._enqueue(entry, request)
+
     async def _infer(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:
         cache = self._cache if entry.cached else None
         if cache is not None:

@@ -228,8 +228,18 @@ class Server:
                     f"Socket '{host}:{port}' already in use", Code.UNAVAILABLE
                 ) from None
             raise
+        fast = None
+        if self.settings.http_fast_infer:
+            from tritonx.http.fast_infer import FastInfer
+
+            fast = FastInfer(self.dataplane, self.settings)
         site = LimitedSite(
-            runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
+            runner,
+            sock,
+            limits=limits,
+            handler_kwargs=handler_kwargs,
+            ssl_context=ssl_context,
+            fast=fast,
         )
         await site.start()
         return int(sock.getsockname()[1])

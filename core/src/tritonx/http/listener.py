@@ -18,6 +18,12 @@ descriptor forever, and at the open-file limit new clients are reset. Here (trit
 * **Body timeout** (``http_body_timeout_secs``): enforced where bodies are read
   (:func:`tritonx.http.routes.read_body`): 408 and the connection closed when no byte of the
   body arrives for that long.
+
+With a :class:`~tritonx.http.fast_infer.FastInfer` (the default, ``--http-fast-infer``) the
+connection frames requests itself and serves plain ``/infer`` requests without aiohttp's
+``web`` layer; everything else reaches aiohttp's parser as before, in order
+(:meth:`Connection.data_received`). Such a request (at most 256 KiB) must arrive whole
+within the header timeout; the body timeout bounds the bodies aiohttp reads.
 """
 
 from __future__ import annotations
@@ -30,12 +36,16 @@ import socket
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
 from tritonx.config import ServerSettings
+from tritonx.http.framing import MAX_HEAD, parse_head
+
+if TYPE_CHECKING:
+    from tritonx.http.fast_infer import FastCall, FastInfer
 
 log = logging.getLogger("tritonx.http")
 
@@ -44,6 +54,9 @@ BACKLOG = 1024
 #: At the connection cap, a connection idle for at least this many seconds may be closed to
 #: make room for a new one (younger ones may be about to send their next request).
 EVICT_IDLE_AFTER = 1.0
+#: While a fast-path request is answered, at most this much of the client's next requests
+#: is held before reading pauses.
+HOLD_LIMIT = 1 << 20
 #: accept() errors that mean "out of descriptors or memory": wait, the clients stay queued.
 _RESOURCE_ERRORS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
 
@@ -98,17 +111,29 @@ class Connection(RequestHandler):
     """
 
     __slots__ = (
+        "_body_left",
+        "_call",
+        "_draining",
+        "_fast",
         "_fresh",
         "_header_handle",
         "_header_since",
         "_header_timeout",
+        "_holding",
+        "_inbox",
         "_listener",
         "_on_lost",
         "_opened_at",
     )
 
     def __init__(
-        self, manager: web.Server, *, listener: LimitedSite, header_timeout: float, **kwargs: Any
+        self,
+        manager: web.Server,
+        *,
+        listener: LimitedSite,
+        header_timeout: float,
+        fast: FastInfer | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._listener = listener
@@ -119,6 +144,18 @@ class Connection(RequestHandler):
         self._opened_at = 0.0
         self._fresh = True  # no byte received yet
         self._on_lost: Callable[[], object] | None = None
+        #: the fast path; None once the stream cannot be framed here (all goes to aiohttp)
+        self._fast = fast
+        #: received bytes not routed yet (a partial head, or requests held behind a fast one)
+        self._inbox = b""
+        #: bytes of the body of the request aiohttp is reading that are still to come
+        self._body_left = 0
+        #: the fast-path request in flight
+        self._call: FastCall | None = None
+        #: a fast answer waits for the client to read (the transport paused writing)
+        self._draining = False
+        #: reading paused: HOLD_LIMIT bytes are held behind a fast request
+        self._holding = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -131,6 +168,11 @@ class Connection(RequestHandler):
             self._header_handle.cancel()
             self._header_handle = None
         self._listener.closed(self)
+        call, self._call = self._call, None
+        if call is not None:
+            call.cancel()
+            self._end_fast_request()
+        self._inbox = b""
         super().connection_lost(exc)
         on_lost, self._on_lost = self._on_lost, None
         if on_lost is not None:
@@ -146,17 +188,146 @@ class Connection(RequestHandler):
         return True
 
     def data_received(self, data: bytes) -> None:
+        if self._force_close or self._close:
+            return
         self._fresh = False
         if not self._header_since and self._waiting():
             self._start_header_deadline(self._loop.time())  # the next request's first byte
+        if self._fast is None or not data:  # (b"": aiohttp resumes its paused parser)
+            self._feed(data)
+            return
+        if self._inbox:
+            data = self._inbox + data
+            self._inbox = b""
+        self._route(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Hand ``data`` to aiohttp's parser."""
         super().data_received(data)
         if self._header_since and self._messages:
             self._header_since = 0.0  # its headers are complete
 
+    def _route(self, data: bytes) -> None:
+        """Frame ``data`` into requests: a plain ``/infer`` arriving while aiohttp is idle
+        goes to the fast path once its body is here (held until then, within the header
+        timeout: without one, it goes to aiohttp); any other request, and the rest of the
+        stream while aiohttp works, goes to aiohttp's parser; bytes arriving while a fast
+        request is answered wait for its answer (answers leave in request order)."""
+        fast = self._fast
+        size = len(data)
+        start = 0
+        while start < size:
+            if self._body_left:
+                stop = min(size, start + self._body_left)
+                self._body_left -= stop - start
+                self._feed(data if start == 0 and stop == size else data[start:stop])
+                start = stop
+                continue
+            if fast is None or self._call is not None or self._draining:
+                break
+            end = data.find(b"\r\n\r\n", start)
+            if end < 0:
+                if size - start > MAX_HEAD or data.find(b"\n\n", start) >= 0:
+                    break  # not a head this layer frames: aiohttp answers it
+                self._inbox = data[start:] if start else data
+                return
+            head = parse_head(data[start:end])
+            if head is None:
+                break
+            body_start = end + 4
+            stop = body_start + head.length
+            route = fast.route(head) if self._waiting() else None
+            if route is not None:
+                if stop > size:
+                    if self._header_timeout > 0:  # its body must come within that deadline
+                        self._inbox = data[start:] if start else data
+                        return
+                else:
+                    self._header_since = 0.0  # the request is here
+                    self._start_fast_request()
+                    self._call = fast.call(
+                        route[0],
+                        route[1],
+                        head,
+                        bytearray(memoryview(data)[body_start:stop]),
+                        self._answer,
+                    )
+                    start = stop
+                    continue
+            stop = min(stop, size)  # aiohttp reads this request and whatever of its body came
+            self._body_left = body_start + head.length - stop
+            self._feed(data if start == 0 and stop == size else data[start:stop])
+            start = stop
+        if start >= size:
+            return
+        rest = data[start:] if start else data
+        if fast is not None and (self._call is not None or self._draining):
+            self._inbox = rest  # after the fast answer
+            if len(rest) > HOLD_LIMIT and not self._holding:
+                self._holding = True
+                self._pause_transport_reading()
+            return
+        self._fast = None  # from here on aiohttp parses the stream itself
+        self._feed(rest)
+
+    def _start_fast_request(self) -> None:
+        self._request_in_progress = True  # shutdown() waits for it
+
+    def _end_fast_request(self) -> None:
+        self._request_in_progress = False
+        waiter = self._handler_waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _answer(self, parts: list[bytes | bytearray]) -> None:
+        """Send a fast request's answer; then route what arrived meanwhile."""
+        self._call = None
+        self._end_fast_request()
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return  # (a shutdown sets _force_close first: the answer still goes out)
+        transport.writelines(parts)
+        self._next_keepalive_close_time = self._loop.time() + self._keepalive_timeout
+        if self._paused:  # the client does not read: wait for resume_writing
+            self._draining = True
+        elif self._inbox:  # (empty when answered within _route: nothing is held yet)
+            self._resume_routing()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        if self._draining:
+            self._draining = False
+            self._resume_routing()
+
+    def _resume_routing(self) -> None:
+        if self._holding:
+            self._holding = False
+            self._resume_transport_reading()
+        data, self._inbox = self._inbox, b""
+        if data and not (self._force_close or self._close):
+            if not self._header_since:
+                self._start_header_deadline(self._loop.time())
+            self._route(data)
+
+    def _process_keepalive(self) -> None:
+        if self._call is not None or self._draining:  # a fast request is under way
+            self._keepalive_handle = self._loop.call_at(
+                self._loop.time() + self._keepalive_timeout, self._process_keepalive
+            )
+            return
+        super()._process_keepalive()
+
     def _waiting(self) -> bool:
-        """Whether the handler waits for the next request (aiohttp's idle state)."""
+        """Whether the connection waits for the next request (aiohttp idle, no fast
+        request in flight)."""
         waiter = self._waiter
-        return waiter is not None and not waiter.done() and not self._messages
+        return (
+            waiter is not None
+            and not waiter.done()
+            and not self._messages
+            and self._call is None
+            and not self._draining
+        )
 
     def _start_header_deadline(self, since: float) -> None:
         if self._header_timeout > 0:
@@ -206,12 +377,14 @@ class LimitedSite(web.BaseSite):
 
     :param handler_kwargs: the keyword arguments of aiohttp's ``RequestHandler`` (the ones
         the runner was given), used for every connection.
+    :param fast: the ``/infer`` fast path its connections take (``--http-fast-infer``).
     """
 
     __slots__ = (
         "_accepting",
         "_connections",
         "_count",
+        "_fast",
         "_handler_kwargs",
         "_handshakes",
         "_limits",
@@ -228,9 +401,11 @@ class LimitedSite(web.BaseSite):
         limits: HTTPLimits,
         handler_kwargs: dict[str, Any],
         ssl_context: ssl.SSLContext | None = None,
+        fast: FastInfer | None = None,
     ) -> None:
         super().__init__(runner, ssl_context=ssl_context, backlog=BACKLOG)
         self._sock = sock
+        self._fast = fast
         self._limits = limits
         self._handler_kwargs = handler_kwargs
         host, port = sock.getsockname()[:2]
@@ -310,6 +485,7 @@ class LimitedSite(web.BaseSite):
             server,
             listener=self,
             header_timeout=self._limits.header_timeout,
+            fast=self._fast,
             loop=asyncio.get_running_loop(),
             **self._handler_kwargs,
         )

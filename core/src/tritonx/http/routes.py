@@ -378,8 +378,9 @@ def response_encoding(accept: str | None) -> str:
     return best
 
 
-def _header_length(request: web.Request, content_length: int) -> int | None:
-    value = request.headers.get(HEADER_LENGTH)
+def parse_header_length(value: str | None, content_length: int) -> int | None:
+    """The ``Inference-Header-Content-Length`` header's ``value`` checked against a body of
+    ``content_length`` bytes, with Triton's errors (None: no such header, all JSON)."""
     if value is None:
         return None
     try:
@@ -597,7 +598,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     config = served.config
     body = await read_body(request, limit, settings.http_body_timeout_secs)
     recv_end = time.perf_counter_ns()
-    header_length = _header_length(request, len(body))
+    header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
     shm = dp.shared_memory
     if header_length == 0:
         decoded = raw_binary_request(body, config, model, version, limit)
@@ -625,10 +626,10 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         encoding = response_encoding(request.headers.get("Accept-Encoding"))
         if heavy_response(response):
             payload, headers = await asyncio.to_thread(
-                _encode, response, decoded, config, served.labels, encoding
+                encode_answer, response, decoded, config, served.labels, encoding
             )
         else:
-            payload, headers = _encode(response, decoded, config, served.labels, encoding)
+            payload, headers = encode_answer(response, decoded, config, served.labels, encoding)
     finally:
         if connection is not None:
             connection.on_lost(None)
@@ -646,7 +647,7 @@ async def _infer_traced(
     try:
         response = await dp.infer(decoded.request, protocol="http", model=served)
         encoding = response_encoding(request.headers.get("Accept-Encoding"))
-        payload, headers = _encode(response, decoded, served.config, served.labels, encoding)
+        payload, headers = encode_answer(response, decoded, served.config, served.labels, encoding)
         trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         reply = web.Response(body=payload, headers=headers)
         trace.capture("HTTP_SEND_START", time.perf_counter_ns())
@@ -658,7 +659,7 @@ async def _infer_traced(
         trace.finish()
 
 
-def _encode(
+def encode_answer(
     response: InferenceResponse,
     decoded: DecodedRequest,
     config: ModelConfig,

@@ -1,0 +1,301 @@
+"""The ``/infer`` fast path: plain inference requests answered below aiohttp's ``web`` layer.
+
+aiohttp builds, for every request, a parsed URL, a header multidict, a payload stream, a
+``web.Request``, a task, a router match and a ``web.Response`` whose headers it serializes;
+for a tiny model that is as much CPU as all of tritonx's own work. Here the listener's
+:class:`~tritonx.http.listener.Connection` frames the byte stream itself
+(:func:`tritonx.http.framing.parse_head`) and hands a plain ``POST .../infer``, once it is
+here whole, to :class:`FastInfer`, which decodes it, queues it on the model's scheduler and
+writes the answer from the scheduler's callback: no task, no coroutine, no aiohttp object per
+request (a model behind the response cache takes one task, for the cache's coroutines).
+
+Anything else goes to aiohttp unchanged, in order: every other endpoint, and an ``/infer``
+request that is traced, compressed, chunked, larger than :data:`MAX_FAST_BODY`, HTTP/1.0,
+sent with ``Expect`` or ``Connection: close``, refused by ``--http-restricted-api``, arriving
+while aiohttp still serves an earlier request of the connection, or in parts while the
+header timeout is off. The answers carry the same status, body and Triton headers either
+way; aiohttp adds ``Date`` and ``Server`` (``tests/integration/http/test_http_fast_infer.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from collections.abc import Callable
+from http import HTTPStatus
+from urllib.parse import unquote
+
+import orjson
+
+from tritonx.config import ServerSettings
+from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
+from tritonx.errors import Code, TritonXError, unsupported
+from tritonx.http.decode import (
+    OFFLOAD_JSON_BYTES,
+    DecodedRequest,
+    decode_infer_request,
+    raw_binary_request,
+)
+from tritonx.http.encode import heavy_response
+from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, bounded_message
+from tritonx.http.framing import Head
+from tritonx.http.routes import encode_answer, parse_header_length, response_encoding
+from tritonx.types import InferenceResponse
+from tritonx.wire import parse_version
+
+log = logging.getLogger("tritonx.http")
+
+#: Bodies up to this size may take the fast path: never decoded off the loop
+#: (:func:`tritonx.http.decode.heavy_body` is false up to it).
+MAX_FAST_BODY = OFFLOAD_JSON_BYTES
+#: RFC 3986 path characters; a target with others is aiohttp's to refuse or route
+_PCHAR = rb"[A-Za-z0-9\-._~%!$&'()*+,;=:@]"
+_INFER_PATH = re.compile(
+    rb"/v2/models/("
+    + _PCHAR
+    + rb"+)(?:/versions/([0-9]+))?/infer(?:\?["
+    + _PCHAR[1:-1]
+    + rb"/?]*)?"
+)
+_REASONS = {status.value: status.phrase for status in HTTPStatus}
+
+#: Headers whose presence sends an ``/infer`` request to aiohttp (``Connection`` unless it
+#: is ``keep-alive``).
+_SLOW_HEADERS = (b"content-encoding", b"expect", b"connection")
+
+
+def render(
+    status: int, content_type: str, body: bytes | bytearray, extra: str = ""
+) -> list[bytes | bytearray]:
+    """The bytes of an HTTP/1.1 answer (``extra``: more header lines, each ending CRLF)."""
+    head = (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
+        f"{extra}Content-Length: {len(body)}\r\n\r\n"
+    ).encode("latin-1")
+    if len(body) < 16384:
+        return [head + body]
+    return [head, body]
+
+
+def render_error(message: str, status: int) -> list[bytes | bytearray]:
+    """Triton's ``{"error": message}`` answer (the message bounded as on the aiohttp path)."""
+    return render(status, JSON_CONTENT_TYPE, orjson.dumps({"error": bounded_message(message)}))
+
+
+#: Sends an answer's bytes and ends the request on the connection.
+Send = Callable[[list[bytes | bytearray]], None]
+
+
+class FastCall:
+    """One ``/infer`` request on the fast path, from queueing to its answer."""
+
+    __slots__ = ("_dataplane", "_decoded", "_encoding", "_future", "_send", "_served", "_task")
+
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        decoded: DecodedRequest,
+        served: ServedModel,
+        encoding: str,
+        send: Send,
+    ) -> None:
+        self._dataplane = dataplane
+        self._decoded = decoded
+        self._served = served
+        self._encoding = encoding
+        self._send = send
+        self._future: asyncio.Future[InferenceResponse] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def wait(self, future: asyncio.Future[InferenceResponse]) -> None:
+        """Answer when ``future`` (the scheduler's) has the response."""
+        self._future = future
+        future.add_done_callback(self._done)
+
+    def run(self) -> None:
+        """Serve the request with the data plane's coroutine (a model behind the cache)."""
+        self._task = asyncio.get_running_loop().create_task(self._infer())
+
+    def cancel(self) -> None:
+        """The client went away: cancel the request (dropped if it has not run yet)."""
+        self._decoded.request.cancel()
+        if self._future is not None:
+            self._future.cancel()
+        if self._task is not None:
+            self._task.cancel()
+        self._release()
+
+    def _release(self) -> None:
+        shm = self._decoded.shm
+        if shm is not None:  # outputs are written: the regions may be unregistered
+            self._decoded.shm = None
+            shm.release()
+
+    def _done(self, future: asyncio.Future[InferenceResponse]) -> None:
+        if future.cancelled():
+            return  # cancel() ran: the connection is gone
+        self._future = None
+        error = future.exception()
+        if error is not None:
+            self._fail(error)
+            return
+        response = future.result()
+        if response.error is not None:
+            self._fail(response.error)
+        elif heavy_response(response):
+            self._task = asyncio.get_running_loop().create_task(self._answer_later(response))
+        else:
+            self._answer(response)
+
+    def _answer(self, response: InferenceResponse) -> None:
+        try:
+            payload, headers = encode_answer(
+                response,
+                self._decoded,
+                self._served.config,
+                self._served.labels,
+                self._encoding,
+            )
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._release()
+        self._send(_render_answer(payload, headers))
+
+    async def _answer_later(self, response: InferenceResponse) -> None:
+        """A large response, encoded in a worker thread as the aiohttp path does."""
+        try:
+            payload, headers = await asyncio.to_thread(
+                encode_answer,
+                response,
+                self._decoded,
+                self._served.config,
+                self._served.labels,
+                self._encoding,
+            )
+        except Exception as exc:
+            self._fail(exc)
+            return
+        self._task = None
+        self._release()
+        self._send(_render_answer(payload, headers))
+
+    async def _infer(self) -> None:
+        try:
+            response = await self._dataplane.infer(
+                self._decoded.request, protocol="http", model=self._served
+            )
+        except Exception as exc:
+            self._fail(exc)
+            return
+        if heavy_response(response):
+            await self._answer_later(response)
+        else:
+            self._task = None
+            self._answer(response)
+
+    def _fail(self, error: BaseException) -> None:
+        self._task = None
+        self._release()
+        self._send(answer_for(error))
+
+
+def _render_answer(payload: bytes | bytearray, headers: dict[str, str]) -> list[bytes | bytearray]:
+    content_type = headers.pop("Content-Type")
+    extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
+    return render(200, content_type, payload, extra)
+
+
+def answer_for(error: BaseException) -> list[bytes | bytearray]:
+    """The answer to a failed request: Triton's status and message for a TritonXError, 500
+    with the message for anything else (a bug: logged, and the server keeps serving)."""
+    if isinstance(error, TritonXError):
+        return render_error(error.message, STATUS[error.code])
+    log.error("unexpected error answering an inference request", exc_info=error)
+    return render_error(str(error) or type(error).__name__, 500)
+
+
+class FastInfer:
+    """The fast path of one HTTP listener: which requests it takes (:meth:`route`) and how
+    it serves them (:meth:`call`).
+
+    :param dataplane: the server's data plane.
+    :param settings: the listener's settings (``http_max_input_size``, the ``inference``
+        rule of ``http_restricted_api``).
+    """
+
+    __slots__ = ("_dataplane", "_limit", "_rule")
+
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+        self._dataplane = dataplane
+        self._limit = settings.http_max_input_size
+        rule = settings.http_restricted_api.get("inference")
+        self._rule = None if rule is None else (rule[0].lower().encode(), rule[1].encode())
+
+    def route(self, head: Head) -> tuple[str, str] | None:
+        """``(model, version)`` when the fast path serves ``head``'s request (its body has
+        arrived whole); None to leave it to aiohttp."""
+        if head.method != b"POST" or head.version != b"HTTP/1.1" or not head.plain:
+            return None
+        if head.length > MAX_FAST_BODY or head.length > self._limit:
+            return None
+        fields = head.fields
+        for name in _SLOW_HEADERS:
+            if name in fields and (name != b"connection" or fields[name].lower() != b"keep-alive"):
+                return None
+        if self._rule is not None and fields.get(self._rule[0]) != self._rule[1]:
+            return None  # aiohttp answers the 403
+        if b"content-length" not in fields:
+            return None
+        match = _INFER_PATH.fullmatch(head.target)
+        if match is None or self._dataplane.tracer.active:
+            return None
+        version = match.group(2)
+        return (
+            unquote(match.group(1).decode("utf-8", "surrogateescape")),
+            version.decode() if version is not None else "",
+        )
+
+    def call(
+        self, model: str, version_str: str, head: Head, body: bytearray, send: Send
+    ) -> FastCall | None:
+        """Serve one request: decode and queue it, and answer through ``send`` when its
+        response comes. Returns the call while it is in flight (to cancel it when the
+        client goes away), or None when it was answered already (a refused request)."""
+        dp = self._dataplane
+        fields = head.fields
+        try:
+            version = parse_version(version_str)
+            served = dp.resolve(model, version)
+            if served.decoupled:
+                raise unsupported(DECOUPLED_MESSAGES["http"])
+            value = fields.get(b"inference-header-content-length")
+            header_length = parse_header_length(
+                None if value is None else value.decode("latin-1"), len(body)
+            )
+            if header_length == 0:
+                decoded = raw_binary_request(body, served.config, model, version, self._limit)
+            else:
+                decoded = decode_infer_request(
+                    body, header_length, model, version, self._limit, dp.shared_memory
+                )
+            del body
+            accept = fields.get(b"accept-encoding")
+            encoding = response_encoding(None if accept is None else accept.decode("latin-1"))
+            call = FastCall(dp, decoded, served, encoding, send)
+            try:
+                future = dp.infer_future(decoded.request, protocol="http", model=served)
+            except BaseException:
+                call._release()
+                raise
+        except Exception as exc:
+            if not isinstance(exc, TritonXError) or exc.code is Code.INTERNAL:
+                log.debug("fast /infer path refused a request", exc_info=exc)
+            send(answer_for(exc))
+            return None
+        if future is None:  # the response cache: the data plane's coroutine serves it
+            call.run()
+        else:
+            call.wait(future)
+        return call

@@ -1,0 +1,67 @@
+"""Framing of HTTP/1.x requests for the listener's ``/infer`` fast path.
+
+:class:`~tritonx.http.listener.Connection` splits the byte stream into requests itself, so
+that it can serve plain ``/infer`` requests without aiohttp (:mod:`tritonx.http.fast_infer`)
+and still hand every other request to aiohttp's parser whole and in order. It frames only
+what ``Content-Length`` frames; anything else (:func:`parse_head` returns None) leaves the
+connection to aiohttp for good.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: A request head longer than this (no blank line yet) is left to aiohttp, which refuses
+#: heads past its own limits.
+MAX_HEAD = 64 * 1024
+
+
+@dataclass(slots=True)
+class Head:
+    """The request line and header fields of one HTTP/1.x request, as framed by
+    :func:`parse_head` (field names lower-cased; ``length``: the body's size)."""
+
+    method: bytes
+    target: bytes
+    version: bytes
+    fields: dict[bytes, bytes]
+    length: int
+    #: no field was repeated (a request with repeated fields is left to aiohttp)
+    plain: bool
+
+
+def parse_head(raw: bytes) -> Head | None:
+    """Frame one request head (``raw``: up to, without, its blank line).
+
+    None when the stream cannot be framed by ``Content-Length`` alone: a ``Transfer-Encoding``
+    or ``Upgrade`` field, a repeated or malformed ``Content-Length``, a ``CONNECT``, a line
+    folded or without a colon, a bare CR or LF, a version other than HTTP/1.0 or 1.1.
+    """
+    lines = raw.split(b"\r\n")
+    if raw.count(b"\n") >= len(lines) or raw.count(b"\r") >= len(lines):
+        return None  # a bare CR or LF: another parser might split lines there
+    parts = lines[0].split(b" ")
+    if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0") or parts[0] == b"CONNECT":
+        return None
+    fields: dict[bytes, bytes] = {}
+    plain = True
+    for line in lines[1:]:
+        name, colon, value = line.partition(b":")
+        if not colon or not name or name[-1] in b" \t" or name[0] in b" \t":
+            return None
+        key = name.lower()
+        if key in fields:
+            if key == b"content-length":
+                return None
+            plain = False
+        fields[key] = value.strip(b" \t")
+    if b"transfer-encoding" in fields or b"upgrade" in fields:
+        return None
+    declared = fields.get(b"content-length")
+    if declared is None:
+        length = 0
+    elif declared.isdigit() and len(declared) < 19:
+        length = int(declared)
+    else:
+        return None
+    return Head(parts[0], parts[1], parts[2], fields, length, plain)
