@@ -99,8 +99,12 @@ def cases() -> dict[str, Callable[[], object]]:
             body, len(header), "add_sub", None, LIMIT, None
         ),
         "http decode json": lambda: decode_infer_request(json_body, None, "add_sub", None, LIMIT),
-        "http encode binary": lambda: routes.encode_answer(response, binary, None, no_labels, "identity"),
-        "http encode json": lambda: routes.encode_answer(response, as_json, None, no_labels, "identity"),
+        "http encode binary": lambda: routes.encode_answer(
+            response, binary, None, no_labels, "identity"
+        ),
+        "http encode json": lambda: routes.encode_answer(
+            response, as_json, None, no_labels, "identity"
+        ),
         "grpc parse + decode": lambda: grpc_decode.decode_infer_request(
             service_pb2.ModelInferRequest.FromString(wire), None, offload=True
         ),
