@@ -460,6 +460,15 @@ def table(points: list[Point]) -> str:
         if p.target == "tritonx" and p.model == "add_sub":
             ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
             r, vs = (ratio(p.infer_per_s, ref.infer_per_s), "bare endpoint") if ref else ("", "")
+        elif p.target == "tritonx-web" and p.model == "add_sub":
+            ref = by.get(("bare", p.protocol, "add_sub", p.concurrency))
+            fast = by.get(("tritonx", p.protocol, "add_sub", p.concurrency))
+            r = ratio(p.infer_per_s, ref.infer_per_s) if ref else ""
+            vs = "bare endpoint; --http-fast-infer false"
+            if fast and fast.cpu_us_per_req and p.cpu_us_per_req:
+                vs += (
+                    f" (the fast path: {ratio(fast.cpu_us_per_req, p.cpu_us_per_req)} its CPU/req)"
+                )
         elif p.scenario == "minilm":
             r, vs = minilm.ratio_row(p, by)
         elif p.scenario == "cache":
@@ -505,6 +514,7 @@ def table(points: list[Point]) -> str:
 #: the groups of rows ``--rows`` selects (``add_sub``: tritonx add_sub and the bare endpoint)
 ROWS = (
     "add_sub",
+    "webpath",
     "cnn",
     "py",
     "sequence",
@@ -642,6 +652,19 @@ def main(argv: list[str] | None = None) -> int:
                     points.append(
                         perf_analyzer(
                             Point("batching", "tritonx", proto, model, top), url, window, log_dir
+                        )
+                    )
+        # add_sub over HTTP through aiohttp's web layer, without the /infer fast path
+        if "webpath" in rows:
+            web_cmd = tritonx_cmd(repo, ports, "--http-fast-infer", "false")
+            with process(web_cmd, ports[0], log_dir / "tritonx-web.log"):
+                for c in concurrencies:
+                    points.append(
+                        perf_analyzer(
+                            Point("add_sub", "tritonx-web", "http", "add_sub", c),
+                            f"127.0.0.1:{ports[0]}",
+                            window,
+                            log_dir,
                         )
                     )
         # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process

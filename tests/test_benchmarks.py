@@ -33,6 +33,7 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     assert {
         ("bare", "http", "add_sub"),
         ("tritonx", "grpc", "add_sub"),
+        ("tritonx-web", "http", "add_sub"),
         ("tritonx", "grpc", "cnn"),
     } <= served
     assert any(p["scenario"] == "memory" and p["extra"]["rss_mib"] > 0 for p in points)

@@ -24,6 +24,12 @@ def test_no_content_length_is_an_empty_body() -> None:
     assert head is not None and head.length == 0 and head.version == b"HTTP/1.0"
 
 
+def test_a_head_at_aiohttps_limits() -> None:
+    fields = b"".join(b"\r\nX-%d: 1" % i for i in range(125))
+    head = parse_head(BASE + fields + b"\r\nX-Long: " + b"a" * 8182)
+    assert head is not None and len(head.fields) == 128
+
+
 def test_a_repeated_field_is_not_plain() -> None:
     head = parse_head(BASE + b"\r\nX-A: 1\r\nx-a: 2")
     assert head is not None and not head.plain
@@ -47,6 +53,9 @@ def test_a_repeated_field_is_not_plain() -> None:
         BASE + b"\r\n: no name",
         b"POST / HTTP/1.1\r\nHost: x\nContent-Length: 5",  # a bare LF
         b"POST / HTTP/1.1\r\nHost: x\rContent-Length: 5",  # a bare CR
+        BASE + b"\r\nX-Long: " + b"a" * 8190,
+        b"POST /" + b"a" * 8190 + b" HTTP/1.1\r\nHost: x",
+        BASE + b"".join(b"\r\nX-%d: 1" % i for i in range(128)),
     ],
 )
 def test_heads_left_to_aiohttp(raw: bytes) -> None:

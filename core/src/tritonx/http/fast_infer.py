@@ -263,6 +263,8 @@ class FastInfer:
         """Serve one request: decode and queue it, and answer through ``send`` when its
         response comes. Returns the call while it is in flight (to cancel it when the
         client goes away), or None when it was answered already (a refused request)."""
+        if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as on aiohttp's path
+            log.debug("HTTP request: POST %s", head.target.split(b"?", 1)[0].decode("latin-1"))
         dp = self._dataplane
         fields = head.fields
         try:

@@ -14,6 +14,10 @@ from dataclasses import dataclass
 #: A request head longer than this (no blank line yet) is left to aiohttp, which refuses
 #: heads past its own limits.
 MAX_HEAD = 64 * 1024
+#: aiohttp's limits on a request line or header line, and on the number of header fields
+#: (``RequestHandler`` defaults): a head past them is left to aiohttp, which refuses it.
+MAX_LINE = 8190
+MAX_FIELDS = 128
 
 
 @dataclass(slots=True)
@@ -35,11 +39,16 @@ def parse_head(raw: bytes) -> Head | None:
 
     None when the stream cannot be framed by ``Content-Length`` alone: a ``Transfer-Encoding``
     or ``Upgrade`` field, a repeated or malformed ``Content-Length``, a ``CONNECT``, a line
-    folded or without a colon, a bare CR or LF, a version other than HTTP/1.0 or 1.1.
+    folded or without a colon, a bare CR or LF, a version other than HTTP/1.0 or 1.1, a head
+    past aiohttp's limits (:data:`MAX_LINE`, :data:`MAX_FIELDS`).
     """
     lines = raw.split(b"\r\n")
     if raw.count(b"\n") >= len(lines) or raw.count(b"\r") >= len(lines):
         return None  # a bare CR or LF: another parser might split lines there
+    if len(lines) > MAX_FIELDS + 1 or (
+        len(raw) > MAX_LINE and max(len(line) for line in lines) > MAX_LINE
+    ):
+        return None
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[2] not in (b"HTTP/1.1", b"HTTP/1.0") or parts[0] == b"CONNECT":
         return None
