@@ -167,7 +167,15 @@ class AutoCompleteContext:
 
 
 class ModelInstance(abc.ABC):
-    """One loaded instance of a model version. Called from one worker thread only."""
+    """One loaded instance of a model version: ``execute`` is never called twice at once,
+    from its own worker thread (or, with :attr:`inline_execution`, also from the server's
+    event loop)."""
+
+    #: True when ``execute`` may also run on the server's event-loop thread: it holds no
+    #: thread-bound state and neither blocks on I/O nor waits for other threads. Then, for
+    #: a model whose executions are short (``--inline-execution-us``), the scheduler runs
+    #: them on the loop and saves two thread hand-offs per batch (onnxruntime does).
+    inline_execution: bool = False
 
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:

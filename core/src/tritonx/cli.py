@@ -468,6 +468,16 @@ def cli() -> None:
 @click.option(
     "--rate-limit-resource", multiple=True, help="<name>:<count>[:<device>] (repeatable)."
 )
+@click.option(
+    "--inline-execution-us",
+    type=click.FloatRange(min=0),
+    default=100.0,
+    show_default=True,
+    help="Run a model's batches on the event loop instead of handing them to an idle "
+    "instance's thread while its executions average under this many microseconds "
+    "(instances that allow it: onnxruntime on the CPU; not with --rate-limit, queue delays, "
+    "priorities or queue policies). 0: never (tritonx only).",
+)
 @bool_option(
     "--allow-client-shm",
     False,
@@ -635,6 +645,7 @@ def serve(**opts: Any) -> None:
         metrics_config=parse_keyed_config(opts["metrics_config"], "--metrics-config").get("", {}),
         metric_sinks=parse_sinks(opts["metric_sink"]),
         rate_limit=opts["rate_limit"],
+        inline_execution_us=opts["inline_execution_us"],
         rate_limit_resource=tuple(opts["rate_limit_resource"]),
         allow_client_shm=opts["allow_client_shm"],
         trace_level=trace_level_names(trace.level),

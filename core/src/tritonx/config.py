@@ -108,6 +108,10 @@ class ServerSettings:
     #: ``--metric-sink <name>[,<key>=<value>]``: the metric sink plugins to run, with settings
     metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
+    #: tritonx only (``--inline-execution-us``, :mod:`tritonx._core.instances`): run a batch
+    #: on the event loop, not on an idle instance's thread, when the model's executions
+    #: average under this many microseconds and its instances allow it; 0: never
+    inline_execution_us: float = 100.0
     rate_limit_resource: tuple[str, ...] = ()
     #: ``--allow-client-shm``: clients may register and unregister system / CUDA shared
     #: memory regions (``tritonx.shared_memory``); false answers those calls UNSUPPORTED

@@ -83,6 +83,18 @@ class Batcher(Protocol):
 
     def put(self, pending: Pending) -> None: ...
     def get(self, instance: int) -> list[Pending] | None: ...
+    @property
+    def immediate(self) -> bool:
+        """Whether a batch is formed as soon as an instance is free, from what is queued
+        then (no queue delay, priorities, queue policy or held start): then
+        :meth:`split` forms the batches ``get`` would form of requests queued together."""
+        ...
+
+    def split(self, pendings: list[Pending]) -> list[list[Pending]]:
+        """The batches ``get`` would form, in order, of ``pendings`` queued together
+        (an :attr:`immediate` batcher only)."""
+        ...
+
     def stop(self, workers: int) -> list[Pending]: ...
     @property
     def pending_count(self) -> int: ...
@@ -105,6 +117,13 @@ class DirectQueue:
 
     def put(self, pending: Pending) -> None:
         self._queue.put(pending)
+
+    @property
+    def immediate(self) -> bool:
+        return True
+
+    def split(self, pendings: list[Pending]) -> list[list[Pending]]:
+        return [[pending] for pending in pendings]
 
     def get(self, instance: int = 0) -> list[Pending] | None:
         while True:
@@ -191,6 +210,38 @@ class DynamicBatcher:
     @property
     def pending_count(self) -> int:
         return self._count
+
+    @property
+    def immediate(self) -> bool:
+        return (
+            self.delay_ns == 0
+            and self.levels_count == 0
+            and not self._hold
+            and not any(lvl.timeout_ns or lvl.max_size for lvl in self._levels)
+        )
+
+    def split(self, pendings: list[Pending]) -> list[list[Pending]]:
+        """As :meth:`_decide` forms batches without a queue delay: each takes the longest
+        run of requests that fits ``max_batch_size`` with the first one's input shapes."""
+        batches: list[list[Pending]] = []
+        batch: list[Pending] = []
+        total = 0
+        for pending in pendings:
+            size = max(pending.request.batch_size if self._batching else 1, 1)
+            if batch and (
+                total + size > self.max_batch
+                or self._signature(pending) != self._signature(batch[0])
+            ):
+                batches.append(batch)
+                batch, total = [], 0
+            batch.append(pending)
+            total += size
+            if total >= self.max_batch:
+                batches.append(batch)
+                batch, total = [], 0
+        if batch:
+            batches.append(batch)
+        return batches
 
     # ------------------------------------------------------------------ enqueue
 

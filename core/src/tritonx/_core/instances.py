@@ -5,6 +5,15 @@ with ``dynamic_batching``, a ``DynamicBatcher``); whichever instance thread is f
 next batch, waits for the rate limiter if it is on, calls the backend's ``execute`` and hands
 the responses back to the loop with one ``call_soon_threadsafe`` per batch. Backends are
 synchronous and never see two concurrent ``execute`` calls on one instance.
+
+**Inline execution** (``--inline-execution-us``, tritonx only): for a tiny model the two
+thread hand-offs (loop to instance thread and back) cost more than the execution itself.
+When the instances allow it (:attr:`~tritonx.backend.ModelInstance.inline_execution`), the
+queue forms batches at once (:attr:`~tritonx._core.batcher.Batcher.immediate`), the model's
+recent executions averaged under the limit and nothing is queued, requests are held on the
+loop until the end of its current round and their batches run there, on an idle instance
+(its lock keeps its thread out meanwhile); what cannot run so goes to the queue as before.
+Batches are the ones the queue would form of requests that arrived together.
 """
 
 from __future__ import annotations
@@ -39,6 +48,12 @@ UNLOAD_GRACE_S = 5.0
 
 #: How often an instance thread checks whether its not-ready instance recovered.
 NOT_READY_POLL_S = 0.02
+
+#: Inline execution: executions measured before the average may allow it, the weight of
+#: the latest in the average, and the most input bytes a batch run inline may carry.
+INLINE_WARMUP = 8
+INLINE_WEIGHT = 1 / 8
+INLINE_MAX_BYTES = 256 * 1024
 
 #: One execution's (start, compute input end, compute output start, end), perf_counter ns.
 Times = tuple[int, int, int, int]
@@ -102,6 +117,7 @@ class InstanceScheduler:
         passive: Sequence[bool] | None = None,
         rate_limiter: RateLimiter | None = None,
         latency: LatencyStats | None = None,
+        inline_execution_us: float = 0.0,
     ) -> None:
         self.config = config
         self.version = version
@@ -129,6 +145,16 @@ class InstanceScheduler:
         #: every instance loaded and none can become unready (``is_ready`` not overridden):
         #: readiness is known without asking them (it is asked for at every request)
         self._steady = False
+        #: held by an instance's thread, or by the loop running a batch inline on it
+        self._locks = [threading.Lock() for _ in self.contexts]
+        self._inline_limit_ns = int(inline_execution_us * 1000)
+        #: inline execution possible (set at start: the instances and the queue allow it)
+        self._inline = False
+        #: requests held on the loop for inline execution at the end of its round
+        self._held_inline: list[Pending] = []
+        #: average execution time (ns) and executions measured
+        self._exec_ns = 0.0
+        self._exec_count = 0
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -159,6 +185,18 @@ class InstanceScheduler:
         self._steady = not all(self.passive) and all(
             instance is not None and type(instance).is_ready is ModelInstance.is_ready
             for instance in self.instances
+        )
+        self._inline = (
+            self._inline_limit_ns > 0
+            and not self.decoupled
+            and not self.rate_limiter.enabled
+            and self.batcher.immediate
+            and not all(self.passive)
+            and all(
+                instance is not None and instance.inline_execution
+                for instance, passive in zip(self.instances, self.passive, strict=True)
+                if not passive
+            )
         )
 
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
@@ -242,7 +280,17 @@ class InstanceScheduler:
         assert self._loop is not None
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
         pending = Pending(request, future, self._seq)
-        self.batcher.put(pending)
+        if (
+            self._inline
+            and self._exec_count >= INLINE_WARMUP
+            and self._exec_ns <= self._inline_limit_ns
+            and not self.batcher.pending_count
+        ):
+            if not self._held_inline:
+                self._loop.call_soon(self._run_inline)
+            self._held_inline.append(pending)
+        else:
+            self.batcher.put(pending)
         if request.trace is not None:
             trace_queued(request, pending.enqueue_ns)
         self._seq += 1
@@ -331,6 +379,46 @@ class InstanceScheduler:
         else:
             self._loop.call_soon_threadsafe(self._resolve_one, pending, response)
 
+    def _run_inline(self) -> None:
+        """Run the held requests' batches on the loop, each on an idle instance; the rest
+        (no instance idle, a large batch, the server stopping) go to the queue."""
+        held, self._held_inline = self._held_inline, []
+        batches = self.batcher.split(held)
+        for at, batch in enumerate(batches):
+            index = -1
+            if not self._stopping.is_set() and _input_bytes(batch) <= INLINE_MAX_BYTES:
+                index = self._claim()
+            if index < 0:
+                self._queue_all(batches[at:])
+                return
+            instance = self.instances[index]
+            assert instance is not None
+            self._busy[index] = True
+            try:
+                self._execute(instance, batch, _call_now)
+            finally:
+                self._busy[index] = False
+                self._locks[index].release()
+
+    def _claim(self) -> int:
+        """The index of an idle, ready instance, its lock taken; -1 when none is."""
+        for index, lock in enumerate(self._locks):
+            if self.passive[index] or not lock.acquire(blocking=False):
+                continue
+            instance = self.instances[index]
+            if instance is not None and (self._steady or instance.is_ready()):
+                return index
+            lock.release()
+        return -1
+
+    def _queue_all(self, batches: list[list[Pending]]) -> None:
+        for batch in batches:
+            for pending in batch:
+                try:
+                    self.batcher.put(pending)
+                except TritonXError as exc:  # stopped meanwhile
+                    self._reject(pending, exc)
+
     def _worker(
         self, index: int, ctx: LoadContext, ready: asyncio.Future[None], ticket: Ticket | None
     ) -> None:
@@ -353,6 +441,8 @@ class InstanceScheduler:
             get = self.batcher.get
             limiter = self.rate_limiter
             busy = self._busy
+            lock = self._locks[index]
+            post = loop.call_soon_threadsafe
             while True:
                 if not instance.is_ready():
                     # recovering (e.g. restarting its worker process): leave the queue to the
@@ -363,18 +453,19 @@ class InstanceScheduler:
                 batch = get(index)
                 if batch is None:
                     break
-                busy[index] = True
-                try:
-                    if ticket is not None:
-                        limiter.acquire(ticket)
-                        try:
-                            self._execute(instance, batch)
-                        finally:
-                            limiter.release(ticket)
-                    else:
-                        self._execute(instance, batch)
-                finally:
-                    busy[index] = False
+                with lock:  # (the loop may be running a batch on this instance)
+                    busy[index] = True
+                    try:
+                        if ticket is not None:
+                            limiter.acquire(ticket)
+                            try:
+                                self._execute(instance, batch, post)
+                            finally:
+                                limiter.release(ticket)
+                        else:
+                            self._execute(instance, batch, post)
+                    finally:
+                        busy[index] = False
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
         try:
@@ -383,7 +474,11 @@ class InstanceScheduler:
             log.exception("unloading instance %s of %s failed", ctx.instance.name, ctx.model_name)
         self.instances[index] = None
 
-    def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
+    def _execute(
+        self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
+    ) -> None:
+        """Run ``batch`` on ``instance``; ``post(callback, *args)`` runs a callback on the
+        loop (``call_soon_threadsafe`` from an instance thread, at once when inline)."""
         requests = [p.request for p in batch]
         if any(r.cancelled for r in requests):  # cancelled since it was queued
             batch = self._drop_cancelled(batch)
@@ -398,7 +493,7 @@ class InstanceScheduler:
                     sender = request.response_sender
                     if sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
-            self._loop.call_soon_threadsafe(self._record, batch, times)
+            post(self._record, batch, times)
             return
         if error is None and (responses is None or len(responses) != len(requests)):
             got = "None" if responses is None else str(len(responses))
@@ -412,7 +507,7 @@ class InstanceScheduler:
         name, version = self.config.name, self.version
         for request, response in zip(requests, responses, strict=True):
             self._finish(response, name, version, request.id, request.requested_outputs)
-        self._loop.call_soon_threadsafe(self._resolve, batch, responses, times)
+        post(self._resolve, batch, responses, times)
 
     def _drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
         """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
@@ -457,6 +552,13 @@ class InstanceScheduler:
                 trace_compute(p.request, times)
         stats.record_execution(size, compute_input, compute_infer, compute_output)
         stats.last_inference_ms = int(time.time() * 1000)
+        if self._inline:
+            took = end - start
+            count = self._exec_count
+            self._exec_ns = (
+                took if not count else self._exec_ns + (took - self._exec_ns) * INLINE_WEIGHT
+            )
+            self._exec_count = count + 1
 
     def _resolve(
         self,
@@ -486,6 +588,14 @@ class InstanceScheduler:
             held, held_response = self._held.pop(self._next_seq)
             self._next_seq += 1
             _deliver(held, held_response)
+
+
+def _call_now(callback: Callable[..., object], *args: Any) -> None:
+    callback(*args)
+
+
+def _input_bytes(batch: list[Pending]) -> int:
+    return sum(array.nbytes for p in batch for array in p.request.inputs.values())
 
 
 def _deliver(pending: Pending, response: InferenceResponse) -> None:

@@ -920,6 +920,7 @@ class ModelManager:
                 self.metrics_options.latency_stats(config),
                 server=self.server,
                 composing=prepared.composing,
+                inline_execution_us=self.settings.inline_execution_us,
             )
             async with self._load_slots:
                 started = time.monotonic()

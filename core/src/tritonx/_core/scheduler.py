@@ -86,11 +86,13 @@ def make_scheduler(
     *,
     server: ServerHandle | None = None,
     composing: Mapping[str, ModelConfig] | None = None,
+    inline_execution_us: float = 0.0,
 ) -> Scheduler:
     """The scheduler ``config`` asks for (see the module docstring).
 
     :param server: what an ensemble calls its composing models through.
     :param composing: an ensemble's composing models' configs, as validated at load.
+    :param inline_execution_us: ``--inline-execution-us`` (direct and dynamic batching).
     """
     if is_ensemble(config.raw):
         if server is None or composing is None:
@@ -113,6 +115,7 @@ def make_scheduler(
             passive,
             rate_limiter,
             latency,
+            inline_execution_us,
         )
     return InstanceScheduler(
         config,
@@ -123,4 +126,5 @@ def make_scheduler(
         passive,
         rate_limiter,
         latency,
+        inline_execution_us,
     )

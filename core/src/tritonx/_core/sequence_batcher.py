@@ -186,6 +186,13 @@ class SequenceBatcher:
     def pending_count(self) -> int:
         return self._queued + self._backlogged
 
+    @property
+    def immediate(self) -> bool:
+        return False  # a sequence's requests go to its slot's instance
+
+    def split(self, pendings: list[Pending]) -> list[list[Pending]]:
+        raise NotImplementedError("sequence batches are formed per slot")
+
     # ------------------------------------------------------------------ enqueue (event loop)
 
     def put(self, pending: Pending) -> None:
@@ -776,11 +783,11 @@ class SequenceScheduler(InstanceScheduler):
 
     # ------------------------------------------------------------------ execution
 
-    def _execute(self, instance: ModelInstance, batch: list[Pending]) -> None:
+    def _execute(
+        self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
+    ) -> None:
         requests = [p.request for p in batch]
         responses, error, times = run_execute(instance, requests)
-        loop = self._loop
-        assert loop is not None
         if self.decoupled:
             if error is not None:
                 for pending in batch:
@@ -788,7 +795,7 @@ class SequenceScheduler(InstanceScheduler):
                     if pending.deliver is not None and sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
             self.sequences.completed(batch, None)
-            loop.call_soon_threadsafe(self._record, batch, times)
+            post(self._record, batch, times)
             return
         if error is None and (responses is None or len(responses) != len(requests)):
             got = "None" if responses is None else str(len(responses))
@@ -805,7 +812,7 @@ class SequenceScheduler(InstanceScheduler):
             if pending.deliver is not None:
                 request = pending.request
                 self._finish(response, name, version, request.id, request.requested_outputs)
-        loop.call_soon_threadsafe(self._resolve, batch, responses, times)
+        post(self._resolve, batch, responses, times)
 
     def _record(self, batch: list[Pending], times: Times) -> None:
         """Statistics of one execution: every row counts in the batch size it ran with,

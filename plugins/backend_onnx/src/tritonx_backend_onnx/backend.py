@@ -180,7 +180,11 @@ class OnnxRuntimeBackend(Backend):
         modelconfig.validate(config, inputs, outputs, initializers)
         ctx.logger.info("loaded %s for instance %s on %s", path, ctx.instance.name, ", ".join(used))
         scalars = {t.name for t in (*inputs, *initializers) if not t.dims}
-        return OnnxModelInstance(ort, session, run_options, config, scalars)
+        instance = OnnxModelInstance(ort, session, run_options, config, scalars)
+        # session.run holds no thread-bound state; on the CPU a tiny model's run is shorter
+        # than the hand-off to its thread (GPU sessions keep to their threads)
+        instance.inline_execution = used == ["CPUExecutionProvider"]
+        return instance
 
 
 class OnnxModelInstance(ModelInstance):
