@@ -42,11 +42,14 @@ class Probe(tritonx.Backend):
 
     def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
         instance = ProbeInstance(ctx.model_name, float(ctx.parameters.get("delay_us", "0")))
+        instance.bad_value = int(ctx.parameters.get("bad_value", "-1"))
         instance.inline_execution = ctx.parameters.get("inline") == "true"
         return instance
 
 
 class ProbeInstance(tritonx.ModelInstance):
+    bad_value = -1
+
     def __init__(self, model: str, delay_us: float) -> None:
         self.model, self.delay_s = model, delay_us / 1e6
 
@@ -58,6 +61,8 @@ class ProbeInstance(tritonx.ModelInstance):
             end = time.perf_counter() + self.delay_s
             while time.perf_counter() < end:  # busy: a sleep would be much longer
                 pass
+        if self.bad_value in values:  # a broken backend: not responses
+            return values  # type: ignore[return-value]
         return tritonx.split_outputs(requests, {"OUT": tritonx.concat_inputs(requests)["VALUE"]})
 
 
@@ -283,3 +288,23 @@ def test_add_sub_onnx_over_http_and_grpc_runs_inline(tmp_path: Path) -> None:
                 client.close()
         stats = srv.model_statistics("add_sub")[0][2]
     assert stats.inference_count == 6 * WARMUP
+
+
+@pytest.mark.parametrize("limit", [50_000, 0], ids=["inline", "threads"])
+async def test_a_backend_returning_no_responses_fails_its_batch_and_serving_goes_on(
+    model_repository: ModelRepositoryBuilder, limit: float
+) -> None:
+    """``execute`` returning something other than responses: the batch's requests fail
+    with INTERNAL (a backend failure) on the loop and on the instance threads alike, and the
+    instance serves the next requests."""
+    model(model_repository, "m", bad_value="13")
+    async with server(model_repository, inline_execution_us=limit) as srv:
+        await one_by_one(srv, "m", range(WARMUP))
+        for _ in range(2):
+            with pytest.raises(TritonXError) as failed:
+                await infer(srv, "m", 13)
+            assert failed.value.code is Code.INTERNAL
+            await one_by_one(srv, "m", range(20, 22))
+        stats = srv.model_statistics("m")[0][2]
+    assert stats.fail.count == 2
+    assert [inline for inline, _ in executions("m")][WARMUP:] == [bool(limit)] * 6

@@ -383,7 +383,12 @@ class InstanceScheduler:
         """Run the held requests' batches on the loop, each on an idle instance; the rest
         (no instance idle, a large batch, the server stopping) go to the queue."""
         held, self._held_inline = self._held_inline, []
-        batches = self.batcher.split(held)
+        try:
+            batches = self.batcher.split(held)
+        except Exception:  # a bug: the instance threads take them as always
+            log.exception("forming inline batches of %s failed", self.config.name)
+            self._queue_all([held])
+            return
         for at, batch in enumerate(batches):
             index = -1
             if not self._stopping.is_set() and _input_bytes(batch) <= INLINE_MAX_BYTES:
@@ -396,6 +401,8 @@ class InstanceScheduler:
             self._busy[index] = True
             try:
                 self._execute(instance, batch, _call_now)
+            except Exception as exc:
+                self._fail_batch(batch, exc)
             finally:
                 self._busy[index] = False
                 self._locks[index].release()
@@ -464,6 +471,8 @@ class InstanceScheduler:
                                 limiter.release(ticket)
                         else:
                             self._execute(instance, batch, post)
+                    except Exception as exc:  # the thread lives on to serve the next batch
+                        self._fail_batch(batch, exc)
                     finally:
                         busy[index] = False
         else:  # passive instances are loaded but never given requests
@@ -508,6 +517,16 @@ class InstanceScheduler:
         for request, response in zip(requests, responses, strict=True):
             self._finish(response, name, version, request.id, request.requested_outputs)
         post(self._resolve, batch, responses, times)
+
+    def _fail_batch(self, batch: list[Pending], exc: Exception) -> None:
+        """A batch whose responses could not be handed back (a backend returning something
+        other than responses, or a bug here): every request of it fails with the error, as
+        a backend failure. Any thread."""
+        log.error("model %s: a batch failed outside execute", self.config.name, exc_info=exc)
+        error = TritonXError.wrap(exc)
+        for pending in batch:
+            if pending.deliver is not None:
+                self._reject(pending, error, BACKEND)
 
     def _drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
         """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
