@@ -148,15 +148,14 @@ class FastCall:
         else:
             self._answer(response)
 
+    def _encode(self, response: InferenceResponse) -> tuple[bytes | bytearray, dict[str, str]]:
+        return encode_answer(
+            response, self._decoded, self._served.config, self._served.labels, self._encoding
+        )
+
     def _answer(self, response: InferenceResponse) -> None:
         try:
-            payload, headers = encode_answer(
-                response,
-                self._decoded,
-                self._served.config,
-                self._served.labels,
-                self._encoding,
-            )
+            payload, headers = self._encode(response)
         except Exception as exc:
             self._fail(exc)
             return
@@ -166,14 +165,7 @@ class FastCall:
     async def _answer_later(self, response: InferenceResponse) -> None:
         """A large response, encoded in a worker thread as the aiohttp path does."""
         try:
-            payload, headers = await asyncio.to_thread(
-                encode_answer,
-                response,
-                self._decoded,
-                self._served.config,
-                self._served.labels,
-                self._encoding,
-            )
+            payload, headers = await asyncio.to_thread(self._encode, response)
         except Exception as exc:
             self._fail(exc)
             return
