@@ -14,7 +14,8 @@ request that is traced, compressed, chunked, larger than :data:`MAX_FAST_BODY`, 
 sent with ``Expect`` or ``Connection: close``, refused by ``--http-restricted-api``, arriving
 while aiohttp still serves an earlier request of the connection, or in parts while the
 header timeout is off. The answers carry the same status, body and Triton headers either
-way; aiohttp adds ``Date`` and ``Server`` (``tests/integration/http/test_http_fast_infer.py``).
+way, and a ``Date``; aiohttp's also name it in ``Server``
+(``tests/integration/http/test_http_fast_infer.py``).
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import time
 from collections.abc import Callable
+from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import unquote
 
@@ -65,13 +68,27 @@ _REASONS = {status.value: status.phrase for status in HTTPStatus}
 _SLOW_HEADERS = (b"content-encoding", b"expect", b"connection")
 
 
+_date_second = 0
+_date_line = ""
+
+
+def _date() -> str:
+    """The ``Date`` header line (RFC 9110 asks an origin server with a clock for one),
+    formatted once a second as aiohttp does."""
+    global _date_second, _date_line
+    now = int(time.time())
+    if now != _date_second:
+        _date_second, _date_line = now, f"Date: {formatdate(now, usegmt=True)}\r\n"
+    return _date_line
+
+
 def render(
     status: int, content_type: str, body: bytes | bytearray, extra: str = ""
 ) -> list[bytes | bytearray]:
     """The bytes of an HTTP/1.1 answer (``extra``: more header lines, each ending CRLF)."""
     head = (
         f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {content_type}\r\n"
-        f"{extra}Content-Length: {len(body)}\r\n\r\n"
+        f"{extra}{_date()}Content-Length: {len(body)}\r\n\r\n"
     ).encode("latin-1")
     if len(body) < 16384:
         return [head + body]
