@@ -230,9 +230,11 @@ async def test_a_request_cancelled_before_the_round_ends_is_not_executed(
     assert stats.fail.count == 1
 
 
-async def test_requests_held_at_shutdown_fail_with_server_exiting(
+async def test_a_request_held_at_shutdown_is_answered(
     model_repository: ModelRepositoryBuilder,
 ) -> None:
+    """A request held for the end of the round when the server stops is answered, by its
+    execution (the drain waits for it) or with Triton's "Server exiting"; it never hangs."""
     model(model_repository, "m")
     srv = server(model_repository, exit_timeout_secs=5)
     await srv.start()

@@ -381,8 +381,14 @@ class InstanceScheduler:
 
     def _run_inline(self) -> None:
         """Run the held requests' batches on the loop, each on an idle instance; the rest
-        (no instance idle, a large batch, the server stopping) go to the queue."""
+        (no instance idle, a large batch) go to the queue; all fail when the scheduler
+        stopped meanwhile."""
         held, self._held_inline = self._held_inline, []
+        if self._stopping.is_set():  # stop() has failed the queued ones: these too
+            error = TritonXError("Server exiting", Code.UNAVAILABLE)
+            for pending in held:
+                self._reject(pending, error)
+            return
         try:
             batches = self.batcher.split(held)
         except Exception:  # a bug: the instance threads take them as always
@@ -391,7 +397,7 @@ class InstanceScheduler:
             return
         for at, batch in enumerate(batches):
             index = -1
-            if not self._stopping.is_set() and _input_bytes(batch) <= INLINE_MAX_BYTES:
+            if _input_bytes(batch) <= INLINE_MAX_BYTES:
                 index = self._claim()
             if index < 0:
                 self._queue_all(batches[at:])
