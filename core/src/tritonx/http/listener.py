@@ -108,6 +108,10 @@ class Connection(RequestHandler):
     still awaited past the deadline, or sets itself again for the deadline of the request
     under way (creating and cancelling a timer for each request cost more than the rest of
     this bookkeeping).
+
+    With ``fast`` (:class:`~tritonx.http.fast_infer.FastInfer`) it also frames the stream
+    (:meth:`data_received`): plain ``/infer`` requests are answered by the fast path, the
+    rest is fed to aiohttp's parser, and answers leave in request order.
     """
 
     __slots__ = (
