@@ -420,6 +420,31 @@ def test_head_then_body_takes_the_fast_path(url: str) -> None:
             assert answer.body.endswith(FP32.tobytes())
 
 
+def test_a_body_trickling_in_takes_the_fast_path(url: str) -> None:
+    """A 200 KB request in 1 KiB writes, then a second one right behind it: the first is
+    held until its body is whole, the second is framed from the bytes that came after."""
+    values = np.arange(50_000, dtype=np.float32)
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "FP32",
+                "shape": [values.size],
+                "parameters": {"binary_data_size": values.nbytes},
+            }
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
+    data = binary("id_fp32", header, values.tobytes()) + CASES["json"]
+    with Raw(url) as conn:
+        for at in range(0, len(data), 1024):
+            conn.send(data[at : at + 1024])
+        first, second = conn.answers(2)
+    assert first.fast and first.status == 200
+    assert first.body.endswith(values.tobytes())
+    assert second.fast and orjson.loads(second.body)["outputs"][0]["data"] == [1, -2, 3]
+
+
 def test_after_a_chunked_request_aiohttp_serves_the_connection(url: str, web: str) -> None:
     """A chunked request is not framed by the fast path: it and every later request of the
     connection go to aiohttp, answered as by the web path."""

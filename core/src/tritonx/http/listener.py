@@ -126,6 +126,7 @@ class Connection(RequestHandler):
         "_holding",
         "_inbox",
         "_listener",
+        "_need",
         "_on_lost",
         "_opened_at",
     )
@@ -150,8 +151,12 @@ class Connection(RequestHandler):
         self._on_lost: Callable[[], object] | None = None
         #: the fast path; None once the stream cannot be framed here (all goes to aiohttp)
         self._fast = fast
-        #: received bytes not routed yet (a partial head, or requests held behind a fast one)
-        self._inbox = b""
+        #: received bytes not routed yet (a partial head, a fast request's partial body, or
+        #: requests held behind a fast one); appended to, so a trickle costs linear time
+        self._inbox = bytearray()
+        #: how many bytes the inbox must hold before routing again (a held request's head
+        #: and body); 0 while a head is incomplete
+        self._need = 0
         #: bytes of the body of the request aiohttp is reading that are still to come
         self._body_left = 0
         #: the fast-path request in flight
@@ -176,7 +181,7 @@ class Connection(RequestHandler):
         if call is not None:
             call.cancel()
             self._end_fast_request()
-        self._inbox = b""
+        self._inbox.clear()
         super().connection_lost(exc)
         on_lost, self._on_lost = self._on_lost, None
         if on_lost is not None:
@@ -200,10 +205,35 @@ class Connection(RequestHandler):
         if self._fast is None or not data:  # (b"": aiohttp resumes its paused parser)
             self._feed(data)
             return
-        if self._inbox:
-            data = self._inbox + data
-            self._inbox = b""
+        inbox = self._inbox
+        if inbox or self._call is not None or self._draining:
+            seen = len(inbox)
+            inbox += data
+            if not self._routable(seen):
+                return
+            data = bytes(inbox)
+            inbox.clear()
+            self._need = 0
         self._route(data)
+
+    def _routable(self, seen: int) -> bool:
+        """Whether the inbox (``seen`` bytes before the latest) can be routed now: not
+        while a fast request is answered (past HOLD_LIMIT, reading pauses), not before a
+        held request's body is whole, not before an incomplete head ends (only the new
+        bytes are searched)."""
+        inbox = self._inbox
+        if self._call is not None or self._draining:
+            if len(inbox) > HOLD_LIMIT and not self._holding:
+                self._holding = True
+                self._pause_transport_reading()
+            return False
+        if self._need:
+            return len(inbox) >= self._need
+        return (
+            inbox.find(b"\r\n\r\n", max(0, seen - 3)) >= 0
+            or inbox.find(b"\n\n", max(0, seen - 1)) >= 0
+            or len(inbox) > MAX_HEAD
+        )
 
     def _feed(self, data: bytes) -> None:
         """Hand ``data`` to aiohttp's parser."""
@@ -233,7 +263,7 @@ class Connection(RequestHandler):
             if end < 0:
                 if size - start > MAX_HEAD or data.find(b"\n\n", start) >= 0:
                     break  # not a head this layer frames: aiohttp answers it
-                self._inbox = data[start:] if start else data
+                self._inbox += memoryview(data)[start:]
                 return
             head = parse_head(data[start:end])
             if head is None:
@@ -244,7 +274,8 @@ class Connection(RequestHandler):
             if route is not None:
                 if stop > size:
                     if self._header_timeout > 0:  # its body must come within that deadline
-                        self._inbox = data[start:] if start else data
+                        self._inbox += memoryview(data)[start:]
+                        self._need = stop - start
                         return
                 else:
                     self._header_since = 0.0  # the request is here
@@ -264,15 +295,12 @@ class Connection(RequestHandler):
             start = stop
         if start >= size:
             return
-        rest = data[start:] if start else data
         if fast is not None and (self._call is not None or self._draining):
-            self._inbox = rest  # after the fast answer
-            if len(rest) > HOLD_LIMIT and not self._holding:
-                self._holding = True
-                self._pause_transport_reading()
+            self._inbox += memoryview(data)[start:]  # routed after the fast answer
+            self._routable(0)  # (pauses reading past HOLD_LIMIT)
             return
         self._fast = None  # from here on aiohttp parses the stream itself
-        self._feed(rest)
+        self._feed(data[start:] if start else data)
 
     def _start_fast_request(self) -> None:
         self._request_in_progress = True  # shutdown() waits for it
@@ -307,8 +335,12 @@ class Connection(RequestHandler):
         if self._holding:
             self._holding = False
             self._resume_transport_reading()
-        data, self._inbox = self._inbox, b""
-        if data and not (self._force_close or self._close):
+        if not self._inbox:
+            return
+        data = bytes(self._inbox)
+        self._inbox.clear()
+        self._need = 0
+        if not (self._force_close or self._close):
             if not self._header_since:
                 self._start_header_deadline(self._loop.time())
             self._route(data)
