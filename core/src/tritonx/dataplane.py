@@ -315,11 +315,13 @@ class DataPlane:
         """
         if request.trace is not None:
             return None
+        if self._cache is not None and model is not None and model._entry.cached:
+            return None  # infer() validates and asks the cache
         entry = self._accept(
             request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
         )
         if entry.cached and self._cache is not None:
-            return None  # infer() validates again: cached models pay it, others do not
+            return None  # reloaded with the cache on since it was resolved: infer() serves it
         return self._enqueue(entry, request)
 
     async def _infer(self, entry: VersionEntry, request: InferenceRequest) -> InferenceResponse:

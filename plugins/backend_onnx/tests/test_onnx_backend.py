@@ -390,6 +390,8 @@ async def test_execute_mixed_shapes_and_failing_request(
                 InstanceSpec("var_0", "var"),
             )
         )
+        # a CPU session may be run from the event loop (inline execution)
+        assert instance.inline_execution
         good2 = np.array([[b"a", b"b"]], dtype=object)
         good3 = np.array([[b"c", b"d", b"e"]], dtype=object)
         bad = np.array([[b"\xff", b"x"]], dtype=object)

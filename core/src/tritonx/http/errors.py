@@ -45,15 +45,14 @@ def bounded_message(message: str, limit: int = MAX_ERROR_CHARS) -> str:
     return message[:limit] + ELLIPSIS
 
 
+def error_body(message: str) -> bytes:
+    """The ``{"error": message}`` JSON body (message bounded)."""
+    return orjson.dumps({"error": bounded_message(message)})
+
+
 def error_response(message: str, status: int) -> web.Response:
     """A ``{"error": message}`` JSON response with ``status`` (message bounded)."""
-    if len(message) > MAX_ERROR_CHARS:
-        message = bounded_message(message)
-    return web.Response(
-        body=orjson.dumps({"error": message}),
-        status=status,
-        content_type=JSON_CONTENT_TYPE,
-    )
+    return web.Response(body=error_body(message), status=status, content_type=JSON_CONTENT_TYPE)
 
 
 def response_for(error: TritonXError) -> web.Response:

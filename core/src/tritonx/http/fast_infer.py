@@ -29,8 +29,6 @@ from email.utils import formatdate
 from http import HTTPStatus
 from urllib.parse import unquote
 
-import orjson
-
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
 from tritonx.errors import Code, TritonXError, unsupported
@@ -41,7 +39,7 @@ from tritonx.http.decode import (
     raw_binary_request,
 )
 from tritonx.http.encode import heavy_response
-from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, bounded_message
+from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, error_body
 from tritonx.http.framing import Head
 from tritonx.http.routes import encode_answer, parse_header_length, response_encoding
 from tritonx.types import InferenceResponse
@@ -97,7 +95,7 @@ def render(
 
 def render_error(message: str, status: int) -> list[bytes | bytearray]:
     """Triton's ``{"error": message}`` answer (the message bounded as on the aiohttp path)."""
-    return render(status, JSON_CONTENT_TYPE, orjson.dumps({"error": bounded_message(message)}))
+    return render(status, JSON_CONTENT_TYPE, error_body(message))
 
 
 #: Sends an answer's bytes and ends the request on the connection.

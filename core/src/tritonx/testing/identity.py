@@ -4,8 +4,6 @@ Registered only by the test fixtures (``tritonx.testing``), never by the server 
 Model ``parameters`` make it useful for scheduler tests:
 
 * ``execute_delay_ms``: sleep this long in every ``execute`` call;
-* ``inline_execution``: ``true`` lets the scheduler run short executions on the event loop
-  (:attr:`tritonx.ModelInstance.inline_execution`);
 * ``fail_value``: a request whose first input element equals this value gets an error;
 * ``repeat``: for decoupled models, how many responses to send per request (default 1),
   or the first element of the input named by ``repeat_input``.
@@ -66,7 +64,6 @@ class IdentityInstance(ModelInstance):
         self.inputs = [t.name for t in ctx.config.inputs]
         self.outputs = [t.name for t in ctx.config.outputs]
         self.decoupled = ctx.config.decoupled
-        self.inline_execution = params.get("inline_execution", "false") == "true"
 
     def _answer(self, request: InferenceRequest) -> InferenceResponse:
         if self.fail_value is not None and request.inputs:
