@@ -577,9 +577,10 @@ def test_system_shared_memory_on_the_fast_path(shm_servers: tuple[str, str]) -> 
     assert answers[0] == answers[1]
 
 
-def test_tritonclient_sync_and_aio_requests_take_the_fast_path(url: str) -> None:
-    """``tritonclient.http`` answers are read by the client; here its request bytes, sent on
-    a raw connection, show which path they take."""
+def test_tritonclient_headers_take_the_fast_path(url: str) -> None:
+    """The header fields tritonclient.http (geventhttpclient) and tritonclient.http.aio
+    (aiohttp) send, on a raw connection where the answer shows the path; then the real
+    synchronous client, answered right with and without binary outputs."""
     for data in (CASES["binary in, binary out"], CASES["json"]):
         with Raw(url) as conn:
             conn.send(
