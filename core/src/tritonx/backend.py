@@ -6,7 +6,10 @@ The contract:
 * Everything a backend does is **synchronous**. The core calls ``load``, ``execute`` and
   ``unload`` from a worker thread dedicated to that instance, so an instance never sees two
   concurrent ``execute`` calls and needs no locks. Frameworks that release the GIL (ONNX
-  Runtime, libtorch, TensorRT, OpenVINO) run instances truly in parallel.
+  Runtime, libtorch, TensorRT, OpenVINO) run instances truly in parallel. Two opt-ins save
+  the thread hand-offs: ``inline_execution`` (short executions may run on the event loop)
+  and ``async_execution`` (an instance that runs its work elsewhere, e.g. in a process,
+  starts batches from the loop with ``execute_async`` and answers through a loop future).
 * ``execute`` receives 1..N requests and returns exactly one response per request, in order.
   With ``max_batch_size > 0`` the core's scheduler may hand several requests at once (never
   more batch items than ``max_batch_size`` in total); ``tritonx.concat_inputs`` and
@@ -27,6 +30,7 @@ The contract:
 from __future__ import annotations
 
 import abc
+import asyncio
 import logging
 import threading
 import time
@@ -169,7 +173,8 @@ class AutoCompleteContext:
 class ModelInstance(abc.ABC):
     """One loaded instance of a model version: ``execute`` is never called twice at once,
     from its own worker thread (or, with :attr:`inline_execution`, also from the server's
-    event loop)."""
+    event loop; with :attr:`async_execution` batches may also start on the loop through
+    :meth:`execute_async`, never while ``execute`` runs)."""
 
     #: True when ``execute`` may also run on the server's event-loop thread: it holds no
     #: thread-bound state and neither blocks on I/O nor waits for other threads. Then, for
@@ -177,12 +182,30 @@ class ModelInstance(abc.ABC):
     #: them on the loop and saves two thread hand-offs per batch (onnxruntime does).
     inline_execution: bool = False
 
+    #: True when :meth:`execute_async` is implemented: the instance runs a batch elsewhere
+    #: (e.g. in a worker process) and only needs the event loop to start it and to collect
+    #: the answer. Then, for a non-decoupled model whose queue forms batches at once (no
+    #: queue delay, priorities or queue policy, no rate limiter), the scheduler starts its
+    #: batches on the loop and no instance thread is woken per batch (the python backend's
+    #: worker processes do). ``execute`` must still work: the instance's thread uses it when
+    #: the loop cannot (the instance was not ready, or requests were queued already).
+    async_execution: bool = False
+
     @abc.abstractmethod
     def execute(self, requests: Sequence[InferenceRequest]) -> Sequence[InferenceResponse] | None:
         """Run ``requests`` and return one response per request, in order.
 
         Decoupled models return ``None`` and answer through ``request.response_sender``.
         """
+
+    def execute_async(
+        self, requests: Sequence[InferenceRequest]
+    ) -> asyncio.Future[Sequence[InferenceResponse] | None]:
+        """Start running ``requests`` and return a future of the running event loop that gets
+        one response per request, in order (or the exception that fails them all, as from
+        ``execute``). Called on the event loop, only when :attr:`async_execution` is True,
+        never while another execution of this instance runs; it must not block."""
+        raise NotImplementedError(f"{type(self).__name__} has no execute_async")
 
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the instance's resources. Called once, after the last ``execute``."""

@@ -14,14 +14,23 @@ recent executions averaged under the limit and nothing is queued, requests are h
 loop until the end of its current round and their batches run there, on an idle instance
 (its lock keeps its thread out meanwhile); what cannot run so goes to the queue as before.
 Batches are the ones the queue would form of requests that arrived together.
+
+**Asynchronous instances** (:attr:`~tritonx.backend.ModelInstance.async_execution`, e.g. a
+python model's worker process): with the same queue conditions (and no decoupled model),
+requests wait on the loop and each batch starts there on an idle instance through
+``execute_async``; its answer comes back as a loop callback, which starts the next batch.
+No instance thread is woken; what the loop cannot start (no instance ready and none
+running) goes to the queue and the threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -155,6 +164,16 @@ class InstanceScheduler:
         #: average execution time (ns) and executions measured
         self._exec_ns = 0.0
         self._exec_count = 0
+        #: batches start on the loop through ``execute_async`` (set at start)
+        self._async = False
+        #: requests waiting on the loop for an instance (asynchronous instances)
+        self._waiting: deque[Pending] = deque()
+        #: a dispatch of the waiting requests is due at the end of the loop's round
+        self._dispatching = False
+        #: batches started through ``execute_async`` and not answered yet
+        self._async_running = 0
+        #: requests the first waiting batch is formed from
+        self._window = max(1, int(config.max_batch_size))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -186,17 +205,25 @@ class InstanceScheduler:
             instance is not None and type(instance).is_ready is ModelInstance.is_ready
             for instance in self.instances
         )
-        self._inline = (
-            self._inline_limit_ns > 0
+        active = [
+            instance
+            for instance, passive in zip(self.instances, self.passive, strict=True)
+            if not passive
+        ]
+        immediate = (
+            bool(active)
             and not self.decoupled
             and not self.rate_limiter.enabled
             and self.batcher.immediate
-            and not all(self.passive)
-            and all(
-                instance is not None and instance.inline_execution
-                for instance, passive in zip(self.instances, self.passive, strict=True)
-                if not passive
-            )
+        )
+        self._async = immediate and all(
+            instance is not None and instance.async_execution for instance in active
+        )
+        self._inline = (
+            immediate
+            and not self._async
+            and self._inline_limit_ns > 0
+            and all(instance is not None and instance.inline_execution for instance in active)
         )
 
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
@@ -221,6 +248,8 @@ class InstanceScheduler:
         self._steady = False
         active = sum(1 for p in self.passive if not p)
         left = self.batcher.stop(active)
+        left.extend(self._waiting)
+        self._waiting.clear()
         if left and self._loop is not None:
             error = TritonXError("Server exiting", Code.UNAVAILABLE)
             for pending in left:
@@ -248,7 +277,7 @@ class InstanceScheduler:
     @property
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (``nv_inference_pending_request_count``)."""
-        return self.batcher.pending_count
+        return self.batcher.pending_count + len(self._waiting)
 
     def is_ready(self) -> bool:
         """Every instance loaded, and at least one that takes requests ready (the others may
@@ -280,7 +309,12 @@ class InstanceScheduler:
         assert self._loop is not None
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
         pending = Pending(request, future, self._seq)
-        if (
+        if self._async and not self.batcher.pending_count:
+            self._waiting.append(pending)
+            if not self._dispatching:
+                self._dispatching = True
+                self._loop.call_soon(self._dispatch)
+        elif (
             self._inline
             and self._exec_count >= INLINE_WARMUP
             and self._exec_ns <= self._inline_limit_ns
@@ -413,6 +447,90 @@ class InstanceScheduler:
                 self._busy[index] = False
                 self._locks[index].release()
 
+    def _dispatch(self) -> None:
+        """Start the waiting requests' batches on idle instances (asynchronous instances); when
+        none is idle and none is running, hand them to the queue and the threads."""
+        self._dispatching = False
+        waiting = self._waiting
+        if self._stopping.is_set():  # stop() has failed the queued ones: these too
+            error = TritonXError("Server exiting", Code.UNAVAILABLE)
+            while waiting:
+                self._reject(waiting.popleft(), error)
+            return
+        while waiting:
+            index = self._claim()
+            if index < 0:
+                break
+            first = [waiting[at] for at in range(min(len(waiting), self._window))]
+            try:
+                batch = self.batcher.split(first)[0]
+            except Exception:  # a bug: the instance threads take them as always
+                log.exception("forming a batch of %s failed", self.config.name)
+                self._locks[index].release()
+                break
+            for _ in batch:
+                waiting.popleft()
+            self._start_async(index, batch)
+        if waiting and not self._async_running:  # nothing will come back for them
+            left = list(waiting)
+            waiting.clear()
+            self._queue_all([left])
+
+    def _start_async(self, index: int, batch: list[Pending]) -> None:
+        """Start ``batch`` on instance ``index`` (claimed) through ``execute_async``."""
+        if any(p.request.cancelled for p in batch):  # cancelled while waiting
+            batch = self._drop_cancelled(batch)
+            if not batch:
+                self._locks[index].release()
+                return
+        instance = self.instances[index]
+        assert instance is not None
+        self._busy[index] = True
+        self._async_running += 1
+        start = time.perf_counter_ns()
+        try:
+            future = instance.execute_async([p.request for p in batch])
+        except BaseException as exc:
+            self._async_done(index, batch, start, None, TritonXError.wrap(exc))
+            return
+        future.add_done_callback(functools.partial(self._collect, index, batch, start))
+
+    def _collect(
+        self,
+        index: int,
+        batch: list[Pending],
+        start: int,
+        future: asyncio.Future[Sequence[InferenceResponse] | None],
+    ) -> None:
+        if future.cancelled():
+            self._async_done(index, batch, start, None, cancelled_error())
+            return
+        exc = future.exception()
+        if exc is not None:
+            self._async_done(index, batch, start, None, TritonXError.wrap(exc))
+        else:
+            self._async_done(index, batch, start, future.result(), None)
+
+    def _async_done(
+        self,
+        index: int,
+        batch: list[Pending],
+        start: int,
+        responses: Sequence[InferenceResponse] | None,
+        error: TritonXError | None,
+    ) -> None:
+        """An asynchronous batch is over: free its instance, answer it, start the next."""
+        end = time.perf_counter_ns()
+        self._busy[index] = False
+        self._async_running -= 1
+        self._locks[index].release()
+        try:
+            self._complete(batch, responses, error, (start, start, end, end), _call_now)
+        except Exception as exc:
+            self._fail_batch(batch, exc)
+        if self._waiting and not self._dispatching:
+            self._dispatch()
+
     def _claim(self) -> int:
         """The index of an idle, ready instance, its lock taken; -1 when none is."""
         for index, lock in enumerate(self._locks):
@@ -484,7 +602,11 @@ class InstanceScheduler:
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
         try:
-            instance.unload()
+            if not self.passive[index]:
+                with self._locks[index]:  # an asynchronous batch may still be running on it
+                    instance.unload()
+            else:
+                instance.unload()
         except Exception:
             log.exception("unloading instance %s of %s failed", ctx.instance.name, ctx.model_name)
         self.instances[index] = None
@@ -501,7 +623,18 @@ class InstanceScheduler:
                 return
             requests = [p.request for p in batch]
         responses, error, times = run_execute(instance, requests)
-        assert self._loop is not None
+        self._complete(batch, responses, error, times, post)
+
+    def _complete(
+        self,
+        batch: list[Pending],
+        responses: Sequence[InferenceResponse] | None,
+        error: TritonXError | None,
+        times: Times,
+        post: Callable[..., object],
+    ) -> None:
+        """Hand an execution's responses (or its error) back through ``post``."""
+        requests = [p.request for p in batch]
         if self.decoupled:
             if error is not None:
                 for request in requests:
