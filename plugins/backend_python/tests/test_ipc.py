@@ -8,6 +8,10 @@ from __future__ import annotations
 import gc
 import glob
 import os
+import socket
+import struct
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -116,3 +120,61 @@ def test_a_segment_name_that_is_not_a_plain_file_name_is_refused(tmp_path: Path,
     with pytest.raises(ValueError, match="invalid shared-memory segment name"):
         _ipc.unlink_segment(name)
     assert victim.read_bytes() == b"\0" * 4096
+
+
+# ---------------------------------------------------------------------- the data channel
+
+
+@pytest.fixture
+def channels() -> Iterator[tuple[_ipc.Channel, _ipc.Channel]]:
+    """Both ends of a socket pair; the first one non-blocking (as an event loop that watches
+    a duplicate of the worker's data socket leaves it)."""
+    a, b = socket.socketpair()
+    os.set_blocking(a.fileno(), False)
+    ours, theirs = _ipc.Channel(a.detach()), _ipc.Channel(b.detach())
+    yield ours, theirs
+    ours.close()
+    theirs.close()
+
+
+def test_a_non_blocking_channel_still_sends_and_receives_whole_messages(
+    channels: tuple[_ipc.Channel, _ipc.Channel],
+) -> None:
+    """A message larger than the socket's buffer leaves in parts while the peer reads
+    slowly, and a read waits for a message sent later (the instance thread's path)."""
+    ours, theirs = channels
+    big = os.urandom(3 << 20)
+
+    def peer() -> None:
+        assert theirs.recv_bytes() == big
+        time.sleep(0.2)
+        theirs.send_bytes(b"later")
+
+    thread = threading.Thread(target=peer)
+    thread.start()
+    ours.send_bytes(big)
+    assert ours.recv_bytes() == b"later"
+    thread.join()
+
+
+def test_recv_ready_returns_a_message_only_once_it_is_complete(
+    channels: tuple[_ipc.Channel, _ipc.Channel],
+) -> None:
+    """The event loop's read: None while a message is incomplete (its bytes kept), the
+    message once the rest arrived, the next one kept for later; EOFError when the peer is
+    gone."""
+    ours, theirs = channels
+    assert ours.recv_ready() is None
+    whole = struct.pack("!I", 5) + b"hello" + struct.pack("!I", 3) + b"abc"
+    with socket.socket(fileno=os.dup(theirs.fileno())) as raw:
+        raw.sendall(whole[:2])
+        assert ours.recv_ready() is None
+        raw.sendall(whole[2:6])
+        assert ours.recv_ready() is None
+        raw.sendall(whole[6:])
+    assert ours.recv_ready() == b"hello"
+    assert ours.recv_ready() == b"abc"
+    assert ours.recv_ready() is None
+    theirs.close()
+    with pytest.raises(EOFError):
+        ours.recv_ready()

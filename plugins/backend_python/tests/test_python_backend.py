@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from prometheus_client import generate_latest
 
 from tritonx import InferenceRequest, Server, TritonXError
 from tritonx.errors import Code
@@ -230,6 +231,33 @@ async def test_finalize_and_logger(server: Server, caplog) -> None:
     assert any("add_sub finalized" in r.getMessage() for r in caplog.records)
     await server.load_model("add_sub")
     assert server.model_ready("add_sub")
+
+
+@BOTH_MODES
+async def test_logs_and_metrics_of_execute_are_handled_before_its_response(
+    server: Server, add_model, caplog, mode: str
+) -> None:
+    """A worker's logs and metric updates travel on its control socket, its answer on the
+    data socket: each response (read on the event loop) waits until everything the worker
+    sent before it is handled, so a client never sees a response before its side effects."""
+    caplog.set_level(logging.INFO)
+    add_model(
+        "chatty",
+        "chatty",
+        max_batch_size=4,
+        inputs=[("VALUE", "INT32", [1])],
+        outputs=[("OUT", "INT32", [1])],
+    )
+    await server.load_model("chatty")
+    for tag in range(5):
+        response = await server.infer(
+            InferenceRequest("chatty", {"VALUE": np.array([[tag]], np.int32)})
+        )
+        assert int(response.outputs["OUT"][0, 0]) == tag
+        lines = [r for r in caplog.records if f"chatty request {tag} line" in r.getMessage()]
+        assert len(lines) == 200, f"request {tag}: {len(lines)} of its 200 lines handled"
+        metrics = generate_latest(server.dataplane.metrics_registry).decode()
+        assert f'chatty_lines_custom{{model="chatty"}} {200 * (tag + 1)}.0' in metrics
 
 
 # ---------------------------------------------------------------------- decoupled

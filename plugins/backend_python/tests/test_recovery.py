@@ -317,10 +317,11 @@ async def test_other_instances_serve_while_one_restarts(
     restarted = starts(state)[2][1]
 
     def both_back() -> bool:
-        return {int((state / f"pair_{i}.pid").read_text()) for i in (0, 1)} == {
-            survivor,
-            restarted,
-        }
+        try:
+            pids = {int((state / f"pair_{i}.pid").read_text()) for i in (0, 1)}
+        except ValueError:  # a worker is writing its pid file right now
+            return False
+        return pids == {survivor, restarted}
 
     await eventually(both_back)
     (state / "slow_initialize").unlink()

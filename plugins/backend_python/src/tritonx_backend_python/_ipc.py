@@ -156,7 +156,9 @@ class Channel:
     a message is one ``write`` and, when small, one ``read`` (what arrives beyond it is kept
     for the next :meth:`recv_bytes`). One thread sends and one receives at a time.
 
-    The worker's data socket: each request is one write and one read each way.
+    The worker's data socket: each request is one write and one read each way. Works on a
+    blocking or a non-blocking socket (an event loop watching a duplicate of the descriptor
+    makes it non-blocking); :meth:`recv_ready` is the event loop's non-blocking read.
     """
 
     def __init__(self, fd: int) -> None:
@@ -173,7 +175,10 @@ class Channel:
             raise OSError("the channel is closed")
         view = memoryview(_LENGTH.pack(len(data)) + data)
         while view:
-            view = view[os.write(self._fd, view) :]
+            try:
+                view = view[os.write(self._fd, view) :]
+            except BlockingIOError:  # a non-blocking socket whose buffer is full
+                select.select([], [self._fd], [])
 
     def poll(self, timeout: float | None = None) -> bool:
         """Whether a message (or the end) can be read within ``timeout`` seconds."""
@@ -185,10 +190,15 @@ class Channel:
         return bool(ready)
 
     def _read(self) -> bytes:
-        chunk = os.read(self._fd, 1 << 16)
-        if not chunk:
-            raise EOFError("the peer closed the channel")
-        return chunk
+        while True:
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:  # a non-blocking socket: wait for the bytes
+                select.select([self._fd], [], [])
+                continue
+            if not chunk:
+                raise EOFError("the peer closed the channel")
+            return chunk
 
     def recv_bytes(self) -> bytes:
         """The next message. :raises EOFError: the peer is gone."""
@@ -209,6 +219,31 @@ class Channel:
             buffer = b"".join(parts)
         self._buffer = buffer[end:]
         return buffer[4:end]
+
+    def recv_ready(self) -> bytes | None:
+        """The next message if the bytes that can be read without waiting complete it, else
+        None (what arrived is kept: call again when the socket is readable).
+
+        :raises EOFError: the peer is gone.
+        """
+        if self._fd < 0:
+            raise OSError("the channel is closed")
+        buffer = self._buffer
+        while True:
+            if len(buffer) >= 4:
+                end = 4 + _LENGTH.unpack_from(buffer)[0]
+                if len(buffer) >= end:
+                    self._buffer = buffer[end:]
+                    return buffer[4:end]
+            try:
+                chunk = os.read(self._fd, 1 << 16)
+            except BlockingIOError:
+                self._buffer = buffer
+                return None
+            if not chunk:
+                self._buffer = buffer
+                raise EOFError("the peer closed the channel")
+            buffer = buffer + chunk if buffer else chunk
 
     def close(self) -> None:
         """Close the socket."""

@@ -177,17 +177,33 @@ class WorkerLink:
         try:
             if timeout is not None and not data.poll(timeout):
                 return None
-            message = m.loads(data.recv_bytes())
+            done = self.done_message(data.recv_bytes())
         except (EOFError, OSError, ValueError):
             return future.result(30.0)  # the reader fails it once it has seen the worker go
-        assert type(message) is m.Done
+        if not self.caught_up(done):
+            self.wait_caught_up(done)
+        return done
+
+    def done_message(self, data: bytes) -> m.Done:
+        """The :class:`~messages.Done` read from the data socket.
+
+        :raises ValueError: it is something else.
+        """
+        message = m.loads(data)
+        if type(message) is not m.Done:
+            raise ValueError(f"expected the answer to a batch, got {type(message).__name__}")
         self.served = True
-        if self._dispatched < message.sent:  # its logs / metric updates are not handled yet
-            with self._dispatch_cond:
-                self._dispatch_cond.wait_for(
-                    lambda: self._dispatched >= message.sent or self.gone, 5.0
-                )
         return message
+
+    def caught_up(self, done: m.Done) -> bool:
+        """Whether the control messages the worker sent before ``done`` (logs, metric
+        updates) are handled."""
+        return self._dispatched >= done.sent
+
+    def wait_caught_up(self, done: m.Done) -> None:
+        """Wait (up to 5 s) until :meth:`caught_up` or the worker is gone."""
+        with self._dispatch_cond:
+            self._dispatch_cond.wait_for(lambda: self._dispatched >= done.sent or self.gone, 5.0)
 
     def finish(self, batch_id: int, keys: Sequence[int], failed: bool) -> None:
         """The batch ``batch_id`` is over (``failed``: its decoupled requests are closed)."""

@@ -11,11 +11,13 @@ serving.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
 import json
 import logging
 import math
+import os
 import threading
 import time
 import weakref
@@ -30,6 +32,7 @@ from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import InferenceRequest, InferenceResponse
 from tritonx_backend_python import _ipc
 from tritonx_backend_python import messages as m
+from tritonx_backend_python._ipc import Channel
 from tritonx_backend_python.bridge import ServerBridge
 from tritonx_backend_python.convert import (
     OutputCheck,
@@ -129,6 +132,13 @@ class WorkerInstance(ModelInstance):
         self._failures = 0
         self._reason = ""
         self._wake = threading.Event()
+        #: batches start from the event loop, which reads their answers itself (not for
+        #: decoupled models, whose answers come through the control socket, nor with an
+        #: execution timeout, which a thread enforces)
+        self.async_execution = not self.decoupled and self.exec_timeout is None
+        #: the loop's own handle on the serving worker's data socket (a duplicate: the
+        #: link's reader thread closes the original when the worker dies)
+        self._loop_channel: tuple[WorkerLink, Channel] | None = None
         link = self._start()
         if not self._install(link):
             raise TritonXError(
@@ -314,6 +324,80 @@ class WorkerInstance(ModelInstance):
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse] | None:
         """Hand the batch to the worker and wait for its answer."""
         link = self._usable()
+        batch_id, keys, future = self._send(link, requests)
+        failed = True
+        try:
+            try:
+                done = self._wait(link, future)
+                failed = done.error is not None
+            except TritonXError as exc:  # shared by every request the worker had: a copy
+                raise TritonXError(exc.message, exc.code) from None
+        finally:
+            link.finish(batch_id, keys, failed)
+        return self._responses(done, requests)
+
+    def execute_async(
+        self, requests: Sequence[InferenceRequest]
+    ) -> asyncio.Future[Sequence[InferenceResponse] | None]:
+        """Hand the batch to the worker from the event loop; the loop reads the answer when
+        the data socket becomes readable (no thread in between)."""
+        loop = asyncio.get_running_loop()
+        link = self._link
+        if link is None:
+            raise not_healthy(self.name)
+        channel = self._channel_for(link)
+        batch_id, keys, future = self._send(link, requests)
+        result: asyncio.Future[Sequence[InferenceResponse] | None] = loop.create_future()
+        fd = channel.fileno()
+
+        def settle(done: m.Done | None, error: BaseException | None) -> None:
+            link.finish(
+                batch_id, keys, error is not None or (done is not None and done.error is not None)
+            )
+            if result.done():
+                return
+            if error is not None:
+                if isinstance(error, TritonXError):  # shared by every request in flight
+                    error = TritonXError(error.message, error.code)
+                result.set_exception(error)
+                return
+            assert done is not None
+            try:
+                result.set_result(self._responses(done, requests))
+            except Exception as exc:
+                result.set_exception(exc)
+
+        def gone(worker_future: asyncio.Future[m.Done]) -> None:
+            exc = worker_future.exception() if not worker_future.cancelled() else None
+            settle(None, exc or not_healthy(self.name))
+
+        def answered() -> None:
+            try:
+                data = channel.recv_ready()
+                if data is None:  # the rest of the answer is on its way
+                    return
+                loop.remove_reader(fd)
+                done = link.done_message(data)
+            except (EOFError, OSError, ValueError):
+                loop.remove_reader(fd)
+                self._drop_channel(link)
+                # the link's reader thread fails the batch once it has seen the worker go
+                asyncio.wrap_future(future, loop=loop).add_done_callback(gone)
+                return
+            if link.caught_up(done):
+                settle(done, None)
+                return
+            # logs / metric updates sent before the answer are not handled yet: wait for them
+            waited = loop.run_in_executor(None, link.wait_caught_up, done)
+            waited.add_done_callback(lambda _: settle(done, None))
+
+        loop.add_reader(fd, answered)
+        return result
+
+    def _send(
+        self, link: WorkerLink, requests: Sequence[InferenceRequest]
+    ) -> tuple[int, list[int], concurrent.futures.Future[m.Done]]:
+        """Send the batch to the worker: its id, its requests' keys and its future."""
         tensors: list[tuple[m.BatchKey, np.ndarray, str]] = []
         metas: list[m.RequestMeta] = []
         keys: list[int] = []
@@ -336,22 +420,20 @@ class WorkerInstance(ModelInstance):
             )
         segment, descs = _ipc.pack_tensors(tensors, link.writer)
         batch_id = keys[0]
-        failed = True
         try:
-            try:
-                future = link.submit(
-                    m.Execute(batch_id, segment, descs, metas), requests, keys, self.decoupled
-                )
-            except TritonXError:  # the worker is gone already: nobody reads the segment
-                if segment is not None:
-                    _ipc.unlink_segment(segment)
-                raise
-            done = self._wait(link, future)
-            failed = done.error is not None
-        except TritonXError as exc:  # shared by every request the worker had: raise a copy
+            future = link.submit(
+                m.Execute(batch_id, segment, descs, metas), requests, keys, self.decoupled
+            )
+        except TritonXError as exc:  # the worker is gone already: nobody reads the segment
+            if segment is not None:
+                _ipc.unlink_segment(segment)
             raise TritonXError(exc.message, exc.code) from None
-        finally:
-            link.finish(batch_id, keys, failed)
+        return batch_id, keys, future
+
+    def _responses(
+        self, done: m.Done, requests: Sequence[InferenceRequest]
+    ) -> list[InferenceResponse] | None:
+        """The core's responses from the worker's answer to ``requests``."""
         if done.error is not None:
             raise TritonXError(done.error, Code.INTERNAL)
         if done.responses is None:
@@ -373,6 +455,25 @@ class WorkerInstance(ModelInstance):
                 continue
             responses.append(InferenceResponse(outputs=checked, parameters=parameters_of(params)))
         return responses
+
+    def _channel_for(self, link: WorkerLink) -> Channel:
+        """The loop's duplicate of ``link``'s data socket (made once per worker)."""
+        held = self._loop_channel
+        if held is not None and held[0] is link:
+            return held[1]
+        if held is not None:
+            held[1].close()
+        fd = os.dup(link.proc.data.fileno())
+        os.set_blocking(fd, False)  # (the link's descriptor too: its Channel copes with that)
+        channel = Channel(fd)
+        self._loop_channel = (link, channel)
+        return channel
+
+    def _drop_channel(self, link: WorkerLink | None = None) -> None:
+        held = self._loop_channel
+        if held is not None and (link is None or held[0] is link):
+            self._loop_channel = None
+            held[1].close()
 
     def _wait(self, link: WorkerLink, future: concurrent.futures.Future[m.Done]) -> m.Done:
         """The batch's answer (a decoupled model's comes through the link's reader thread,
@@ -422,6 +523,7 @@ class WorkerInstance(ModelInstance):
             restarter.join(self.timeout + 5)
         with self._cond:
             link, self._link = self._link, None
+        self._drop_channel()
         if link is None:
             return
         if not link.gone:
