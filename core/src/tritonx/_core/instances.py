@@ -39,6 +39,7 @@ from tritonx._core.batcher import (
     CANCELED,
     REJECTED,
     Batcher,
+    DirectQueue,
     Pending,
     Reject,
     cancelled_error,
@@ -174,6 +175,9 @@ class InstanceScheduler:
         self._async_running = 0
         #: requests the first waiting batch is formed from
         self._window = max(1, int(config.max_batch_size))
+        #: each batch is one request (the direct queue): nothing is gained by waiting for the
+        #: end of the loop's round to start it
+        self._singles = isinstance(self.batcher, DirectQueue)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -309,9 +313,12 @@ class InstanceScheduler:
         assert self._loop is not None
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
         pending = Pending(request, future, self._seq)
+        start_now = False
         if self._async and not self.batcher.pending_count:
             self._waiting.append(pending)
-            if not self._dispatching:
+            if self._singles:
+                start_now = True
+            elif not self._dispatching:
                 self._dispatching = True
                 self._loop.call_soon(self._dispatch)
         elif (
@@ -330,6 +337,8 @@ class InstanceScheduler:
         self._seq += 1
         self._track()
         future.add_done_callback(self._untrack)
+        if start_now:
+            self._dispatch()
         return future
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
@@ -449,7 +458,9 @@ class InstanceScheduler:
 
     def _dispatch(self) -> None:
         """Start the waiting requests' batches on idle instances (asynchronous instances); when
-        none is idle and none is running, hand them to the queue and the threads."""
+        none is idle and none is running, hand them to the queue and the threads. (At the end
+        of the loop's round, so that requests arriving together are batched together; at once
+        for the direct queue.)"""
         self._dispatching = False
         waiting = self._waiting
         if self._stopping.is_set():  # stop() has failed the queued ones: these too
@@ -519,17 +530,18 @@ class InstanceScheduler:
         responses: Sequence[InferenceResponse] | None,
         error: TritonXError | None,
     ) -> None:
-        """An asynchronous batch is over: free its instance, answer it, start the next."""
+        """An asynchronous batch is over: free its instance, start the next batch (so the
+        instance works while the loop answers this one), answer it."""
         end = time.perf_counter_ns()
         self._busy[index] = False
         self._async_running -= 1
         self._locks[index].release()
+        if self._waiting and not self._dispatching:
+            self._dispatch()
         try:
             self._complete(batch, responses, error, (start, start, end, end), _call_now)
         except Exception as exc:
             self._fail_batch(batch, exc)
-        if self._waiting and not self._dispatching:
-            self._dispatch()
 
     def _claim(self) -> int:
         """The index of an idle, ready instance, its lock taken; -1 when none is."""

@@ -21,7 +21,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +84,59 @@ def backoff(failures: int) -> float:
     return min(FIRST_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
 
 
+class LoopReader:
+    """The event loop's watch on one worker's data socket: a duplicate of its descriptor
+    (the link's threads close the original when the worker dies), non-blocking, registered
+    with the loop once and read for the batch in flight.
+
+    When the socket becomes readable with no batch of the loop in flight (the answer to a
+    batch the instance thread sent, which that thread reads, or the worker's end), the loop
+    stops watching until its next batch.
+    """
+
+    def __init__(self, link: WorkerLink, loop: asyncio.AbstractEventLoop) -> None:
+        self.link = link
+        self.loop = loop
+        fd = os.dup(link.proc.data.fileno())
+        os.set_blocking(fd, False)  # (the link's descriptor too: its Channel copes with that)
+        self.channel = Channel(fd)
+        #: called when the socket is readable while the loop's batch is in flight
+        self.answer: Callable[[], None] | None = None
+        self._watching = False
+
+    def expect(self, answer: Callable[[], None]) -> None:
+        """Call ``answer`` on the loop whenever the socket is readable, until it clears
+        :attr:`answer`."""
+        self.answer = answer
+        if not self._watching:
+            self.loop.add_reader(self.channel.fileno(), self._readable)
+            self._watching = True
+
+    def _readable(self) -> None:
+        answer = self.answer
+        if answer is None:
+            self._unwatch()
+            return
+        answer()
+
+    def _unwatch(self) -> None:
+        if self._watching:
+            self._watching = False
+            self.loop.remove_reader(self.channel.fileno())
+
+    def close(self) -> None:
+        """Stop watching and close the duplicate (on the loop)."""
+        self._unwatch()
+        self.channel.close()
+
+    def close_threadsafe(self) -> None:
+        """:meth:`close` from another thread."""
+        try:
+            self.loop.call_soon_threadsafe(self.close)
+        except RuntimeError:  # the loop is closed: nothing watches the descriptor any more
+            self.channel.close()
+
+
 class WorkerInstance(ModelInstance):
     """A model instance living in its own worker process, restarted when that process dies.
 
@@ -136,9 +189,8 @@ class WorkerInstance(ModelInstance):
         #: decoupled models, whose answers come through the control socket, nor with an
         #: execution timeout, which a thread enforces)
         self.async_execution = not self.decoupled and self.exec_timeout is None
-        #: the loop's own handle on the serving worker's data socket (a duplicate: the
-        #: link's reader thread closes the original when the worker dies)
-        self._loop_channel: tuple[WorkerLink, Channel] | None = None
+        #: the event loop's reader of the serving worker's data socket
+        self._loop_reader: LoopReader | None = None
         link = self._start()
         if not self._install(link):
             raise TritonXError(
@@ -345,10 +397,9 @@ class WorkerInstance(ModelInstance):
         link = self._link
         if link is None:
             raise not_healthy(self.name)
-        channel = self._channel_for(link)
+        reader = self._reader_for(link, loop)
         batch_id, keys, future = self._send(link, requests)
         result: asyncio.Future[Sequence[InferenceResponse] | None] = loop.create_future()
-        fd = channel.fileno()
 
         def settle(done: m.Done | None, error: BaseException | None) -> None:
             link.finish(
@@ -373,14 +424,14 @@ class WorkerInstance(ModelInstance):
 
         def answered() -> None:
             try:
-                data = channel.recv_ready()
+                data = reader.channel.recv_ready()
                 if data is None:  # the rest of the answer is on its way
                     return
-                loop.remove_reader(fd)
+                reader.answer = None
                 done = link.done_message(data)
             except (EOFError, OSError, ValueError):
-                loop.remove_reader(fd)
-                self._drop_channel(link)
+                reader.answer = None
+                self._drop_reader(reader)
                 # the link's reader thread fails the batch once it has seen the worker go
                 asyncio.wrap_future(future, loop=loop).add_done_callback(gone)
                 return
@@ -391,7 +442,7 @@ class WorkerInstance(ModelInstance):
             waited = loop.run_in_executor(None, link.wait_caught_up, done)
             waited.add_done_callback(lambda _: settle(done, None))
 
-        loop.add_reader(fd, answered)
+        reader.expect(answered)
         return result
 
     def _send(
@@ -456,24 +507,20 @@ class WorkerInstance(ModelInstance):
             responses.append(InferenceResponse(outputs=checked, parameters=parameters_of(params)))
         return responses
 
-    def _channel_for(self, link: WorkerLink) -> Channel:
-        """The loop's duplicate of ``link``'s data socket (made once per worker)."""
-        held = self._loop_channel
-        if held is not None and held[0] is link:
-            return held[1]
+    def _reader_for(self, link: WorkerLink, loop: asyncio.AbstractEventLoop) -> LoopReader:
+        """The loop's reader of ``link``'s data socket (one per worker; on the loop)."""
+        held = self._loop_reader
+        if held is not None and held.link is link:
+            return held
         if held is not None:
-            held[1].close()
-        fd = os.dup(link.proc.data.fileno())
-        os.set_blocking(fd, False)  # (the link's descriptor too: its Channel copes with that)
-        channel = Channel(fd)
-        self._loop_channel = (link, channel)
-        return channel
+            held.close()
+        self._loop_reader = LoopReader(link, loop)
+        return self._loop_reader
 
-    def _drop_channel(self, link: WorkerLink | None = None) -> None:
-        held = self._loop_channel
-        if held is not None and (link is None or held[0] is link):
-            self._loop_channel = None
-            held[1].close()
+    def _drop_reader(self, reader: LoopReader) -> None:
+        if self._loop_reader is reader:
+            self._loop_reader = None
+        reader.close()
 
     def _wait(self, link: WorkerLink, future: concurrent.futures.Future[m.Done]) -> m.Done:
         """The batch's answer (a decoupled model's comes through the link's reader thread,
@@ -523,7 +570,9 @@ class WorkerInstance(ModelInstance):
             restarter.join(self.timeout + 5)
         with self._cond:
             link, self._link = self._link, None
-        self._drop_channel()
+        reader, self._loop_reader = self._loop_reader, None
+        if reader is not None:  # (on the instance thread: the loop closes it)
+            reader.close_threadsafe()
         if link is None:
             return
         if not link.gone:
