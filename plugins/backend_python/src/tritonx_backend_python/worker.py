@@ -429,9 +429,16 @@ class WorkerInstance(ModelInstance):
                     return
                 reader.answer = None
                 done = link.done_message(data)
-            except (EOFError, OSError, ValueError):
+            except (EOFError, OSError, ValueError) as exc:
                 reader.answer = None
                 self._drop_reader(reader)
+                if not isinstance(exc, EOFError):  # the socket broke, or garbage on it: end it
+                    error = TritonXError(
+                        f"Stub process '{self.name}' is not healthy: its answer could not be "
+                        f"read ({exc})",
+                        Code.INTERNAL,
+                    )
+                    link.abort(error, f"its answer could not be read ({exc})")
                 # the link's reader thread fails the batch once it has seen the worker go
                 asyncio.wrap_future(future, loop=loop).add_done_callback(gone)
                 return
