@@ -200,10 +200,13 @@ async def test_what_keeps_to_the_instance_threads(
 async def test_the_limit_is_on_the_average_execution_time(
     model_repository: ModelRepositoryBuilder,
 ) -> None:
-    """Executions of ~30 us: on the loop under a 5 ms limit, never under a 20 us one."""
+    """Executions of ~30 us: on the loop under a 50 ms limit, never under a 20 us one. (The
+    warm-up runs on the instance thread, where one execution may also wait for the GIL for a
+    switch interval, 5 ms: the generous limit and the longer run keep such an outlier from
+    deciding the average.)"""
     model(model_repository, "m", delay_us="30")
-    async with server(model_repository, inline_execution_us=5000) as srv:
-        await one_by_one(srv, "m", range(3 * WARMUP))
+    async with server(model_repository, inline_execution_us=50_000) as srv:
+        await one_by_one(srv, "m", range(4 * WARMUP))
     assert [inline for inline, _ in executions("m")][-4:] == [True] * 4
     Probe.log.clear()
     async with server(model_repository, inline_execution_us=20) as srv:

@@ -432,7 +432,7 @@ class WorkerInstance(ModelInstance):
             except (EOFError, OSError, ValueError) as exc:
                 reader.answer = None
                 self._drop_reader(reader)
-                if not isinstance(exc, EOFError):  # the socket broke, or garbage on it: end it
+                if not isinstance(exc, (EOFError, ConnectionError)):  # garbage on it: end it
                     error = TritonXError(
                         f"Stub process '{self.name}' is not healthy: its answer could not be "
                         f"read ({exc})",
