@@ -651,6 +651,33 @@ def test_without_a_header_timeout_a_request_in_parts_goes_to_aiohttp(
         thread.stop()
 
 
+def test_a_fast_request_whose_body_stalls_gets_the_body_timeout(
+    shared_repository: ModelRepositoryBuilder,
+) -> None:
+    """A fast request's partial body is held for at most ``--http-body-timeout-secs``; then
+    aiohttp reads the request and answers the stalled body with its 408 (within two body
+    timeouts, not the 60 s header timeout), and the server serves the next connection."""
+    thread = start(shared_repository.root, http_body_timeout_secs=1)
+    try:
+        data = CASES["json"]
+        cut = data.index(b"\r\n\r\n") + 5  # the head and one byte of the body
+        with Raw(thread.server.http_url, timeout=10) as conn:
+            conn.send(data)
+            assert conn.answer().fast  # the connection waits for its next request: framed here
+            started = time.monotonic()
+            conn.send(data[:cut])
+            answer = conn.answer()
+            waited = time.monotonic() - started
+        assert answer.status == 408 and not answer.fast
+        assert b"timed out reading the request body: no data for 1 s" in answer.body
+        assert 1.0 <= waited < 4.0
+        with Raw(thread.server.http_url) as conn:
+            conn.send(data)
+            assert conn.answer().status == 200
+    finally:
+        thread.stop()
+
+
 def test_a_fast_request_in_flight_is_answered_at_shutdown(tmp_path: object) -> None:
     """Stopping the server while a fast request executes: it is answered, then the
     connection closes."""

@@ -22,8 +22,9 @@ descriptor forever, and at the open-file limit new clients are reset. Here (trit
 With a :class:`~tritonx.http.fast_infer.FastInfer` (the default, ``--http-fast-infer``) the
 connection frames requests itself and serves plain ``/infer`` requests without aiohttp's
 ``web`` layer; everything else reaches aiohttp's parser as before, in order
-(:meth:`Connection.data_received`). Such a request (at most 256 KiB) must arrive whole
-within the header timeout; the body timeout bounds the bodies aiohttp reads.
+(:meth:`Connection.data_received`). Such a request (at most 256 KiB) whose body comes in
+parts is held until it is whole, within the header timeout and for at most the body
+timeout; then aiohttp reads it (and its body timeout applies from there).
 """
 
 from __future__ import annotations
@@ -116,6 +117,7 @@ class Connection(RequestHandler):
 
     __slots__ = (
         "_body_left",
+        "_body_timeout",
         "_call",
         "_draining",
         "_fast",
@@ -123,10 +125,12 @@ class Connection(RequestHandler):
         "_header_handle",
         "_header_since",
         "_header_timeout",
+        "_held_handle",
         "_holding",
         "_inbox",
         "_listener",
         "_need",
+        "_no_fast",
         "_on_lost",
         "_opened_at",
     )
@@ -137,12 +141,18 @@ class Connection(RequestHandler):
         *,
         listener: LimitedSite,
         header_timeout: float,
+        body_timeout: float = 0.0,
         fast: FastInfer | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
         self._listener = listener
         self._header_timeout = header_timeout
+        self._body_timeout = body_timeout
+        #: ends the hold of a fast request's partial body after the body timeout
+        self._held_handle: asyncio.TimerHandle | None = None
+        #: route the next head to aiohttp (a held request given up on)
+        self._no_fast = False
         self._header_handle: asyncio.TimerHandle | None = None
         #: loop time the awaited request header started (0: none awaited)
         self._header_since = 0.0
@@ -176,6 +186,7 @@ class Connection(RequestHandler):
         if self._header_handle is not None:
             self._header_handle.cancel()
             self._header_handle = None
+        self._end_hold()
         self._listener.closed(self)
         call, self._call = self._call, None
         if call is not None:
@@ -213,7 +224,9 @@ class Connection(RequestHandler):
                 return
             data = bytes(inbox)
             inbox.clear()
-            self._need = 0
+            if self._need:
+                self._need = 0
+                self._end_hold()
         self._route(data)
 
     def _routable(self, seen: int) -> bool:
@@ -270,12 +283,16 @@ class Connection(RequestHandler):
                 break
             body_start = end + 4
             stop = body_start + head.length
-            route = fast.route(head) if self._waiting() else None
+            route = fast.route(head) if self._waiting() and not self._no_fast else None
             if route is not None:
                 if stop > size:
                     if self._header_timeout > 0:  # its body must come within that deadline
                         self._inbox += memoryview(data)[start:]
                         self._need = stop - start
+                        if self._body_timeout > 0 and self._held_handle is None:
+                            self._held_handle = self._loop.call_later(
+                                self._body_timeout, self._give_up_hold
+                            )
                         return
                 else:
                     self._header_since = 0.0  # the request is here
@@ -301,6 +318,26 @@ class Connection(RequestHandler):
             return
         self._fast = None  # from here on aiohttp parses the stream itself
         self._feed(data[start:] if start else data)
+
+    def _end_hold(self) -> None:
+        if self._held_handle is not None:
+            self._held_handle.cancel()
+            self._held_handle = None
+
+    def _give_up_hold(self) -> None:
+        """A fast request's body did not come whole within the body timeout: aiohttp reads
+        the request from here (its own body timeout then answers a stalled body with 408)."""
+        self._held_handle = None
+        if not self._need or self.transport is None or self._force_close:
+            return
+        data = bytes(self._inbox)
+        self._inbox.clear()
+        self._need = 0
+        self._no_fast = True
+        try:
+            self._route(data)
+        finally:
+            self._no_fast = False
 
     def _start_fast_request(self) -> None:
         self._request_in_progress = True  # shutdown() waits for it
@@ -340,6 +377,7 @@ class Connection(RequestHandler):
         data = bytes(self._inbox)
         self._inbox.clear()
         self._need = 0
+        self._end_hold()
         if not (self._force_close or self._close):
             if not self._header_since:
                 self._start_header_deadline(self._loop.time())
@@ -521,6 +559,7 @@ class LimitedSite(web.BaseSite):
             server,
             listener=self,
             header_timeout=self._limits.header_timeout,
+            body_timeout=self._limits.body_timeout,
             fast=self._fast,
             loop=asyncio.get_running_loop(),
             **self._handler_kwargs,
