@@ -179,6 +179,22 @@ def binary(model: str, header: dict[str, object], *tensors: bytes, **fields: str
     return infer(model, head + b"".join(tensors), {HCL: str(len(head)), **fields})
 
 
+def fp32_identity(values: np.ndarray) -> bytes:
+    """A binary ``id_fp32`` request of ``values`` (FP32, 1-D), its output asked for binary."""
+    header = {
+        "inputs": [
+            {
+                "name": "INPUT0",
+                "datatype": "FP32",
+                "shape": [values.size],
+                "parameters": {"binary_data_size": values.nbytes},
+            }
+        ],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
+    }
+    return binary("id_fp32", header, values.tobytes())
+
+
 def tensor(name: str, datatype: str, shape: list[int], data: list[object]) -> dict[str, object]:
     return {"name": name, "datatype": datatype, "shape": shape, "data": data}
 
@@ -424,18 +440,7 @@ def test_a_body_trickling_in_takes_the_fast_path(url: str) -> None:
     """A 200 KB request in 1 KiB writes, then a second one right behind it: the first is
     held until its body is whole, the second is framed from the bytes that came after."""
     values = np.arange(50_000, dtype=np.float32)
-    header = {
-        "inputs": [
-            {
-                "name": "INPUT0",
-                "datatype": "FP32",
-                "shape": [values.size],
-                "parameters": {"binary_data_size": values.nbytes},
-            }
-        ],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-    }
-    data = binary("id_fp32", header, values.tobytes()) + CASES["json"]
+    data = fp32_identity(values) + CASES["json"]
     with Raw(url) as conn:
         for at in range(0, len(data), 1024):
             conn.send(data[at : at + 1024])
@@ -479,20 +484,9 @@ def test_requests_the_fast_path_leaves_to_aiohttp(
 
 def test_http_1_0_large_bodies_and_odd_paths_go_to_aiohttp(url: str, web: str) -> None:
     big = np.arange(80_000, dtype=np.float32)  # 320 KB: over the fast path's 256 KiB
-    header = {
-        "inputs": [
-            {
-                "name": "INPUT0",
-                "datatype": "FP32",
-                "shape": [big.size],
-                "parameters": {"binary_data_size": big.nbytes},
-            }
-        ],
-        "outputs": [{"name": "OUTPUT0", "parameters": {"binary_data": True}}],
-    }
     old = CASES["json"].replace(b"HTTP/1.1", b"HTTP/1.0", 1)
     utf8 = request("/v2/models/\xc3\xa9/infer", orjson.dumps(int32(1)))  # aiohttp: 400
-    for data in (binary("id_fp32", header, big.tobytes()), old, utf8):
+    for data in (fp32_identity(big), old, utf8):
         fast, slow = exchange(url, data, 1)[0], exchange(web, data, 1)[0]
         assert not fast.fast and fast.status == (400 if data is utf8 else 200)
         assert fast.comparable() == slow.comparable()

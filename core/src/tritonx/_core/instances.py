@@ -173,11 +173,11 @@ class InstanceScheduler:
         self._dispatching = False
         #: batches started through ``execute_async`` and not answered yet
         self._async_running = 0
-        #: requests the first waiting batch is formed from
-        self._window = max(1, int(config.max_batch_size))
         #: each batch is one request (the direct queue): nothing is gained by waiting for the
         #: end of the loop's round to start it
         self._singles = isinstance(self.batcher, DirectQueue)
+        #: requests the first waiting batch is formed from
+        self._window = 1 if self._singles else max(1, int(config.max_batch_size))
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -254,10 +254,8 @@ class InstanceScheduler:
         left = self.batcher.stop(active)
         left.extend(self._waiting)
         self._waiting.clear()
-        if left and self._loop is not None:
-            error = TritonXError("Server exiting", Code.UNAVAILABLE)
-            for pending in left:
-                self._reject(pending, error)
+        if self._loop is not None:
+            self._fail_exiting(left)
         threads, self._threads = self._threads, []
         if timeout is not None and not any(self._busy):
             # nothing runs: the threads only unload their instances, which gets a grace period
@@ -422,15 +420,20 @@ class InstanceScheduler:
         else:
             self._loop.call_soon_threadsafe(self._resolve_one, pending, response)
 
+    def _fail_exiting(self, pendings: Sequence[Pending]) -> None:
+        """Fail requests the stopping scheduler will not run with Triton's "Server exiting"."""
+        if pendings:
+            error = TritonXError("Server exiting", Code.UNAVAILABLE)
+            for pending in pendings:
+                self._reject(pending, error)
+
     def _run_inline(self) -> None:
         """Run the held requests' batches on the loop, each on an idle instance; the rest
         (no instance idle, a large batch) go to the queue; all fail when the scheduler
         stopped meanwhile."""
         held, self._held_inline = self._held_inline, []
         if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            error = TritonXError("Server exiting", Code.UNAVAILABLE)
-            for pending in held:
-                self._reject(pending, error)
+            self._fail_exiting(held)
             return
         try:
             batches = self.batcher.split(held)
@@ -464,9 +467,8 @@ class InstanceScheduler:
         self._dispatching = False
         waiting = self._waiting
         if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            error = TritonXError("Server exiting", Code.UNAVAILABLE)
-            while waiting:
-                self._reject(waiting.popleft(), error)
+            self._fail_exiting(list(waiting))
+            waiting.clear()
             return
         while waiting:
             index = self._claim()
