@@ -89,8 +89,9 @@ def model(repo: ModelRepositoryBuilder, name: str, extra: str = "", **params: st
     )
 
 
-#: a limit no probe execution reaches, even on a loaded machine (tests of the limit set theirs)
-GENEROUS = {"inline_execution_us": 50_000}
+#: a limit no probe execution's average reaches, even on a loaded machine where one warm-up
+#: execution was preempted for a tenth of a second (tests of the limit set theirs)
+GENEROUS = {"inline_execution_us": 10_000_000}
 
 
 def server(repo: ModelRepositoryBuilder, **overrides: Any) -> Server:
