@@ -391,6 +391,38 @@ async def test_backend_config_keys_a_backend_does_not_read_fail_start_up(
         pass
 
 
+class OnlyTuned:
+    @tritonx.hookimpl
+    def tritonx_register_backends(self, registry: tritonx.BackendRegistry) -> None:
+        registry.add(TunedBackend)
+
+
+async def test_global_backend_config_keys_no_backend_reads_fail_start_up(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    """A global key goes to every backend: refused when every installed backend declares
+    its keys and none reads it (with a backend that declares none, any key may be read)."""
+
+    def only_tuned(**global_keys: str) -> Server:
+        pm = make_plugin_manager(autoload=False, extra=[OnlyTuned()])
+        settings = loopback_settings(
+            model_repository.root, **NO_LISTENERS, backend_config={"": global_keys}
+        )
+        return Server(settings, plugin_manager=pm)
+
+    with pytest.raises(
+        TritonXError,
+        match=r"--backend-config=sped: no installed backend has a setting 'sped' \(the "
+        r"settings they read: default-max-batch-size, speed; a backend's own: "
+        r"--backend-config=<backend>,<key>=<value>\)",
+    ) as caught:
+        async with only_tuned(**{"speed": "2", "sped": "1"}):
+            pass
+    assert caught.value.code is Code.INVALID_ARG
+    async with only_tuned(**{"speed": "2", "default-max-batch-size": "4"}):
+        pass
+
+
 async def test_repository_plugin_by_url_scheme(model_repository: ModelRepositoryBuilder) -> None:
     MemoryRepository.banks["bank"] = {"m1": 3}
     MemoryRepository.released.clear()

@@ -279,8 +279,10 @@ def cli() -> None:
 @click.option(
     "--backend-config",
     multiple=True,
-    help="<backend>,<key>=<value> (repeatable); a key the named backend does not read "
-    "stops the start with an error naming the keys it does read.",
+    help="<backend>,<key>=<value> (repeatable), or <key>=<value> for every backend "
+    "(e.g. default-max-batch-size); a key the named backend does not read, or a global one "
+    "no installed backend reads, stops the start with an error naming the keys that are "
+    "read.",
 )
 @click.option(
     "--cache-config",

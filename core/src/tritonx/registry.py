@@ -109,12 +109,17 @@ class BackendRegistry(Registry[Backend]):
 
     def check_config(self, backend_config: Mapping[str, Mapping[str, str]]) -> None:
         """Refuse ``--backend-config=<name>,<key>=...`` keys that backend ``<name>`` does not
-        read (when it declares :attr:`~tritonx.backend.Backend.config_keys`).
+        read (when it declares :attr:`~tritonx.backend.Backend.config_keys`), and global
+        ``--backend-config=<key>=...`` keys (given to every backend) that no registered
+        backend reads (when every one declares its keys).
 
-        :raises TritonXError: INVALID_ARG naming the key and the backend's keys.
+        :raises TritonXError: INVALID_ARG naming the key and the keys that are read.
         """
         for name, section in backend_config.items():
-            cls = self.get(name) if name else None
+            if not name:
+                self._check_global(section)
+                continue
+            cls = self.get(name)
             if cls is None or cls.config_keys is None:
                 continue
             known = cls.config_keys | GLOBAL_CONFIG_KEYS
@@ -124,6 +129,20 @@ class BackendRegistry(Registry[Backend]):
                     f"--backend-config={name},{unknown[0]}: backend '{name}' has no setting "
                     f"'{unknown[0]}' (its settings: {', '.join(sorted(known))})"
                 )
+
+    def _check_global(self, section: Mapping[str, str]) -> None:
+        known = set(GLOBAL_CONFIG_KEYS)
+        for _, cls in self.items():
+            if cls.config_keys is None:  # it may read any key
+                return
+            known |= cls.config_keys
+        unknown = sorted(set(section) - known)
+        if unknown:
+            raise invalid_arg(
+                f"--backend-config={unknown[0]}: no installed backend has a setting "
+                f"'{unknown[0]}' (the settings they read: {', '.join(sorted(known))}; "
+                "a backend's own: --backend-config=<backend>,<key>=<value>)"
+            )
 
     def platforms_of(self, name: str) -> tuple[str, ...]:
         cls = self.get(name)

@@ -21,6 +21,7 @@ class LinearBackend(Backend):
 
     name = "linear"
     default_model_filename = "model.npz"
+    config_keys = frozenset()  # reads no --backend-config=linear,<key>=<value> setting
 
     def load(self, ctx: LoadContext) -> ModelInstance:
         assert ctx.model_path is not None
