@@ -460,6 +460,45 @@ async def test_execution_timeout_ends_a_hung_execute(server: Server, add_model, 
     assert await pid_of(server, "timed") == second
 
 
+@pytest.mark.parametrize("timeout", [None, "3600"], ids=["loop_reads", "thread_reads"])
+async def test_a_worker_whose_answer_is_unreadable_is_restarted(
+    server: Server, add_model, state, caplog, timeout: str | None
+) -> None:
+    """Bytes on its sockets that are no message (the model writes them): the worker is
+    killed, its request fails with Triton's error saying why, the instance comes back, and
+    nothing escapes to the event loop. (Without an execution timeout the event loop reads
+    the answer, with one the instance thread does.)"""
+    name = "garbled"
+    parameters = {"STATE_DIR": str(own_state(state, name))}
+    if timeout is not None:
+        parameters["TRITONX_EXECUTION_TIMEOUT_SECS"] = timeout
+    add_model(name, "lifecycle", parameters=parameters, **LIFECYCLE_IO)
+    await server.load_model(name)
+    first = await pid_of(server, name)
+    caplog.set_level(logging.ERROR)
+    with pytest.raises(TritonXError) as err:
+        await asyncio.wait_for(server.infer(InferenceRequest(name, command("garbage"))), 20)
+    assert err.value.code is Code.INTERNAL
+    assert err.value.message.startswith(
+        f"Stub process '{name}_0' is not healthy: its answer could not be read ("
+    ), err.value
+    await eventually(lambda: not alive(first))
+    second = None
+
+    async def serves_again() -> bool:
+        nonlocal second
+        try:
+            second = await pid_of(server, name)
+        except TritonXError:
+            return False
+        return True
+
+    await eventually(serves_again, 20.0)
+    assert second != first
+    escaped = [r for r in caplog.records if r.name == "asyncio"]
+    assert not escaped, [r.getMessage() for r in escaped]
+
+
 async def test_unload_and_reload_with_a_hung_execute(
     server: Server, add_model, state, model_repository
 ) -> None:

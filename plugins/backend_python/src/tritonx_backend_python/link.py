@@ -178,8 +178,11 @@ class WorkerLink:
             if timeout is not None and not data.poll(timeout):
                 return None
             done = self.done_message(data.recv_bytes())
-        except (EOFError, OSError, ValueError):
+        except (EOFError, OSError):
             return future.result(30.0)  # the reader fails it once it has seen the worker go
+        except Exception as exc:  # not an answer: the worker is killed (the reader fails it)
+            self.unreadable(exc)
+            return future.result(30.0)
         if not self.caught_up(done):
             self.wait_caught_up(done)
         return done
@@ -187,7 +190,7 @@ class WorkerLink:
     def done_message(self, data: bytes) -> m.Done:
         """The :class:`~messages.Done` read from the data socket.
 
-        :raises ValueError: it is something else.
+        :raises ValueError: it is something else (any other exception: it is no message).
         """
         message = m.loads(data)
         if type(message) is not m.Done:
@@ -229,6 +232,20 @@ class WorkerLink:
         return request is not None and request.is_cancelled()
 
     # -------------------------------------------------------------- ending
+
+    def unreadable(self, exc: BaseException) -> None:
+        """What came on the data socket is no answer (``exc`` says why): kill the worker;
+        the batch in flight fails with Triton's "not healthy" error, saying why."""
+        log.error(
+            "python model instance '%s': unreadable answer from its worker: %r", self.name, exc
+        )
+        self.abort(
+            TritonXError(
+                f"Stub process '{self.name}' is not healthy: its answer could not be read ({exc})",
+                Code.INTERNAL,
+            ),
+            f"its answer could not be read ({exc})",
+        )
 
     def abort(self, error: TritonXError, cause: str) -> None:
         """Kill the worker: everything in flight fails with ``error``; ``cause`` says why."""

@@ -429,16 +429,11 @@ class WorkerInstance(ModelInstance):
                     return
                 reader.answer = None
                 done = link.done_message(data)
-            except (EOFError, OSError, ValueError) as exc:
+            except Exception as exc:
                 reader.answer = None
                 self._drop_reader(reader)
                 if not isinstance(exc, (EOFError, ConnectionError)):  # garbage on it: end it
-                    error = TritonXError(
-                        f"Stub process '{self.name}' is not healthy: its answer could not be "
-                        f"read ({exc})",
-                        Code.INTERNAL,
-                    )
-                    link.abort(error, f"its answer could not be read ({exc})")
+                    link.unreadable(exc)
                 # the link's reader thread fails the batch once it has seen the worker go
                 asyncio.wrap_future(future, loop=loop).add_done_callback(gone)
                 return

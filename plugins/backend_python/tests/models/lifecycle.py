@@ -8,7 +8,9 @@ exists it first sleeps as many seconds as that file says.
 COMMAND (BYTES [1]) says what execute does; PID (INT64 [1]) answers the worker's pid and
 SAW_CANCEL (BOOL [1]) whether ``request.is_cancelled()`` turned true:
 "pid"; "sleep:<s>"; "hang" (sleeps an hour); "exit" (sys.exit(3)); "os_exit" (os._exit(4));
-"segv" (reads address 0); "kill" (SIGKILL to itself); "fork:<s>" (forks a child that holds
+"segv" (reads address 0); "kill" (SIGKILL to itself); "garbage" (writes a length-prefixed
+message that is no pickle to its data socket, the socket no other thread of the worker is
+blocked reading, then sleeps an hour); "fork:<s>" (forks a child that holds
 the worker's files for <s> seconds, writes its pid to STATE_DIR/child.pid, then sleeps <s>
 seconds too); "wait_cancel:<s>" (polls
 ``is_cancelled()`` for up to <s> seconds after touching STATE_DIR/waiting, touches
@@ -19,7 +21,10 @@ import ctypes
 import json
 import os
 import signal
+import stat
+import struct
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -58,6 +63,20 @@ class TritonPythonModel:
                 ctypes.string_at(0)
             elif what == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            elif what == "garbage":
+                read_by_others = set()  # Linux: a blocked thread's syscall number and args
+                for tid in os.listdir("/proc/self/task"):
+                    if int(tid) != threading.get_native_id():
+                        call = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
+                        if call[0] in ("0", "45"):  # read, recvfrom
+                            read_by_others.add(int(call[1], 16))
+                for fd in map(int, os.listdir("/proc/self/fd")):
+                    try:
+                        if stat.S_ISSOCK(os.fstat(fd).st_mode) and fd not in read_by_others:
+                            os.write(fd, struct.pack("!I", 8) + b"\x00garbage")
+                    except OSError:
+                        pass
+                time.sleep(3600)
             elif what == "fork":
                 child = os.fork()
                 if child == 0:
