@@ -31,7 +31,8 @@ NO_LISTENERS = {"allow_http": False, "allow_grpc": False, "allow_metrics": False
 
 class Later(tritonx.Backend):
     """Input VALUE [1] INT32 echoed as OUT after ``delay_ms``. Parameters: ``fail_value``
-    (``execute_async`` raises for it), ``bad_value`` (its future fails), ``async``
+    (``execute_async`` raises for it), ``bad_value`` (its future fails), ``cancel_value`` (its
+    future is cancelled), ``async``
     ("false": no ``async_execution``); the instances of the models in :attr:`unready` are not ready."""
 
     name = "later"
@@ -54,6 +55,7 @@ class LaterInstance(tritonx.ModelInstance):
         self.delay_s = float(params.get("delay_ms", "0")) / 1000
         self.fail_value = int(params.get("fail_value", "-1"))
         self.bad_value = int(params.get("bad_value", "-1"))
+        self.cancel_value = int(params.get("cancel_value", "-1"))
         self.async_execution = params.get("async", "true") == "true"
         self.running = 0
 
@@ -97,6 +99,9 @@ class LaterInstance(tritonx.ModelInstance):
             self._leave()
             if self.bad_value in values:
                 future.set_exception(RuntimeError("the worker broke"))
+                return
+            if self.cancel_value in values:
+                future.cancel()
                 return
             outputs = tritonx.concat_inputs(requests)["VALUE"]
             future.set_result(tritonx.split_outputs(requests, {"OUT": outputs}))
@@ -187,21 +192,23 @@ async def test_each_idle_instance_takes_a_batch(model_repository: ModelRepositor
 async def test_a_batch_that_cannot_start_or_breaks_fails_alone(
     model_repository: ModelRepositoryBuilder,
 ) -> None:
-    """``execute_async`` raising, or its future failing: that batch's requests fail (the
-    error's code, or INTERNAL), counted as failures, and the next requests are served."""
-    model(model_repository, "m", fail_value="13", bad_value="14", delay_ms="1")
+    """``execute_async`` raising, its future failing or cancelled: that batch's requests fail
+    (the error's code, INTERNAL, or Triton's bare CANCELLED), counted as failures, and the
+    next requests are served."""
+    model(model_repository, "m", fail_value="13", bad_value="14", cancel_value="15", delay_ms="1")
     async with server(model_repository) as srv:
         for value, code, text in (
             (13, Code.UNAVAILABLE, "could not start"),
             (14, Code.INTERNAL, "the worker broke"),
+            (15, Code.CANCELLED, ""),
         ):
             with pytest.raises(TritonXError) as failed:
                 await infer(srv, "m", value)
             assert failed.value.code is code and text in failed.value.message
             assert await infer_all(srv, "m", range(3)) == [0, 1, 2]
         stats = srv.model_statistics("m")[0][2]
-    assert stats.fail.count == 2
-    assert stats.success.count == 6
+    assert stats.fail.count == 3
+    assert stats.success.count == 9
 
 
 async def test_requests_the_loop_cannot_start_go_to_the_instance_thread(
