@@ -318,8 +318,18 @@ async def test_nested_ensembles_and_their_errors(tmp_path: Path) -> None:
         np.testing.assert_array_equal(response.outputs["OUT"], (X + 1) * 3 + 10)
         with pytest.raises(TritonXError) as err:
             await server.infer(InferenceRequest("outer", {"IN": np.full((1, 4), 13, np.float32)}))
+        stats = {m: server.model_statistics(m)[0][2] for m in ("outer", "inner", "add1", "mul3")}
+        stats["add5"] = server.model_statistics("add5")[0][2]  # a step of both ensembles
     assert err.value.message == "in ensemble 'outer', in ensemble 'inner', add1 refuses 13"
     assert err.value.code is Code.INVALID_ARG
+    # the inner ensemble's compute times reach the outer one's (Triton's secondary stats):
+    # outer = inner + its own add5 step = add1 + mul3 + both add5 executions
+    outer, inner = stats["outer"], stats["inner"]
+    assert outer.compute_infer.count == inner.compute_infer.count == 1
+    assert outer.compute_infer.ns == sum(
+        stats[m].compute_infer.ns for m in ("add1", "mul3", "add5")
+    )
+    assert outer.compute_infer.ns > inner.compute_infer.ns > 0
 
 
 # ---------------------------------------------------------------- failures and cancellation
@@ -446,10 +456,18 @@ async def test_decoupled_ensemble_in_process_and_its_statistics(tmp_path: Path) 
         responses = [r async for r in server.infer_stream(InferenceRequest("stream", {"IN": X}))]
         (_, _, ens), *_ = server.model_statistics("stream")
         (_, _, add1), *_ = server.model_statistics("add1")
+        (_, _, fanout), *_ = server.model_statistics("fanout")
+        # the decoupled step's model records its execution when execute returns, which may
+        # be after the ensemble answered: its compute time is added to the ensemble's then
+        deadline = time.monotonic() + 5
+        while ens.compute_infer.ns != fanout.compute_infer.ns + add1.compute_infer.ns:
+            assert time.monotonic() < deadline, (ens, fanout, add1)
+            await asyncio.sleep(0.01)
     with_outputs = [r for r in responses if r.outputs]
     assert len(with_outputs) == 3 and responses[-1].final
     assert ens.success.count == 1 and ens.execution_count == 1 and ens.inference_count == 2
     assert add1.success.count == 3
+    assert ens.compute_infer.count == 1 and ens.compute_infer.ns > 0
 
 
 # ---------------------------------------------------------------- statistics and batching
@@ -475,9 +493,19 @@ async def test_statistics_of_the_ensemble_and_its_composing_models(tmp_path: Pat
     assert ens["execution_count"] == 5 and ens["inference_count"] == 10
     assert [b["batch_size"] for b in ens["batch_stats"]] == [2]
     assert ens["inference_stats"]["compute_infer"]["ns"] > 0
+    # Triton: the ensemble's compute times are the sums of those its composing models
+    # recorded for its steps; a failed request has none (in the ensemble and in add1)
+    for phase in ("compute_input", "compute_infer", "compute_output"):
+        assert ens["inference_stats"][phase]["count"] == 5
+        assert int(ens["inference_stats"][phase]["ns"]) == sum(
+            int(stats_of(stats, m)["inference_stats"][phase]["ns"])
+            for m in ("add1", "mul3", "add5")
+        )
     add1 = stats_of(stats, "add1")
     assert add1["inference_stats"]["success"]["count"] == 5
     assert add1["inference_stats"]["fail"]["count"] == 1
+    assert add1["inference_stats"]["compute_infer"]["count"] == 5
+    assert add1["inference_stats"]["queue"]["count"] == 5
     for model in ("mul3", "add5"):
         composing = stats_of(stats, model)
         assert composing["inference_stats"]["success"]["count"] == 5

@@ -76,6 +76,10 @@ class InferenceRequest:
     #: The request's trace when it is traced (set by the transport that sampled it, or from
     #: a parent request's ``trace.spawn_child()``); None otherwise.
     trace: RequestTrace | None = None
+    #: Set by an ensemble on its steps' requests (Triton's secondary statistics): called on
+    #: the event loop with the compute input, infer and output durations (ns) the step's
+    #: model records for this request, which the ensemble's own statistics sum up.
+    compute_sink: Callable[[int, int, int], None] | None = None
 
     def cancel(self) -> None:
         """Mark the request cancelled: its client is gone, its answer will not be read."""

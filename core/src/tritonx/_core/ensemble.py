@@ -590,15 +590,35 @@ class EnsembleScheduler:
     # ------------------------------------------------------------------ internals
 
     def _record(self, run: _Run, ok: bool, start: int) -> None:
+        run.recorded = ok
         elapsed = time.perf_counter_ns() - start
         stats = self.stats
         if not ok:
             stats.record_failure("OTHER", elapsed)
             return
-        # Triton: no queue of its own; the compute times are those of the steps
+        # Triton: no queue of its own; the compute times are the sums of those the composing
+        # models recorded for the steps' requests
+        phases = run.compute_input_ns, run.compute_infer_ns, run.compute_output_ns
         stats.record_success(elapsed)
-        stats.record_request_execution(0, 0, run.compute_ns, 0)
-        stats.record_execution(max(run.batch_size, 1), 0, run.compute_ns, 0)
+        stats.record_request_execution(0, *phases)
+        stats.record_execution(max(run.batch_size, 1), *phases)
+        if run.request.compute_sink is not None:  # a step of an enclosing ensemble
+            run.request.compute_sink(*phases)
+
+    def late_compute(self, run: _Run, phases: tuple[int, int, int]) -> None:
+        """A step's compute durations recorded after ``run`` was answered and counted (a
+        decoupled step's model records its execution when ``execute`` returns, which may be
+        after its final response): added to the ensemble's compute times."""
+        stats = self.stats
+        totals = [(stats.compute_input, stats.compute_infer, stats.compute_output)]
+        batch = stats.batch_stats.get(max(run.batch_size, 1))
+        if batch is not None:
+            totals.append((batch.compute_input, batch.compute_infer, batch.compute_output))
+        for durations in totals:
+            for duration, ns in zip(durations, phases, strict=True):
+                duration.ns += ns
+        if run.request.compute_sink is not None:
+            run.request.compute_sink(*phases)
         stats.last_inference_ms = int(time.time() * 1000)
 
     def _track(self) -> None:
@@ -627,8 +647,13 @@ class _Run:
     request: InferenceRequest
     emit: Callable[[InferenceResponse], None] | None
     error: TritonXError | None = None
-    #: the steps' time, summed (the ensemble's compute time in its statistics)
-    compute_ns: int = 0
+    #: the compute durations the composing models recorded for the steps' requests, summed
+    #: (the ensemble's compute times in its statistics)
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+    #: None while running; then whether it succeeded (counted in the statistics)
+    recorded: bool | None = None
     batch_size: int = 0
     _values: dict[str, dict[int, _Value]] = field(default_factory=dict)
     _counters: dict[str, int] = field(default_factory=dict)
@@ -759,12 +784,22 @@ class _Run:
             priority=request.priority,
             timeout_us=request.timeout_us,
             trace=request.trace.spawn_child() if request.trace is not None else None,
+            compute_sink=self._add_compute,
         )
         if request.cancelled:
             step_request.cancel()
         self._steps.add(step_request)
         self._inflight += 1
         return step_request
+
+    def _add_compute(self, compute_input: int, compute_infer: int, compute_output: int) -> None:
+        if self.recorded is not None:  # answered already: only a success counts compute time
+            if self.recorded:
+                self.scheduler.late_compute(self, (compute_input, compute_infer, compute_output))
+            return
+        self.compute_input_ns += compute_input
+        self.compute_infer_ns += compute_infer
+        self.compute_output_ns += compute_output
 
     def _prune(self, step: _Step, iteration: int) -> None:
         """Drop the step's input values that no other step of this iteration still needs
@@ -787,7 +822,6 @@ class _Run:
         limiter = sched.limiters[step.index] if sched.limiters else None
         acquired = False
         final_seen = False
-        started = time.perf_counter_ns()
         try:
             if limiter is not None and not request.cancelled:  # cancelled: no slot to wait for
                 acquired = await limiter.acquire(sched.name, step.index)
@@ -799,12 +833,9 @@ class _Run:
                     if final_seen:
                         continue
                     final_seen = response.final
-                    if final_seen:
-                        self.compute_ns += time.perf_counter_ns() - started
                     self._spawn(self._on_response(step, request, response, final_seen))
             else:
                 response = await sched.server.infer(request)
-                self.compute_ns += time.perf_counter_ns() - started
                 final_seen = True
                 jobs = self._on_response(step, request, response, True)
         except asyncio.CancelledError:

@@ -708,18 +708,29 @@ class InstanceScheduler:
             if keep and any(n not in keep for n in outputs):
                 response.outputs = {n: outputs[n] for n in keep if n in outputs}
 
-    def _record(self, batch: list[Pending], times: Times) -> None:
+    def _record(
+        self,
+        batch: list[Pending],
+        times: Times,
+        responses: Sequence[InferenceResponse] | None = None,
+    ) -> None:
+        """Statistics of one execution: the batch counts whatever its responses; a request's
+        queue and compute times only when it succeeded (Triton's failure statistics have
+        neither). ``responses``: None for a decoupled model (its requests count alike)."""
         stats = self.stats
         size = 0
         start, input_end, output_start, end = times
         compute_input = input_end - start
         compute_infer = output_start - input_end
         compute_output = end - output_start
-        for p in batch:
+        for at, p in enumerate(batch):
             size += max(p.request.batch_size, 1)
-            stats.record_request_execution(
-                start - p.enqueue_ns, compute_input, compute_infer, compute_output
-            )
+            if responses is None or responses[at].error is None:
+                stats.record_request_execution(
+                    start - p.enqueue_ns, compute_input, compute_infer, compute_output
+                )
+                if p.request.compute_sink is not None:  # an ensemble's step
+                    p.request.compute_sink(compute_input, compute_infer, compute_output)
             if p.request.trace is not None:
                 trace_compute(p.request, times)
         stats.record_execution(size, compute_input, compute_infer, compute_output)
@@ -738,7 +749,7 @@ class InstanceScheduler:
         responses: Sequence[InferenceResponse],
         times: Times,
     ) -> None:
-        self._record(batch, times)
+        self._record(batch, times, responses)
         for pending, response in zip(batch, responses, strict=True):
             self._resolve_one(pending, response)
 

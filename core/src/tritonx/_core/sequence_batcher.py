@@ -814,17 +814,26 @@ class SequenceScheduler(InstanceScheduler):
                 self._finish(response, name, version, request.id, request.requested_outputs)
         post(self._resolve, batch, responses, times)
 
-    def _record(self, batch: list[Pending], times: Times) -> None:
+    def _record(
+        self,
+        batch: list[Pending],
+        times: Times,
+        responses: Sequence[InferenceResponse] | None = None,
+    ) -> None:
         """Statistics of one execution: every row counts in the batch size it ran with,
-        only real requests (not fillers) in ``inference_count`` and per-request times."""
+        only real requests (not fillers) in ``inference_count``, and per-request times only
+        for real requests that succeeded."""
         stats = self.stats
         start, input_end, output_start, end = times
         phases = (input_end - start, output_start - input_end, end - output_start)
         real = 0
-        for pending in batch:
+        for at, pending in enumerate(batch):
             if pending.deliver is not None:
                 real += 1
-                stats.record_request_execution(start - pending.enqueue_ns, *phases)
+                if responses is None or responses[at].error is None:
+                    stats.record_request_execution(start - pending.enqueue_ns, *phases)
+                    if pending.request.compute_sink is not None:  # an ensemble's step
+                        pending.request.compute_sink(*phases)
                 if pending.request.trace is not None:
                     trace_compute(pending.request, times)
         stats.record_execution(len(batch), *phases)
@@ -837,7 +846,7 @@ class SequenceScheduler(InstanceScheduler):
         responses: Sequence[InferenceResponse],
         times: Times,
     ) -> None:
-        self._record(batch, times)
+        self._record(batch, times, responses)
         for pending, response in zip(batch, responses, strict=True):
             if pending.deliver is not None:
                 self._resolve_one(pending, response)
