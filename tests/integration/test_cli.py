@@ -114,7 +114,7 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
     "args",
     [
         ("--grpc-infer-response-compression-level", "high"),
-        ("--http-header-forward-pattern", "x-.*"),
+        ("--pinned-memory-pool-byte-size", "0"),
         ("--backend-directory", "/opt/tritonserver/backends"),
         ("--model-namespacing=true",),
         ("--allow-sagemaker",),
@@ -155,6 +155,30 @@ def test_unknown_cache_fails_start_up(tmp_path: Path, env: dict[str, str]) -> No
     assert "error: creating server: Internal - unknown cache 'nosuch' in --cache-config" in (
         result.stderr
     )
+
+
+def test_an_invalid_header_forward_pattern_fails_start_up(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    (tmp_path / "empty").mkdir()
+    result = subprocess.run(
+        tritonx(
+            "serve",
+            "--model-repository",
+            str(tmp_path / "empty"),
+            *("--http-address", "127.0.0.1", "--http-port", "0", "--allow-grpc=false"),
+            *("--allow-metrics=false", "--http-header-forward-pattern", "x-("),
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert (
+        "error: creating server: Invalid argument - --http-header-forward-pattern: 'x-(' is "
+        "not a valid regular expression: missing ), unterminated subpattern"
+    ) in result.stderr
 
 
 def test_missing_repository_fails_start_up(tmp_path: Path, env: dict[str, str]) -> None:

@@ -107,13 +107,9 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--model-load-retry-count",
     "--model-namespacing",
     "--enable-peer-access",
-    "--http-header-forward-pattern",
-    "--grpc-header-forward-pattern",
     "--grpc-infer-thread-count",
     "--grpc-max-response-pool-size",
     "--grpc-infer-response-compression-level",
-    "--grpc-max-connection-age",
-    "--grpc-max-connection-age-grace",
     "--backend-directory",
     "--repoagent-directory",
     "--cache-directory",
@@ -354,6 +350,14 @@ def cli() -> None:
     + ", ".join(RESTRICTED_CATEGORIES)
     + ".",
 )
+@click.option(
+    "--http-header-forward-pattern",
+    default="",
+    metavar="REGEX",
+    help="Headers of /infer requests whose name this regular expression matches "
+    "(case-insensitive) become string parameters of the request, as in Triton; a matching "
+    "reserved name fails the request with 400.",
+)
 @bool_option(
     "--http-use-ssl",
     False,
@@ -429,6 +433,26 @@ def cli() -> None:
     help="RPCs of these protocols must carry the metadata triton-grpc-protocol-<key>: <value>, "
     "else UNAVAILABLE (repeatable; a protocol may be in one group only). Protocols: as "
     "--http-restricted-api.",
+)
+@click.option(
+    "--grpc-header-forward-pattern",
+    default="",
+    metavar="REGEX",
+    help="As --http-header-forward-pattern, for the metadata of ModelInfer and "
+    "ModelStreamInfer calls (INVALID_ARGUMENT for a reserved name).",
+)
+@click.option(
+    "--grpc-max-connection-age",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Milliseconds a gRPC connection may live before the server ends it (GOAWAY); 0: no limit.",
+)
+@click.option(
+    "--grpc-max-connection-age-grace",
+    type=click.IntRange(min=0),
+    default=0,
+    help="Milliseconds the calls of a connection past its age get to finish before it is "
+    "closed; 0: no limit.",
 )
 @bool_option(
     "--grpc-use-ssl", False, "Serve gRPC over TLS (--grpc-server-cert, --grpc-server-key)."
@@ -612,6 +636,7 @@ def serve(**opts: Any) -> None:
         http_max_connections=opts["http_max_connections"],
         http_fast_infer=opts["http_fast_infer"],
         http_restricted_api=restricted["http_restricted_api"],
+        http_header_forward_pattern=opts["http_header_forward_pattern"],
         http_use_ssl=opts["http_use_ssl"],
         http_use_ssl_mutual=opts["http_use_ssl_mutual"],
         http_server_cert=opts["http_server_cert"],
@@ -633,6 +658,9 @@ def serve(**opts: Any) -> None:
         ],
         grpc_http2_max_ping_strikes=opts["grpc_http2_max_ping_strikes"],
         grpc_restricted_protocol=restricted["grpc_restricted_protocol"],
+        grpc_header_forward_pattern=opts["grpc_header_forward_pattern"],
+        grpc_max_connection_age=opts["grpc_max_connection_age"],
+        grpc_max_connection_age_grace=opts["grpc_max_connection_age_grace"],
         grpc_use_ssl=opts["grpc_use_ssl"],
         grpc_use_ssl_mutual=opts["grpc_use_ssl_mutual"],
         grpc_server_cert=opts["grpc_server_cert"],

@@ -65,6 +65,9 @@ class ServerSettings:
     #: ``--http-restricted-api``: category (``tritonx.security.RESTRICTED_CATEGORIES``) →
     #: (header, value) a request to that category's endpoints must carry, else 403
     http_restricted_api: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: ``--http-header-forward-pattern``: headers of ``/infer`` requests whose name this
+    #: regular expression matches become request parameters (:mod:`tritonx.header_forward`)
+    http_header_forward_pattern: str = ""
     #: HTTPS (tritonx only, named after the ``--grpc-*`` TLS flags): PEM files; mutual
     #: requires and verifies client certificates against ``http_root_cert``
     http_use_ssl: bool = False
@@ -92,6 +95,11 @@ class ServerSettings:
     #: ``--grpc-restricted-protocol``: category → (key, value); the client sends metadata
     #: ``triton-grpc-protocol-<key>: <value>``, else UNAVAILABLE
     grpc_restricted_protocol: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    #: ``--grpc-header-forward-pattern``: the same for the metadata of inference calls
+    grpc_header_forward_pattern: str = ""
+    #: ``--grpc-max-connection-age`` / ``-grace`` (ms; 0: not set, grpc's default)
+    grpc_max_connection_age: int = 0
+    grpc_max_connection_age_grace: int = 0
     #: ``--grpc-use-ssl`` / ``--grpc-use-ssl-mutual`` and their PEM files
     grpc_use_ssl: bool = False
     grpc_use_ssl_mutual: bool = False

@@ -12,6 +12,7 @@ from tritonx.grpc.health import health_handler
 from tritonx.grpc.memory import measuring
 from tritonx.grpc.restricted import RestrictedProtocolInterceptor
 from tritonx.grpc.servicer import GRPCInferenceServicer
+from tritonx.header_forward import HeaderForward
 from tritonx.proto import service_pb2_grpc
 from tritonx.security import check_restrictions, load_tls_files
 
@@ -26,7 +27,8 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     ``MAX_GRPC_MESSAGE_SIZE``), a compressed message by its decompressed size (grpc stops
     inflating past it: RESOURCE_EXHAUSTED); ``SO_REUSEPORT`` follows ``--reuse-grpc-port``
     (off by default as in Triton; grpc's own default is on); the keepalive
-    arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags.
+    arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags, the connection
+    age ``--grpc-max-connection-age[-grace]`` (ms) when set.
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
     one response message per call.
     """
@@ -47,6 +49,14 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
             int(settings.grpc_http2_min_recv_ping_interval_without_data),
         ),
         ("grpc.http2.max_ping_strikes", int(settings.grpc_http2_max_ping_strikes)),
+        *(
+            (name, int(value))
+            for name, value in (
+                ("grpc.max_connection_age_ms", settings.grpc_max_connection_age),
+                ("grpc.max_connection_age_grace_ms", settings.grpc_max_connection_age_grace),
+            )
+            if value  # 0: not set (grpc's default, unlimited), as in Triton
+        ),
     ]
 
 
@@ -129,6 +139,9 @@ async def start_grpc_server(
     when nothing is restricted).
     """
     check_restrictions(settings.grpc_restricted_protocol, "grpc_restricted_protocol")
+    forward = HeaderForward.of(
+        settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
+    )
     credentials = grpc_server_credentials(settings)
     interceptors = []
     if settings.grpc_restricted_protocol:
@@ -136,7 +149,7 @@ async def start_grpc_server(
     server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
     registration = _Registration(server)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        GRPCInferenceServicer(dataplane), registration
+        GRPCInferenceServicer(dataplane, forward), registration
     )
     registration.finish()
     server.add_generic_rpc_handlers((health_handler(dataplane),))

@@ -27,6 +27,7 @@ from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_er
 from tritonx.grpc.errors import STATUS, detached, fail
 from tritonx.grpc.memory import rejected
 from tritonx.grpc.observability import log_settings, trace_setting
+from tritonx.header_forward import HeaderForward
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.shared_memory import (
     MemoryKind,
@@ -49,10 +50,15 @@ GRPC_ERROR_METADATA = "triton_grpc_error"
 
 
 class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """The GRPCInferenceService implementation; every method is a grpc.aio coroutine."""
+    """The GRPCInferenceService implementation; every method is a grpc.aio coroutine.
 
-    def __init__(self, dataplane: DataPlane) -> None:
+    :param forward: ``--grpc-header-forward-pattern`` compiled: the call metadata it
+        matches becomes parameters of each inference request (None: nothing is forwarded).
+    """
+
+    def __init__(self, dataplane: DataPlane, forward: HeaderForward | None = None) -> None:
         self.dataplane = dataplane
+        self.forward = forward
 
     # ------------------------------------------------------------------ health / metadata
 
@@ -329,6 +335,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             except Offload:
                 decoded = await _decode(request, version, shm)
             try:
+                if self.forward is not None:
+                    metadata = context.invocation_metadata() or ()
+                    self.forward.apply(metadata, decoded.request.parameters)
                 trace = _sample(self.dataplane, request.model_name, context)
                 if trace is not None:
                     return await self._infer_traced(decoded, served, trace, read_ns, context)
@@ -395,7 +404,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self.dataplane, grpc_error, metadata)
+        stream = _Stream(self.dataplane, grpc_error, metadata, self.forward)
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
@@ -430,11 +439,19 @@ class _Stream:
     models see ``is_cancelled()`` while their further responses are discarded.
     """
 
-    def __init__(self, dataplane: DataPlane, grpc_error: bool, metadata: Any = ()) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        grpc_error: bool,
+        metadata: Any = (),
+        forward: HeaderForward | None = None,
+    ) -> None:
         self.dataplane = dataplane
         self.grpc_error = grpc_error
         #: the call's metadata (an OpenTelemetry ``traceparent`` may be in it)
         self.metadata = metadata
+        #: ``--grpc-header-forward-pattern``: metadata forwarded to every request
+        self.forward = forward
         self.queue: asyncio.Queue[
             tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
         ] = asyncio.Queue()
@@ -564,6 +581,8 @@ class _Stream:
     ) -> None:
         decoded = await _decode(request, version, self.dataplane.shared_memory)
         try:
+            if self.forward is not None:
+                self.forward.apply(self.metadata, decoded.request.parameters)
             tracer = self.dataplane.tracer
             trace = None
             if tracer.active:

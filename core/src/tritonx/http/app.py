@@ -8,7 +8,8 @@ from aiohttp import web
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.http.routes import DATAPLANE_KEY, SETTINGS_KEY, setup_routes
+from tritonx.header_forward import HeaderForward
+from tritonx.http.routes import DATAPLANE_KEY, FORWARD_KEY, SETTINGS_KEY, setup_routes
 from tritonx.security import check_restrictions, load_tls_files
 
 
@@ -19,13 +20,19 @@ def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> we
     aiohttp's own ``client_max_size`` is not what limits them. ``http_restricted_api`` puts
     the header check in front of the routes (nothing is checked when it is empty).
 
-    :raises TritonXError: INVALID_ARG for an unknown category in ``http_restricted_api``.
+    :raises TritonXError: INVALID_ARG for an unknown category in ``http_restricted_api``,
+        or an ``http_header_forward_pattern`` that is not a regular expression.
     """
     settings = settings or dataplane.settings
     check_restrictions(settings.http_restricted_api, "http_restricted_api")
+    forward = HeaderForward.of(
+        settings.http_header_forward_pattern, "--http-header-forward-pattern"
+    )
     app = web.Application(client_max_size=settings.http_max_input_size)
     app[DATAPLANE_KEY] = dataplane
     app[SETTINGS_KEY] = settings
+    if forward is not None:
+        app[FORWARD_KEY] = forward
     setup_routes(app, settings.http_restricted_api)
     return app
 

@@ -25,6 +25,7 @@ from aiohttp import StreamReader, web
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
+from tritonx.header_forward import HeaderForward
 from tritonx.http.binary import Body
 from tritonx.http.decode import (
     OFFLOAD_JSON_BYTES,
@@ -58,6 +59,8 @@ log = logging.getLogger("tritonx.http")
 
 DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
 SETTINGS_KEY = web.AppKey("settings", ServerSettings)
+#: ``--http-header-forward-pattern`` compiled (absent: nothing is forwarded)
+FORWARD_KEY = web.AppKey("header_forward", HeaderForward)
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 INT32_MAX = 2**31 - 1
@@ -615,6 +618,10 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if connection is not None and not connection.on_lost(request.task.cancel):
         decoded.request.cancel()  # gone already (while the body was read or decoded)
     try:
+        forward = app.get(FORWARD_KEY)
+        if forward is not None:  # --http-header-forward-pattern
+            sent = ((k.decode("latin-1"), v) for k, v in request.raw_headers)
+            forward.apply(sent, decoded.request.parameters)
         tracer = dp.tracer
         if tracer.active:
             trace = tracer.sample(model, request.headers if tracer.exporter is not None else None)
