@@ -25,18 +25,25 @@ NO_LISTENERS = {"allow_http": False, "allow_grpc": False, "allow_metrics": False
 
 
 class FileBackend(tritonx.Backend):
-    """Needs <version>/model.bin; concurrency of loads and executes is recorded."""
+    """Needs <version>/model.bin; concurrency of loads and executes is recorded. Parameter
+    ``fail_loads``: the model's first that many instance loads fail (counted in
+    :attr:`attempts`)."""
 
     name = "filebackend"
     default_model_filename = "model.bin"
     active_loads = 0
     max_loads = 0
+    attempts: ClassVar[dict[str, int]] = {}
     active_exec = 0
     max_exec = 0
     lock = threading.Lock()
 
     def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
         cls = FileBackend
+        with cls.lock:
+            attempt = cls.attempts[ctx.model_name] = cls.attempts.get(ctx.model_name, 0) + 1
+        if attempt <= int(ctx.parameters.get("fail_loads", "0")):
+            raise RuntimeError(f"load attempt {attempt} fails")
         with cls.lock:
             cls.active_loads += 1
             cls.max_loads = max(cls.max_loads, cls.active_loads)
@@ -473,6 +480,25 @@ async def test_model_load_thread_count(
     FileBackend.max_loads = 0
     async with make_server(model_repository.root, model_load_thread_count=threads):
         assert (FileBackend.max_loads > 1) is expect_parallel
+
+
+@pytest.mark.parametrize("retries", [0, 1, 2, 3])
+async def test_model_load_retry_count(
+    model_repository: ModelRepositoryBuilder, retries: int
+) -> None:
+    """--model-load-retry-count: a version whose instances failed to load is created again
+    (Triton's CreateModel retries); the model whose first two loads fail serves from the
+    third attempt on, and the last attempt's error is the load's."""
+    file_model(model_repository, "flaky", parameters={"fail_loads": "2"})
+    file_model(model_repository, "steady")
+    FileBackend.attempts.clear()
+    async with make_server(model_repository.root, model_load_retry_count=retries) as server:
+        if retries >= 2:
+            assert reasons(server) == {}
+            assert await answer(server, "flaky") == 7
+        else:
+            assert reasons(server) == {"flaky": f"Internal: load attempt {retries + 1} fails"}
+    assert FileBackend.attempts == {"flaky": min(retries + 1, 3), "steady": 1}
 
 
 async def test_gpu_instances_on_a_machine_without_gpu(

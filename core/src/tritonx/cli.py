@@ -104,7 +104,6 @@ def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, 
 #: (never accepted silently, never click's bare "No such option").
 NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--model-config-name",
-    "--model-load-retry-count",
     "--model-namespacing",
     "--enable-peer-access",
     "--grpc-infer-thread-count",
@@ -261,6 +260,14 @@ def cli() -> None:
     default=4,
     show_default=True,
     help="Models loaded in parallel.",
+)
+@click.option(
+    "--model-load-retry-count",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Times a model version whose instances failed to load (or warm up) is loaded "
+    "again before its load fails.",
 )
 @click.option(
     "--exit-timeout-secs",
@@ -620,6 +627,7 @@ def serve(**opts: Any) -> None:
         disable_auto_complete_config=opts["disable_auto_complete_config"]
         or opts["strict_model_config"],
         model_load_thread_count=opts["model_load_thread_count"],
+        model_load_retry_count=opts["model_load_retry_count"],
         exit_timeout_secs=opts["exit_timeout_secs"],
         id=opts["server_id"],
         backend_config=parse_keyed_config(opts["backend_config"], "--backend-config"),

@@ -33,6 +33,9 @@ class ServerSettings:
     strict_readiness: bool = True
     disable_auto_complete_config: bool = False
     model_load_thread_count: int = 4
+    #: ``--model-load-retry-count``: times a version whose instances failed to load or warm
+    #: up is created again before the load fails (Triton's ``CreateModel`` retries)
+    model_load_retry_count: int = 0
     exit_timeout_secs: float = 30.0
     id: str = "triton"
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

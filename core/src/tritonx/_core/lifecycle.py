@@ -894,51 +894,73 @@ class ModelManager:
         self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
     ) -> None:
         name, v = config.name, ventry.version
-        backend = prepared.backend
         log.info("loading: %s:%d", name, v)
-        try:
-            contexts: list[LoadContext] = []
-            passive: list[bool] = []
-            if backend is not None:
-                filename = config.raw.default_model_filename or backend.default_model_filename
-                model_path = version_path / filename if filename else None
-                if model_path is not None and not model_path.exists():
-                    raise TritonXError(
-                        f"unable to find '{model_path}' for model '{name}' version {v}",
-                        Code.NOT_FOUND,
+        attempts = 1 + self.settings.model_load_retry_count
+        for attempt in range(1, attempts + 1):
+            try:
+                scheduler = await self._create_version(ventry, config, prepared, version_path)
+            except Exception as exc:
+                err = TritonXError.wrap(exc)
+                if attempt < attempts:  # --model-load-retry-count: Triton creates it again
+                    log.warning(
+                        "failed to load '%s' version %d (attempt %d of %d), retrying: %s",
+                        name,
+                        v,
+                        attempt,
+                        attempts,
+                        err.as_string(),
                     )
-                contexts, passive = self._instance_contexts(
-                    config, v, prepared.model_dir, version_path, model_path, backend
+                    continue
+                ventry.state, ventry.reason, ventry.scheduler = (
+                    ModelState.UNAVAILABLE,
+                    err.as_string(),
+                    None,
                 )
-            scheduler = make_scheduler(
-                config,
-                v,
-                backend,
-                contexts,
-                passive,
-                self.rate_limiter,
-                self.metrics_options.latency_stats(config),
-                server=self.server,
-                composing=prepared.composing,
-                inline_execution_us=self.settings.inline_execution_us,
-            )
-            async with self._load_slots:
-                started = time.monotonic()
-                await scheduler.start()
-                await warm_up(scheduler, config, prepared.model_dir, v)
-                ventry.load_seconds = time.monotonic() - started
-        except Exception as exc:
-            err = TritonXError.wrap(exc)
-            ventry.state, ventry.reason, ventry.scheduler = (
-                ModelState.UNAVAILABLE,
-                err.as_string(),
-                None,
-            )
-            log.error("failed to load '%s' version %d: %s", name, v, err.as_string())
-            return
+                log.error("failed to load '%s' version %d: %s", name, v, err.as_string())
+                return
+            break
         ventry.scheduler = scheduler
         ventry.state, ventry.reason = ModelState.READY, ""
         log.info("successfully loaded '%s' version %d", name, v)
+
+    async def _create_version(
+        self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
+    ) -> Scheduler:
+        """Create one version's scheduler: its instances loaded and warmed up (Triton's
+        ``CreateModel``); on failure nothing of it is left running."""
+        name, v = config.name, ventry.version
+        backend = prepared.backend
+        contexts: list[LoadContext] = []
+        passive: list[bool] = []
+        if backend is not None:
+            filename = config.raw.default_model_filename or backend.default_model_filename
+            model_path = version_path / filename if filename else None
+            if model_path is not None and not model_path.exists():
+                raise TritonXError(
+                    f"unable to find '{model_path}' for model '{name}' version {v}",
+                    Code.NOT_FOUND,
+                )
+            contexts, passive = self._instance_contexts(
+                config, v, prepared.model_dir, version_path, model_path, backend
+            )
+        scheduler = make_scheduler(
+            config,
+            v,
+            backend,
+            contexts,
+            passive,
+            self.rate_limiter,
+            self.metrics_options.latency_stats(config),
+            server=self.server,
+            composing=prepared.composing,
+            inline_execution_us=self.settings.inline_execution_us,
+        )
+        async with self._load_slots:
+            started = time.monotonic()
+            await scheduler.start()
+            await warm_up(scheduler, config, prepared.model_dir, v)
+            ventry.load_seconds = time.monotonic() - started
+        return scheduler
 
     def _instance_contexts(
         self,
