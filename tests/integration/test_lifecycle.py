@@ -501,6 +501,47 @@ async def test_model_load_retry_count(
     assert FileBackend.attempts == {"flaky": min(retries + 1, 3), "steady": 1}
 
 
+async def test_model_config_name_picks_a_config_from_the_configs_folder(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    """--model-config-name=small: a model with configs/small.pbtxt is configured by it, one
+    without by its config.pbtxt (Triton's GetModelConfigFullPath); the files are read again
+    on a reload."""
+    for name in ("custom", "plain"):
+        file_model(model_repository, name, max_batch_size=4)
+    folder = model_repository.root / "custom"
+    (folder / "configs").mkdir()
+    small = (folder / "config.pbtxt").read_text().replace("max_batch_size: 4", "max_batch_size: 1")
+    assert small != (folder / "config.pbtxt").read_text()
+    (folder / "configs" / "small.pbtxt").write_text(small)
+    (folder / "configs" / "other.pbtxt").write_text("not a config")
+    async with make_server(model_repository.root) as server:
+        assert server.model_config("custom").max_batch_size == 4
+    async with make_server(
+        model_repository.root,
+        model_config_name="small",
+        model_control_mode="explicit",
+        load_model=("*",),
+    ) as server:
+        assert server.model_config("custom").max_batch_size == 1
+        assert server.model_config("plain").max_batch_size == 4
+        assert await answer(server, "custom") == 7
+        (folder / "configs" / "small.pbtxt").write_text(
+            small.replace("max_batch_size: 1", "max_batch_size: 2")
+        )
+        await server.load_model("custom")
+        assert server.model_config("custom").max_batch_size == 2
+    for bad in ("../small", "a/b", ".."):
+        with pytest.raises(TritonXError) as err:
+            async with make_server(model_repository.root, model_config_name=bad):
+                pass
+        assert err.value.code is Code.INVALID_ARG
+        assert err.value.message == (
+            f"--model-config-name: '{bad}' must be a file name (without '.pbtxt'), read from "
+            "each model's 'configs' folder"
+        )
+
+
 async def test_gpu_instances_on_a_machine_without_gpu(
     model_repository: ModelRepositoryBuilder, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -103,7 +103,6 @@ def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, 
 #: tritonserver flags tritonx does not implement yet: recognised and refused with a message
 #: (never accepted silently, never click's bare "No such option").
 NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
-    "--model-config-name",
     "--model-namespacing",
     "--enable-peer-access",
     "--grpc-infer-thread-count",
@@ -260,6 +259,13 @@ def cli() -> None:
     default=4,
     show_default=True,
     help="Models loaded in parallel.",
+)
+@click.option(
+    "--model-config-name",
+    default="",
+    metavar="NAME",
+    help="Read each model's configs/NAME.pbtxt instead of its config.pbtxt, for the models "
+    "that have one.",
 )
 @click.option(
     "--model-load-retry-count",
@@ -628,6 +634,7 @@ def serve(**opts: Any) -> None:
         or opts["strict_model_config"],
         model_load_thread_count=opts["model_load_thread_count"],
         model_load_retry_count=opts["model_load_retry_count"],
+        model_config_name=opts["model_config_name"],
         exit_timeout_secs=opts["exit_timeout_secs"],
         id=opts["server_id"],
         backend_config=parse_keyed_config(opts["backend_config"], "--backend-config"),

@@ -36,6 +36,9 @@ class ServerSettings:
     #: ``--model-load-retry-count``: times a version whose instances failed to load or warm
     #: up is created again before the load fails (Triton's ``CreateModel`` retries)
     model_load_retry_count: int = 0
+    #: ``--model-config-name``: read ``<model>/configs/<name>.pbtxt`` where it exists
+    #: instead of ``config.pbtxt`` (:func:`tritonx._core.model_config.config_path`)
+    model_config_name: str = ""
     exit_timeout_secs: float = 30.0
     id: str = "triton"
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)

@@ -196,6 +196,7 @@ class ModelManager:
     ) -> None:
         # keys a backend does not read stop the start (``serve`` and ``check`` alike)
         registries.backends.check_config(settings.backend_config)
+        cfg.check_config_name(settings.model_config_name)
         self.settings = settings
         self.registries = registries
         self.server = server
@@ -726,7 +727,7 @@ class ModelManager:
             config = model_config_pb2.ModelConfig()
             config.CopyFrom(override)
             return config
-        path = folder / cfg.CONFIG_FILENAME
+        path = cfg.config_path(folder, self.settings.model_config_name)
         if path.exists():
             return cfg.read_config_file(path)
         if self.settings.disable_auto_complete_config:

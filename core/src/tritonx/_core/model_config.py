@@ -24,6 +24,31 @@ if TYPE_CHECKING:
     from tritonx.registry import BackendRegistry
 
 CONFIG_FILENAME = "config.pbtxt"
+#: ``--model-config-name=<n>`` picks ``<model>/configs/<n>.pbtxt`` (Triton's ``kModelConfigFolder``)
+CONFIG_FOLDER = "configs"
+
+
+def check_config_name(name: str) -> None:
+    """Refuse a ``--model-config-name`` that is not a plain file name.
+
+    :raises TritonXError: INVALID_ARG.
+    """
+    if name and (name in (".", "..") or "/" in name or "\\" in name or "\0" in name):
+        raise invalid_arg(
+            f"--model-config-name: '{name}' must be a file name (without '.pbtxt'), "
+            f"read from each model's '{CONFIG_FOLDER}' folder"
+        )
+
+
+def config_path(folder: Path, config_name: str) -> Path:
+    """The model's config file, as Triton picks it: ``<folder>/configs/<config_name>.pbtxt``
+    when ``--model-config-name`` names one that exists, else ``<folder>/config.pbtxt``."""
+    if config_name:
+        custom = folder / CONFIG_FOLDER / f"{config_name}.pbtxt"
+        if custom.is_file():
+            return custom
+    return folder / CONFIG_FILENAME
+
 
 #: ``inference.ModelConfig`` (generated without type stubs, so typed as Any).
 ModelConfigPb: TypeAlias = Any
