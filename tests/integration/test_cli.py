@@ -251,6 +251,60 @@ def _start_http(
     return proc, addresses["HTTPService"], lines
 
 
+def test_response_cache_byte_size_is_the_local_cache_of_that_size(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str]
+) -> None:
+    """tritonserver's deprecated --response-cache-byte-size: the local cache with that size
+    (and its warning); given with --cache-config, the start fails with its message."""
+    import json
+    import urllib.request
+
+    import numpy as np
+    import tritonclient.http as httpclient
+
+    model_repository.add_identity(
+        "cached", dims=[1], max_batch_size=4, extra="response_cache { enable: true }"
+    )
+    proc, url, lines = _start_http(
+        env, model_repository.root, "--response-cache-byte-size", "1048576"
+    )
+    try:
+        assert any(
+            "Warning: '--response-cache-byte-size' has been deprecated!" in line
+            and "'--cache-config=local,size=1048576'" in line
+            for line in lines
+        ), lines
+        client = httpclient.InferenceServerClient(url)
+        data = httpclient.InferInput("INPUT0", [1, 1], "FP32")
+        data.set_data_from_numpy(np.full((1, 1), 3, np.float32))
+        for _ in range(2):
+            assert client.infer("cached", [data]).as_numpy("OUTPUT0").tolist() == [[3.0]]
+        with urllib.request.urlopen(f"http://{url}/v2/models/cached/stats", timeout=10) as r:
+            stats = json.load(r)["model_stats"][0]["inference_stats"]
+        assert (stats["cache_miss"]["count"], stats["cache_hit"]["count"]) == (1, 1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    both = subprocess.run(
+        tritonx(
+            "serve",
+            "--model-repository",
+            str(model_repository.root),
+            *("--response-cache-byte-size", "1024", "--cache-config", "local,size=1024"),
+            *NO_NET,
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert both.returncode == 2
+    assert (
+        "Error: Incompatible flags --response-cache-byte-size and --cache-config both "
+        "provided. Please provide one or the other."
+    ) in both.stderr
+
+
 def _slow_infer(url: str, result: dict[str, object]) -> None:
     import numpy as np
     import tritonclient.http as httpclient

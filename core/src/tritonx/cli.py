@@ -111,7 +111,6 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--backend-directory",
     "--repoagent-directory",
     "--cache-directory",
-    "--response-cache-byte-size",
     "--pinned-memory-pool-byte-size",
     "--cuda-memory-pool-byte-size",
     "--cuda-virtual-address-size",
@@ -298,6 +297,12 @@ def cli() -> None:
     multiple=True,
     help="<cache>,<key>=<value> (repeatable): the response cache plugin to use and its "
     "settings; models with response_cache { enable: true } use it.",
+)
+@click.option(
+    "--response-cache-byte-size",
+    type=int,
+    default=None,
+    help="Deprecated (as in tritonserver): the same as --cache-config=local,size=<bytes>.",
 )
 @bool_option("--allow-http", True, "Serve HTTP/REST.")
 @click.option("--http-address", default="0.0.0.0", show_default=True)
@@ -588,6 +593,22 @@ def serve(**opts: Any) -> None:
         raise click.UsageError("--load-model requires --model-control-mode=explicit")
     if opts["http_max_input_size"] <= 0:  # tritonserver's check and message
         raise click.UsageError("--http-max-input-size must be greater than 0.")
+    cache_config = parse_keyed_config(opts["cache_config"], "--cache-config")
+    if opts["response_cache_byte_size"] is not None:  # tritonserver's checks and messages
+        if cache_config:
+            raise click.UsageError(
+                "Incompatible flags --response-cache-byte-size and --cache-config both "
+                "provided. Please provide one or the other."  # (click adds "Error: ")
+            )
+        size = str(opts["response_cache_byte_size"])
+        cache_config = {"local": {"size": size}}
+        click.echo(
+            "Warning: '--response-cache-byte-size' has been deprecated! This will default to "
+            "the 'local' cache implementation with the provided byte size for its config. "
+            "Please use '--cache-config' instead. The equivalent --cache-config CLI args "
+            f"would be: '--cache-config=local,size={size}'",
+            err=True,
+        )
     repos = tuple(opts["model_repository"])
     exit_on_error = opts["exit_on_error"]
     if not repos:
@@ -638,7 +659,7 @@ def serve(**opts: Any) -> None:
         exit_timeout_secs=opts["exit_timeout_secs"],
         id=opts["server_id"],
         backend_config=parse_keyed_config(opts["backend_config"], "--backend-config"),
-        cache_config=parse_keyed_config(opts["cache_config"], "--cache-config"),
+        cache_config=cache_config,
         allow_http=opts["allow_http"],
         http_address=opts["http_address"],
         http_port=opts["http_port"],
