@@ -107,7 +107,6 @@ NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
     "--enable-peer-access",
     "--grpc-infer-thread-count",
     "--grpc-max-response-pool-size",
-    "--grpc-infer-response-compression-level",
     "--backend-directory",
     "--repoagent-directory",
     "--cache-directory",
@@ -460,6 +459,14 @@ def cli() -> None:
     "ModelStreamInfer calls (INVALID_ARGUMENT for a reserved name).",
 )
 @click.option(
+    "--grpc-infer-response-compression-level",
+    type=click.Choice(["none", "low", "medium", "high"], case_sensitive=False),
+    default="none",
+    show_default=True,
+    help="Compress ModelInfer / ModelStreamInfer responses (low: gzip; medium, high: "
+    "deflate, the algorithms grpc's levels pick for a client accepting both).",
+)
+@click.option(
     "--grpc-max-connection-age",
     type=click.IntRange(min=0),
     default=0,
@@ -695,6 +702,7 @@ def serve(**opts: Any) -> None:
         grpc_http2_max_ping_strikes=opts["grpc_http2_max_ping_strikes"],
         grpc_restricted_protocol=restricted["grpc_restricted_protocol"],
         grpc_header_forward_pattern=opts["grpc_header_forward_pattern"],
+        grpc_infer_response_compression_level=opts["grpc_infer_response_compression_level"].lower(),
         grpc_max_connection_age=opts["grpc_max_connection_age"],
         grpc_max_connection_age_grace=opts["grpc_max_connection_age_grace"],
         grpc_use_ssl=opts["grpc_use_ssl"],

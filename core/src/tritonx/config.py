@@ -103,6 +103,9 @@ class ServerSettings:
     grpc_restricted_protocol: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: ``--grpc-header-forward-pattern``: the same for the metadata of inference calls
     grpc_header_forward_pattern: str = ""
+    #: ``--grpc-infer-response-compression-level``: none, low, medium or high; the responses
+    #: of ModelInfer / ModelStreamInfer are compressed with the algorithm grpc's level picks
+    grpc_infer_response_compression_level: str = "none"
     #: ``--grpc-max-connection-age`` / ``-grace`` (ms; 0: not set, grpc's default)
     grpc_max_connection_age: int = 0
     grpc_max_connection_age_grace: int = 0

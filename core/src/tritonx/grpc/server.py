@@ -8,6 +8,7 @@ import grpc
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
+from tritonx.errors import invalid_arg
 from tritonx.grpc.health import health_handler
 from tritonx.grpc.memory import measuring
 from tritonx.grpc.restricted import RestrictedProtocolInterceptor
@@ -58,6 +59,31 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
             if value  # 0: not set (grpc's default, unlimited), as in Triton
         ),
     ]
+
+
+#: ``--grpc-infer-response-compression-level`` → the algorithm grpc core's
+#: ``grpc_compression_algorithm_for_level`` picks for a client that accepts gzip and deflate
+#: (its ranking: gzip, deflate; low takes the first, medium the middle, high the last)
+COMPRESSION_OF_LEVEL = {
+    "none": None,
+    "low": grpc.Compression.Gzip,
+    "medium": grpc.Compression.Deflate,
+    "high": grpc.Compression.Deflate,
+}
+
+
+def response_compression(level: str) -> grpc.Compression | None:
+    """The algorithm of ``--grpc-infer-response-compression-level`` (None: not compressed).
+
+    :raises TritonXError: INVALID_ARG for another level.
+    """
+    try:
+        return COMPRESSION_OF_LEVEL[level.lower()]
+    except KeyError:
+        raise invalid_arg(
+            f"invalid argument for --grpc-infer-response-compression-level: '{level}' "
+            "(none, low, medium or high)"
+        ) from None
 
 
 def listen_address(address: str, port: int) -> str:
@@ -134,7 +160,8 @@ async def start_grpc_server(
     """Build, bind and start the gRPC server; returns it and the bound port.
 
     ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
-    are decompressed by grpc; responses are not compressed (Triton's default level "none").
+    are decompressed by grpc; inference responses are compressed as
+    ``--grpc-infer-response-compression-level`` says (default "none", as Triton), others not.
     TLS follows ``--grpc-use-ssl*``; ``--grpc-restricted-protocol`` adds an interceptor (none
     when nothing is restricted).
     """
@@ -142,6 +169,7 @@ async def start_grpc_server(
     forward = HeaderForward.of(
         settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
     )
+    compression = response_compression(settings.grpc_infer_response_compression_level)
     credentials = grpc_server_credentials(settings)
     interceptors = []
     if settings.grpc_restricted_protocol:
@@ -149,7 +177,7 @@ async def start_grpc_server(
     server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
     registration = _Registration(server)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        GRPCInferenceServicer(dataplane, forward), registration
+        GRPCInferenceServicer(dataplane, forward, compression), registration
     )
     registration.finish()
     server.add_generic_rpc_handlers((health_handler(dataplane),))

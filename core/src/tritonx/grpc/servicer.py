@@ -20,6 +20,8 @@ import time
 from collections.abc import AsyncIterable, AsyncIterator
 from typing import Any, TypeAlias
 
+import grpc
+
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
 from tritonx.errors import TritonXError, invalid_arg, unsupported
 from tritonx.grpc.decode import DecodedRequest, Offload, decode_infer_request
@@ -54,11 +56,19 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     :param forward: ``--grpc-header-forward-pattern`` compiled: the call metadata it
         matches becomes parameters of each inference request (None: nothing is forwarded).
+    :param compression: ``--grpc-infer-response-compression-level``'s algorithm for the
+        responses of ModelInfer and ModelStreamInfer (None: not compressed).
     """
 
-    def __init__(self, dataplane: DataPlane, forward: HeaderForward | None = None) -> None:
+    def __init__(
+        self,
+        dataplane: DataPlane,
+        forward: HeaderForward | None = None,
+        compression: grpc.Compression | None = None,
+    ) -> None:
         self.dataplane = dataplane
         self.forward = forward
+        self.compression = compression
 
     # ------------------------------------------------------------------ health / metadata
 
@@ -325,6 +335,11 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         the data plane then cancels the request, which is dropped if it has not run yet."""
         read_ns = time.perf_counter_ns()
         try:
+            if self.compression is not None:
+                context.set_compression(self.compression)
+                # grpc.aio applies the algorithm to a unary response only through initial
+                # metadata sent on their own (the response's own carry no encoding)
+                await context.send_initial_metadata(())
             version = parse_version(request.model_version)
             served = self.dataplane.resolve(request.model_name, version)  # the one lookup
             if served.decoupled:
@@ -400,6 +415,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         context: Context,
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         """Bidirectional streaming inference (see :class:`_Stream`)."""
+        if self.compression is not None:
+            context.set_compression(self.compression)
         metadata = context.invocation_metadata() or ()
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
