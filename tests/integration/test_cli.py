@@ -113,7 +113,7 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
 @pytest.mark.parametrize(
     "args",
     [
-        ("--grpc-infer-response-compression-level", "high"),
+        ("--grpc-infer-thread-count", "4"),
         ("--pinned-memory-pool-byte-size", "0"),
         ("--backend-directory", "/opt/tritonserver/backends"),
         ("--model-namespacing=true",),
