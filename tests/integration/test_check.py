@@ -126,6 +126,17 @@ def test_good_repository_table_and_json(
     )  # fmt: skip
     out = {m["name"]: m for m in json.loads(result.stdout)}
     assert out["onnx_auto"]["config"]["max_batch_size"] == 2
+    # --model-config-name reads configs/<name>.pbtxt where a model has one, as serve does
+    echo_dir = model_repository.root / "echo"
+    (echo_dir / "configs").mkdir()
+    small = (
+        (echo_dir / "config.pbtxt").read_text().replace("max_batch_size: 8", "max_batch_size: 2")
+    )
+    (echo_dir / "configs" / "small.pbtxt").write_text(small)
+    result = check(env, "--json", "--model-config-name", "small", str(model_repository.root))
+    out = {m["name"]: m for m in json.loads(result.stdout)}
+    assert out["echo"]["config"]["max_batch_size"] == 2
+    assert out["onnx_auto"]["config"]["max_batch_size"] == 4
 
 
 def test_no_repository_checks_the_bundled_examples(env: dict[str, str]) -> None:

@@ -878,11 +878,18 @@ def plugins(show_all: bool) -> None:
     multiple=True,
     help="<backend>,<key>=<value> (repeatable), as for serve (auto-complete reads some).",
 )
+@click.option(
+    "--model-config-name",
+    default="",
+    metavar="NAME",
+    help="Check each model's configs/NAME.pbtxt where it has one, as serve reads it.",
+)
 def check(
     repositories: tuple[str, ...],
     as_json: bool,
     disable_auto_complete_config: bool,
     backend_config: tuple[str, ...],
+    model_config_name: str,
 ) -> None:
     """Check model repositories offline: every model's completed config, or the exact
     reason 'serve' would fail to load it. Loads no instance. Exit code 1 if any would fail.
@@ -897,6 +904,7 @@ def check(
         model_repository=tuple(repositories) or (str(EXAMPLE_REPOSITORY),),
         disable_auto_complete_config=disable_auto_complete_config,
         backend_config=parse_keyed_config(backend_config, "--backend-config"),
+        model_config_name=model_config_name,
     )
     try:
         manager = ModelManager(settings, collect(make_plugin_manager()))
