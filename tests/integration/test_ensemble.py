@@ -493,6 +493,7 @@ async def test_statistics_of_the_ensemble_and_its_composing_models(tmp_path: Pat
     assert ens["execution_count"] == 5 and ens["inference_count"] == 10
     assert [b["batch_size"] for b in ens["batch_stats"]] == [2]
     assert ens["inference_stats"]["compute_infer"]["ns"] > 0
+    assert int(ens["last_inference"]) > 0
     # Triton: the ensemble's compute times are the sums of those its composing models
     # recorded for its steps; a failed request has none (in the ensemble and in add1)
     for phase in ("compute_input", "compute_infer", "compute_output"):

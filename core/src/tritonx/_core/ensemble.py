@@ -602,6 +602,7 @@ class EnsembleScheduler:
         stats.record_success(elapsed)
         stats.record_request_execution(0, *phases)
         stats.record_execution(max(run.batch_size, 1), *phases)
+        stats.last_inference_ms = int(time.time() * 1000)
         if run.request.compute_sink is not None:  # a step of an enclosing ensemble
             run.request.compute_sink(*phases)
 
@@ -619,7 +620,6 @@ class EnsembleScheduler:
                 duration.ns += ns
         if run.request.compute_sink is not None:
             run.request.compute_sink(*phases)
-        stats.last_inference_ms = int(time.time() * 1000)
 
     def _track(self) -> None:
         self._inflight += 1
