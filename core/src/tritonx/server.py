@@ -229,7 +229,8 @@ class Server:
                 ) from None
             raise
         fast = None
-        if self.settings.http_fast_infer:
+        # forwarded headers keep their names as sent: aiohttp's path has them
+        if self.settings.http_fast_infer and not self.settings.http_header_forward_pattern:
             from tritonx.http.fast_infer import FastInfer
 
             fast = FastInfer(self.dataplane, self.settings)

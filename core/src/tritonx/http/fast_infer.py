@@ -11,12 +11,12 @@ request (a model behind the response cache takes one task, for the cache's corou
 
 Anything else goes to aiohttp unchanged, in order: every other endpoint, and an ``/infer``
 request that is traced, compressed, chunked, larger than :data:`MAX_FAST_BODY`, HTTP/1.0,
-sent with ``Expect`` or ``Connection: close``, refused by ``--http-restricted-api``, any
-``/infer`` request when ``--http-header-forward-pattern`` is set, arriving
+sent with ``Expect`` or ``Connection: close``, refused by ``--http-restricted-api``, arriving
 while aiohttp still serves an earlier request of the connection, or in parts while the
 header timeout is off. The answers carry the same status, body and Triton headers either
 way, and a ``Date``; aiohttp's also name it in ``Server``
-(``tests/integration/http/test_http_fast_infer.py``).
+(``tests/integration/http/test_http_fast_infer.py``). With ``--http-header-forward-pattern``
+the server starts no fast path (forwarded headers keep the names aiohttp read).
 """
 
 from __future__ import annotations
@@ -233,22 +233,18 @@ class FastInfer:
         rule of ``http_restricted_api``).
     """
 
-    __slots__ = ("_dataplane", "_forward", "_limit", "_rule")
+    __slots__ = ("_dataplane", "_limit", "_rule")
 
     def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
         self._dataplane = dataplane
         self._limit = settings.http_max_input_size
         rule = settings.http_restricted_api.get("inference")
         self._rule = None if rule is None else (rule[0].lower().encode(), rule[1].encode())
-        #: headers are forwarded as parameters: aiohttp's path keeps their names as sent
-        self._forward = bool(settings.http_header_forward_pattern)
 
     def route(self, head: Head) -> tuple[str, str] | None:
         """``(model, version)`` when the fast path serves ``head``'s request (its body has
         arrived whole); None to leave it to aiohttp."""
         if head.method != b"POST" or head.version != b"HTTP/1.1" or not head.plain:
-            return None
-        if self._forward:
             return None
         if head.length > MAX_FAST_BODY or head.length > self._limit:
             return None
