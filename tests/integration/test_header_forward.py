@@ -23,6 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from tritonx import Server
 from tritonx.errors import Code, TritonXError
+from tritonx.header_forward import HeaderForward
 from tritonx.plugins import make_plugin_manager
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
@@ -176,6 +177,14 @@ async def test_grpc_metadata_the_pattern_matches_become_parameters(tmp_path) -> 
             assert answers == [{"x-fwd-user": "carol"}] * 2
         finally:
             await client.close()
+
+
+def test_the_pattern_is_case_insensitive_unless_it_starts_with_the_flag_off() -> None:
+    sent = [("x-low", "1"), ("X-Up", "2"), ("other", "3")]
+    for pattern, forwarded in (("^x-", {"x-low": "1", "X-Up": "2"}), ("(?-i)^X-", {"X-Up": "2"})):
+        parameters: dict[str, Any] = {}
+        HeaderForward(pattern, "--http-header-forward-pattern").apply(sent, parameters)
+        assert parameters == forwarded
 
 
 async def test_an_invalid_pattern_stops_the_start(tmp_path) -> None:
