@@ -501,6 +501,16 @@ async def test_model_load_retry_count(
     assert FileBackend.attempts == {"flaky": min(retries + 1, 3), "steady": 1}
 
 
+async def test_a_negative_model_load_retry_count_stops_the_start(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    with pytest.raises(TritonXError) as err:
+        async with make_server(model_repository.root, model_load_retry_count=-1):
+            pass
+    assert err.value.code is Code.INVALID_ARG
+    assert err.value.message == "--model-load-retry-count must be 0 or more, got -1"
+
+
 async def test_model_config_name_picks_a_config_from_the_configs_folder(
     model_repository: ModelRepositoryBuilder,
 ) -> None:

@@ -197,6 +197,10 @@ class ModelManager:
         # keys a backend does not read stop the start (``serve`` and ``check`` alike)
         registries.backends.check_config(settings.backend_config)
         cfg.check_config_name(settings.model_config_name)
+        if settings.model_load_retry_count < 0:
+            raise invalid_arg(
+                f"--model-load-retry-count must be 0 or more, got {settings.model_load_retry_count}"
+            )
         self.settings = settings
         self.registries = registries
         self.server = server
