@@ -726,11 +726,7 @@ class InstanceScheduler:
         for at, p in enumerate(batch):
             size += max(p.request.batch_size, 1)
             if responses is None or responses[at].error is None:
-                stats.record_request_execution(
-                    start - p.enqueue_ns, compute_input, compute_infer, compute_output
-                )
-                if p.request.compute_sink is not None:  # an ensemble's step
-                    p.request.compute_sink(compute_input, compute_infer, compute_output)
+                record_request(stats, p, start, (compute_input, compute_infer, compute_output))
             if p.request.trace is not None:
                 trace_compute(p.request, times)
         stats.record_execution(size, compute_input, compute_infer, compute_output)
@@ -771,6 +767,18 @@ class InstanceScheduler:
             held, held_response = self._held.pop(self._next_seq)
             self._next_seq += 1
             _deliver(held, held_response)
+
+
+def record_request(
+    stats: ModelStats, pending: Pending, start: int, phases: tuple[int, int, int]
+) -> None:
+    """A request that succeeded in an execution started at ``start``: its queue time and the
+    execution's compute phases, in its model's statistics and, for an ensemble's step, in
+    the ensemble's (``compute_sink``)."""
+    stats.record_request_execution(start - pending.enqueue_ns, *phases)
+    sink = pending.request.compute_sink
+    if sink is not None:
+        sink(*phases)
 
 
 def _call_now(callback: Callable[..., object], *args: Any) -> None:

@@ -44,6 +44,7 @@ from tritonx._core.instances import (
     REJECTED,
     InstanceScheduler,
     Times,
+    record_request,
     run_execute,
     trace_compute,
 )
@@ -831,9 +832,7 @@ class SequenceScheduler(InstanceScheduler):
             if pending.deliver is not None:
                 real += 1
                 if responses is None or responses[at].error is None:
-                    stats.record_request_execution(start - pending.enqueue_ns, *phases)
-                    if pending.request.compute_sink is not None:  # an ensemble's step
-                        pending.request.compute_sink(*phases)
+                    record_request(stats, pending, start, phases)
                 if pending.request.trace is not None:
                     trace_compute(pending.request, times)
         stats.record_execution(len(batch), *phases)
