@@ -223,3 +223,14 @@ async def test_a_grpc_connection_past_its_max_age_is_ended(tmp_path) -> None:
         assert await state_after_a_call(srv) is grpc.ChannelConnectivity.IDLE
     async with serve(repo) as srv:
         assert await state_after_a_call(srv) is grpc.ChannelConnectivity.READY
+
+
+async def test_a_negative_connection_age_stops_the_start(tmp_path) -> None:
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    with pytest.raises(TritonXError) as err:
+        async with serve(repo, grpc_max_connection_age_grace=-1):
+            pass
+    assert err.value.code is Code.INVALID_ARG
+    assert err.value.message == (
+        "--grpc-max-connection-age-grace must be 0 or more milliseconds, got -1"
+    )

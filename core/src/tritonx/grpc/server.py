@@ -33,6 +33,12 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
     one response message per call.
     """
+    for flag, value in (
+        ("--grpc-max-connection-age", settings.grpc_max_connection_age),
+        ("--grpc-max-connection-age-grace", settings.grpc_max_connection_age_grace),
+    ):
+        if value < 0:
+            raise invalid_arg(f"{flag} must be 0 or more milliseconds, got {value}")
     max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
     return [
         ("grpc.max_send_message_length", max_size),
