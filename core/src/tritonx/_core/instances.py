@@ -587,7 +587,15 @@ class InstanceScheduler:
             limiter = self.rate_limiter
             busy = self._busy
             lock = self._locks[index]
-            post = loop.call_soon_threadsafe
+            post_now = loop.call_soon_threadsafe
+            # the answers of a batch reach the loop only once this thread has let go of the
+            # instance: a client answered may find it idle at once (inline execution claims
+            # it with the lock), never busy with the batch that was just answered
+            answers: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
+
+            def post(callback: Callable[..., object], *args: Any) -> None:
+                answers.append((callback, args))
+
             while True:
                 if not instance.is_ready():
                     # recovering (e.g. restarting its worker process): leave the queue to the
@@ -613,6 +621,9 @@ class InstanceScheduler:
                         self._fail_batch(batch, exc)
                     finally:
                         busy[index] = False
+                for callback, args in answers:
+                    post_now(callback, *args)
+                answers.clear()
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
         try:
