@@ -875,3 +875,39 @@ def test_cli_serves_restricted_apis_over_tls(
         proc.send_signal(signal.SIGINT)
         rest = proc.stderr.read()
         assert proc.wait(30) == 0, "".join(lines) + rest
+
+
+# ------------------------------------------------------- open repository API on the network
+
+
+async def test_an_open_repository_api_off_loopback_is_logged_at_start(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Explicit mode with the model-repository API unrestricted on a non-loopback address:
+    allowed (Triton's default), with one warning per listener serving it so."""
+
+    async def warnings_of(**overrides: Any) -> list[str]:
+        caplog.clear()
+        settings = loopback_settings(
+            tmp_path, allow_metrics=False, **{"model_control_mode": "explicit", **overrides}
+        )
+        server = Server(settings, plugin_manager=make_plugin_manager(autoload=False))
+        with caplog.at_level("WARNING", logger="tritonx"):
+            await server.start()
+            await server.stop()
+        return [r.getMessage() for r in caplog.records if "repository API" in r.getMessage()]
+
+    everywhere = {"http_address": "0.0.0.0", "grpc_address": "0.0.0.0"}
+    both = await warnings_of(**everywhere)
+    assert len(both) == 2
+    assert both[0].startswith("the model repository API is unrestricted on HTTP 0.0.0.0")
+    assert "--http-restricted-api=model-repository:<key>=<value>" in both[0]
+    assert both[1].startswith("the model repository API is unrestricted on gRPC 0.0.0.0")
+    restricted_http = await warnings_of(
+        **everywhere, http_restricted_api={"model-repository": ("k", "v")}
+    )
+    assert [w.split(":")[0] for w in restricted_http] == [
+        "the model repository API is unrestricted on gRPC 0.0.0.0"
+    ]
+    assert await warnings_of() == []  # loopback only
+    assert await warnings_of(**everywhere, model_control_mode="none") == []

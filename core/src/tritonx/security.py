@@ -10,10 +10,12 @@ read) a missing or unreadable file stops the start-up with a message naming the 
 
 from __future__ import annotations
 
+import ipaddress
 import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tritonx.errors import invalid_arg
 
@@ -90,6 +92,54 @@ def check_restrictions(restrictions: Restrictions, setting: str) -> None:
                 f"{setting}: the restriction of '{category}' must be a (key, value) pair of "
                 "non-empty strings"
             )
+
+
+def open_repository_api_warnings(settings: Any) -> list[str]:
+    """Warnings for a model-repository API that any client can reach from another host.
+
+    In explicit mode a load request may carry the model's files, a Python ``model.py``
+    included, so a client that reaches it runs code as the server's user. That is Triton's
+    default and stays allowed; this names each listener (HTTP, gRPC) that serves the API
+    unrestricted on an address other than loopback, for the server to log at start.
+    """
+    if settings.model_control_mode != "explicit":
+        return []
+    warnings = []
+    for enabled, frontend, address, restrictions, flag in (
+        (
+            settings.allow_http,
+            "HTTP",
+            settings.http_address,
+            settings.http_restricted_api,
+            "--http-restricted-api",
+        ),
+        (
+            settings.allow_grpc,
+            "gRPC",
+            settings.grpc_address,
+            settings.grpc_restricted_protocol,
+            "--grpc-restricted-protocol",
+        ),
+    ):
+        if enabled and "model-repository" not in restrictions and not _is_loopback(address):
+            warnings.append(
+                f"the model repository API is unrestricted on {frontend} {address}: any client "
+                "that reaches it can load a model with files of its own (a Python model.py "
+                f"runs as this server's user). Restrict it with {flag}="
+                "model-repository:<key>=<value>, or listen on loopback only "
+                "(README: Securing a server)"
+            )
+    return warnings
+
+
+def _is_loopback(address: str) -> bool:
+    """Whether a listen address accepts loopback connections only (a name: localhost only)."""
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:  # a host name: it may resolve to any interface
+        return False
 
 
 # ---------------------------------------------------------------------------------- TLS

@@ -29,6 +29,7 @@ from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError
 from tritonx.plugins import collect, make_plugin_manager
+from tritonx.security import open_repository_api_warnings
 from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
@@ -130,6 +131,8 @@ class Server:
             raise
         log.info("%s", self.status_table(), extra={"raw": True})
         dataplane.ready = True
+        for warning in open_repository_api_warnings(self.settings):
+            log.warning("%s", warning)
         try:
             await self._start_listeners(triton)
         except BaseException:
