@@ -18,6 +18,11 @@ MAX_HEAD = 64 * 1024
 #: (``RequestHandler`` defaults): a head past them is left to aiohttp, which refuses it.
 MAX_LINE = 8190
 MAX_FIELDS = 128
+#: RFC 9110 ``tchar``: the bytes of a field name (llhttp refuses any other with 400)
+_TCHAR = b"!#$%&'*+-.^_`|~0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+#: every byte but the controls no head may hold (HTAB, CR and LF are checked where they
+#: matter): what ``translate`` deletes to find one
+_NOT_CTL = bytes(b for b in range(256) if b in b"\t\r\n" or 0x20 <= b != 0x7F)
 
 
 @dataclass(slots=True)
@@ -40,11 +45,15 @@ def parse_head(raw: bytes) -> Head | None:
     None when the stream cannot be framed by ``Content-Length`` alone: a ``Transfer-Encoding``
     or ``Upgrade`` field, a repeated or malformed ``Content-Length``, a ``CONNECT``, a line
     folded or without a colon, a bare CR or LF, a version other than HTTP/1.0 or 1.1, a head
-    past aiohttp's limits (:data:`MAX_LINE`, :data:`MAX_FIELDS`).
+    past aiohttp's limits (:data:`MAX_LINE`, :data:`MAX_FIELDS`); and a head aiohttp's parser
+    (llhttp) refuses: a control byte, a field name that is not a token, an HTTP/1.1 request
+    without ``Host``. aiohttp then answers it (400 and the connection closed).
     """
     lines = raw.split(b"\r\n")
     if raw.count(b"\n") >= len(lines) or raw.count(b"\r") >= len(lines):
         return None  # a bare CR or LF: another parser might split lines there
+    if raw.translate(None, _NOT_CTL):
+        return None  # a control byte
     if len(lines) > MAX_FIELDS + 1 or (
         len(raw) > MAX_LINE and max(len(line) for line in lines) > MAX_LINE
     ):
@@ -56,8 +65,12 @@ def parse_head(raw: bytes) -> Head | None:
     plain = True
     for line in lines[1:]:
         name, colon, value = line.partition(b":")
-        if not colon or not name or name[-1] in b" \t" or name[0] in b" \t":
-            return None
+        if (
+            not colon
+            or not name
+            or (not name.replace(b"-", b"").isalnum() and name.translate(None, _TCHAR))
+        ):
+            return None  # (a space before the colon or a folded line: not a token)
         key = name.lower()
         if key in fields:
             if key == b"content-length":
@@ -66,6 +79,8 @@ def parse_head(raw: bytes) -> Head | None:
         fields[key] = value.strip(b" \t")
     if b"transfer-encoding" in fields or b"upgrade" in fields:
         return None
+    if b"host" not in fields and parts[2] == b"HTTP/1.1":
+        return None  # RFC 9112 3.2: 400 (aiohttp's answer)
     declared = fields.get(b"content-length")
     if declared is None:
         length = 0

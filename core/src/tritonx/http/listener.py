@@ -8,8 +8,13 @@ descriptor forever, and at the open-file limit new clients are reset. Here (trit
 * **Connection cap** (``http_max_connections``; 0: derived from the open-file limit, see
   :func:`default_max_connections`). Connections are accepted by :class:`LimitedSite`'s own
   loop: at the cap it stops accepting, so new clients wait in the listen backlog (not reset)
-  until a connection closes; a connection idle for at least :data:`EVICT_IDLE_AFTER` seconds
-  (no request in progress, no byte of the next one) is closed to make room, oldest first.
+  until a connection closes. To make room it closes, oldest first, a connection that has
+  been idle (opened or kept alive with no byte of a request) or still sending a request's
+  headers (slowloris), or a TLS handshake under way, for at least :data:`EVICT_IDLE_AFTER`
+  seconds; a connection with a request in progress (its headers complete: its body is read,
+  it is handled, its answer is sent) is never closed to make room. Clients that hold
+  connections without completing requests thus cannot lock others out until the header
+  timeout.
 * **Header timeout** (``http_header_timeout_secs``): from the opening of a connection, or from
   the first byte of a later request, until that request's headers are complete; then the
   connection is closed. It also bounds a TLS handshake.
@@ -23,8 +28,9 @@ With a :class:`~tritonx.http.fast_infer.FastInfer` (the default, ``--http-fast-i
 connection frames requests itself and serves plain ``/infer`` requests without aiohttp's
 ``web`` layer; everything else reaches aiohttp's parser as before, in order
 (:meth:`Connection.data_received`). Such a request (at most 256 KiB) whose body comes in
-parts is held until it is whole, within the header timeout and for at most the body
-timeout; then aiohttp reads it (and its body timeout applies from there).
+parts is held until it is whole, for at most the body timeout (without one, within the
+header timeout; without a header timeout it is not held); then aiohttp reads it (and its
+body timeout applies from there: a stalled body gets aiohttp's 408 either way).
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ import resource
 import socket
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -52,8 +58,9 @@ log = logging.getLogger("tritonx.http")
 
 #: Listen backlog of the HTTP socket (tritonserver binds with 1024).
 BACKLOG = 1024
-#: At the connection cap, a connection idle for at least this many seconds may be closed to
-#: make room for a new one (younger ones may be about to send their next request).
+#: At the connection cap, a connection idle, or sending incomplete request headers, for at
+#: least this many seconds may be closed to make room for a new one (younger ones may be
+#: about to send, or finish, their request).
 EVICT_IDLE_AFTER = 1.0
 #: While a fast-path request is answered, at most this much of the client's next requests
 #: is held before reading pauses.
@@ -211,7 +218,7 @@ class Connection(RequestHandler):
         if self._force_close or self._close:
             return
         self._fresh = False
-        if not self._header_since and self._waiting():
+        if not self._header_since and not self._need and self._waiting():
             self._start_header_deadline(self._loop.time())  # the next request's first byte
         if self._fast is None or not data:  # (b"": aiohttp resumes its paused parser)
             self._feed(data)
@@ -256,10 +263,11 @@ class Connection(RequestHandler):
 
     def _route(self, data: bytes) -> None:
         """Frame ``data`` into requests: a plain ``/infer`` arriving while aiohttp is idle
-        goes to the fast path once its body is here (held until then, within the header
-        timeout: without one, it goes to aiohttp); any other request, and the rest of the
-        stream while aiohttp works, goes to aiohttp's parser; bytes arriving while a fast
-        request is answered wait for its answer (answers leave in request order)."""
+        goes to the fast path once its body is here (held until then, for at most the body
+        timeout, or the header timeout without one; without a header timeout, it goes to
+        aiohttp); any other request, and the rest of the stream while aiohttp works, goes to
+        aiohttp's parser; bytes arriving while a fast request is answered wait for its answer
+        (answers leave in request order)."""
         fast = self._fast
         size = len(data)
         start = 0
@@ -286,13 +294,15 @@ class Connection(RequestHandler):
             route = fast.route(head) if self._waiting() and not self._no_fast else None
             if route is not None:
                 if stop > size:
-                    if self._header_timeout > 0:  # its body must come within that deadline
+                    if self._header_timeout > 0:  # (without one, aiohttp reads it)
                         self._inbox += memoryview(data)[start:]
                         self._need = stop - start
-                        if self._body_timeout > 0 and self._held_handle is None:
-                            self._held_handle = self._loop.call_later(
-                                self._body_timeout, self._give_up_hold
-                            )
+                        if self._body_timeout > 0:  # then aiohttp reads it (and answers 408)
+                            self._header_since = 0.0  # (else the header deadline bounds it)
+                            if self._held_handle is None:
+                                self._held_handle = self._loop.call_later(
+                                    self._body_timeout, self._give_up_hold
+                                )
                         return
                 else:
                     self._header_since = 0.0  # the request is here
@@ -436,14 +446,20 @@ class Connection(RequestHandler):
         """Whether ``connection_made`` ran (the listener then counts it until it closes)."""
         return self._opened_at > 0
 
-    def idle_for(self, now: float) -> float | None:
-        """Seconds this connection has waited for a request with no byte of it received
-        (None while a request is received or handled)."""
-        if not self._waiting():
+    def evictable_for(self, now: float) -> float | None:
+        """Seconds this connection has waited for a request, idle or with the request's
+        headers incomplete (its first byte counts as the start); None while a request is in
+        progress (headers complete: its body is read, it is handled or answered), when the
+        connection may not be closed to make room."""
+        if not self._waiting() or self._need:  # (_need: a fast request's body is awaited)
             return None
-        if self._header_since:  # a deadline: fresh, or headers under way
-            return now - self._opened_at if self._fresh else None
-        return now - (self._next_keepalive_close_time - self._keepalive_timeout)
+        if self._fresh:
+            since = self._opened_at
+        elif self._header_since:  # the next request's headers are under way
+            since = self._header_since
+        else:  # kept alive since the last answer (or, without a header timeout, receiving)
+            since = max(self._opened_at, self._next_keepalive_close_time - self._keepalive_timeout)
+        return now - since
 
 
 class LimitedSite(web.BaseSite):
@@ -490,7 +506,8 @@ class LimitedSite(web.BaseSite):
         self._count = 0
         self._room = asyncio.Event()
         self._accepting: asyncio.Task[None] | None = None
-        self._handshakes: set[asyncio.Task[None]] = set()
+        #: TLS handshakes under way: when each began, and its connection once made
+        self._handshakes: dict[asyncio.Task[None], _Handshake] = {}
 
     @property
     def name(self) -> str:
@@ -534,17 +551,30 @@ class LimitedSite(web.BaseSite):
         self._count -= 1
         self._room.set()
 
-    def _evict_idle(self) -> bool:
-        """Close the longest-idle connection idle for at least EVICT_IDLE_AFTER seconds."""
+    def _evict(self) -> bool | None:
+        """Make room at the cap: close the connection that has been idle or sending
+        incomplete headers the longest (at least EVICT_IDLE_AFTER seconds), or cancel the
+        oldest TLS handshake of that age, whichever began first. True: room was made; None:
+        a handshake was cancelled (room comes when its task ends); False: nothing to close."""
         now = asyncio.get_running_loop().time()
         victim, longest = None, EVICT_IDLE_AFTER
         for connection in self._connections:
-            idle = connection.idle_for(now)
-            if idle is not None and idle >= longest:
-                victim, longest = connection, idle
+            waited = connection.evictable_for(now)
+            if waited is not None and waited >= longest:
+                victim, longest = connection, waited
+        handshake = None
+        for task, state in self._handshakes.items():
+            waited = now - state.started
+            if not state.cancelled and state.open_connection() is None and waited >= longest:
+                handshake, longest = task, waited
+        if handshake is not None:
+            log.debug("cancelling a TLS handshake of %.1f s: at the connection cap", longest)
+            self._handshakes[handshake].cancelled = True
+            handshake.cancel()
+            return None
         if victim is None:
             return False
-        log.debug("closing an HTTP connection idle for %.1f s: at the connection cap", longest)
+        log.debug("closing an HTTP connection waiting %.1f s: at the connection cap", longest)
         del self._connections[victim]
         self._release()  # now: its connection_lost comes later
         victim.force_close()
@@ -572,8 +602,8 @@ class LimitedSite(web.BaseSite):
         while True:
             if self._count >= cap:
                 self._room.clear()
-                if not self._evict_idle():
-                    try:  # a connection closes, or an idle one becomes old enough
+                if not self._evict():  # (None: a cancelled handshake releases its room)
+                    try:  # a connection closes, or a waiting one becomes old enough
                         await asyncio.wait_for(self._room.wait(), EVICT_IDLE_AFTER / 2)
                     except TimeoutError:
                         pass
@@ -598,14 +628,18 @@ class LimitedSite(web.BaseSite):
                 self._release()
                 continue
             if self._ssl_context is None:
-                await self._connect(conn)
+                await self._connect(conn, _Handshake(loop.time()))
             else:  # handshakes run concurrently: a slow one must not stop accepting
-                task = loop.create_task(self._connect(conn))
-                self._handshakes.add(task)
-                task.add_done_callback(self._handshakes.discard)
+                state = _Handshake(loop.time())
+                task = loop.create_task(self._connect(conn, state))
+                self._handshakes[task] = state
+                task.add_done_callback(self._handshake_done)
 
-    async def _connect(self, conn: socket.socket) -> None:
-        made: list[Connection] = []
+    def _handshake_done(self, task: asyncio.Task[None]) -> None:
+        self._handshakes.pop(task, None)
+
+    async def _connect(self, conn: socket.socket, state: _Handshake) -> None:
+        made = state.made
 
         def factory() -> Connection:
             made.append(self._connection())
@@ -630,3 +664,16 @@ class LimitedSite(web.BaseSite):
             if not (made and made[0].was_opened):
                 self._release()
             raise
+
+
+@dataclass(slots=True)
+class _Handshake:
+    """One accepted socket until its connection is made (for TLS, its handshake)."""
+
+    started: float
+    made: list[Connection] = field(default_factory=list)
+    cancelled: bool = False
+
+    def open_connection(self) -> Connection | None:
+        """The connection, once ``connection_made`` ran (the handshake is over)."""
+        return self.made[0] if self.made and self.made[0].was_opened else None

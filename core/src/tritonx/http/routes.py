@@ -297,9 +297,9 @@ async def _read_body(
             while pos < length:
                 chunk, boundary = await stream.readchunk()
                 if not chunk:
-                    if boundary:
+                    if boundary and not stream.at_eof():  # the end of one HTTP chunk
                         continue
-                    break
+                    break  # the end of the body
                 n = len(chunk)
                 if pos + n > length:
                     failure = "request body is longer than its Content-Length"
@@ -320,9 +320,9 @@ async def _read_body(
             while True:
                 chunk, boundary = await stream.readchunk()
                 if not chunk:
-                    if boundary:
+                    if boundary and not stream.at_eof():  # the end of one HTTP chunk
                         continue
-                    break
+                    break  # the end of the body
                 end = size + len(chunk)
                 if end > cap:
                     if length is not None:
@@ -383,9 +383,14 @@ def response_encoding(accept: str | None) -> str:
 
 def parse_header_length(value: str | None, content_length: int) -> int | None:
     """The ``Inference-Header-Content-Length`` header's ``value`` checked against a body of
-    ``content_length`` bytes, with Triton's errors (None: no such header, all JSON)."""
+    ``content_length`` bytes, with Triton's errors (None: no such header, all JSON).
+
+    Without the header Triton takes the body's length as the header's: an empty body (no
+    ``Content-Length``, ``Content-Length: 0`` or no chunk) is then a raw binary request
+    of zero bytes (``GetInferenceHeaderLength``), not a JSON document that fails to parse.
+    """
     if value is None:
-        return None
+        return None if content_length else 0
     try:
         parsed = int(value.strip())
     except ValueError:
@@ -420,7 +425,8 @@ async def _read_json(request: web.Request) -> Any:
 
 
 async def _read_json_body(request: web.Request) -> Any:
-    """A JSON control body that must be there (an empty one fails to parse, as in Triton)."""
+    """A JSON control body that must be there (an empty one fails to parse, as in Triton:
+    shared-memory register, trace and log settings updates)."""
     doc = await _read_json(request)
     if doc is None:
         parse_json_header(b"", 0, request.app[SETTINGS_KEY].http_max_input_size)
@@ -470,7 +476,7 @@ async def _trace_setting(request: web.Request, model: str) -> web.StreamResponse
     dp = _dataplane(request)
     if model and not dp.model_ready(model):  # checked before the body is read, as Triton
         raise invalid_arg(f"Request for unknown model : {model}")
-    update = await _read_json(request) if request.method == "POST" else None
+    update = await _read_json_body(request) if request.method == "POST" else None
     return _json(trace_setting(dp, model, update))
 
 
@@ -478,7 +484,7 @@ async def logging_settings(request: web.Request) -> web.StreamResponse:
     """``GET|POST /v2/logging``: the server's log settings (logging extension)."""
     if request.method not in ("GET", "POST"):
         return method_not_allowed()
-    update = await _read_json(request) if request.method == "POST" else None
+    update = await _read_json_body(request) if request.method == "POST" else None
     return _json(log_settings(update))
 
 
