@@ -6,7 +6,11 @@ transports) keeps the regions clients registered, as tritonserver's ``SharedMemo
 
 * a **system** region is a POSIX shared-memory object (``shm_open(key)``, what
   ``tritonclient.utils.shared_memory`` creates) mapped from ``offset`` for ``byte_size``
-  bytes; the descriptor is closed right after the mapping;
+  bytes; the descriptor is closed right after the mapping. Only a regular file qualifies
+  (``shm_open`` follows no symbolic link; a FIFO or a device node there is refused), and
+  keys with Triton's reserved prefix are refused. The server's own shared memory (the Python
+  backend's segments between the server and its worker processes) is nameless (``memfd``):
+  no key reaches it;
 * a **CUDA** region is a ``cudaIpcMemHandle_t`` opened with ``cudaIpcOpenMemHandle`` on its
   device, through the ``cuda-python`` package (imported only when a client registers one).
   Tensors are copied device to host for inputs and host to device for outputs (backends
@@ -30,9 +34,11 @@ import asyncio
 import base64
 import ctypes
 import enum
+import errno
 import logging
 import mmap
 import os
+import stat
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -49,8 +55,9 @@ log = logging.getLogger("tritonx.shared_memory")
 CLIENT_SHM_DISABLED = (
     "Client shared memory is disabled. Start the server with '--allow-client-shm=true' to enable."
 )
-#: Keys of the Python backend's own regions (tritonserver ``kTritonSharedMemoryRegionPrefix``);
-#: clients may not register them.
+#: Keys of the Python backend's own regions in tritonserver
+#: (``kTritonSharedMemoryRegionPrefix``); clients may not register them, as in tritonserver.
+#: (tritonx's Python backend creates no named region: its segments have no key at all.)
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 #: ``SIZE_MAX`` of a 64-bit tritonserver: offsets and sizes wrap at it.
 SIZE_MAX = 2**64 - 1
@@ -287,7 +294,10 @@ def _shm_open(key: str) -> int:
     ``multiprocessing.shared_memory`` uses, so both agree on names)."""
     import _posixshmem  # CPython's binding of shm_open, present on every POSIX build
 
-    return int(_posixshmem.shm_open(key, os.O_RDWR, 0o600))
+    try:
+        return int(_posixshmem.shm_open(key, os.O_RDWR, 0o600))
+    except ValueError as exc:  # a NUL character in the key: no such object
+        raise OSError(errno.EINVAL, str(exc)) from None
 
 
 class SharedMemoryManager:
@@ -313,7 +323,7 @@ class SharedMemoryManager:
 
         :raises TritonXError: INVALID_ARG for a reserved or empty key, a range beyond the
             object or an empty range; ALREADY_EXISTS for a name in use; INTERNAL when the
-            object cannot be opened.
+            object cannot be opened or is not a regular file.
         """
         _validate_key(name, key)
         with self._lock:
@@ -329,11 +339,13 @@ class SharedMemoryManager:
                 ) from None
             try:
                 try:
-                    size = os.fstat(fd).st_size
+                    info = os.fstat(fd)
                 except OSError:
-                    raise TritonXError(
-                        f"Invalid shared memory region: '{key}'", Code.INTERNAL
-                    ) from None
+                    info = None
+                if info is None or not stat.S_ISREG(info.st_mode):
+                    # a FIFO or device node in /dev/shm is no client's shared memory
+                    raise TritonXError(f"Invalid shared memory region: '{key}'", Code.INTERNAL)
+                size = info.st_size
                 if offset > SIZE_MAX or byte_size > SIZE_MAX or offset + byte_size > size:
                     raise invalid_arg(
                         f"failed to register shared memory region '{name}': invalid args"

@@ -4,12 +4,12 @@ BLS, auto-complete, errors, crashes and worker isolation, in both execution mode
 from __future__ import annotations
 
 import asyncio
-import glob
 import json
 import logging
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +24,28 @@ from tritonx_backend_python.process import WorkerProcess
 
 MODELS = Path(__file__).parent / "models"
 BOTH_MODES = pytest.mark.parametrize("mode", ["process", "in_process"])
+
+
+def shared_files(pid: int) -> set[str]:
+    """The shared-memory objects process ``pid`` maps or holds open: ``/dev/shm/<name>``
+    files and nameless ``/memfd:<name>`` segments (as ``/proc`` shows them)."""
+    found: set[str] = set()
+    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6:
+            found.add(parts[5])
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            pass
+    paths = {path.removesuffix(" (deleted)") for path in found}
+    # (/dev/shm/sem.*: POSIX semaphores, e.g. multiprocessing's locks of other tests)
+    return {
+        path
+        for path in paths
+        if path.startswith(("/dev/shm/", "/memfd:")) and not path.startswith("/dev/shm/sem.")
+    }
 
 
 def add_sub_inputs() -> dict[str, np.ndarray]:
@@ -147,10 +169,8 @@ async def test_large_tensors_cross_by_shared_memory(server: Server, monkeypatch)
     np.testing.assert_array_equal(response.outputs["DATA_OUT"], data[::-1])
     if server.model_config("init_args").parameters.get("TRITONX_EXECUTION_MODE") != "in_process":
         assert segments, "a 4 MB input should travel through a shared-memory segment"
-    # at most the segment kept for reuse in each direction (removed on unload:
-    # test_transport.py) remains
-    leftovers = glob.glob(os.path.join(_ipc._SHM_DIR, f"{_ipc.DEFAULT_PREFIX}*"))
-    assert len(leftovers) <= 2, leftovers
+    # segments are nameless: nothing of them is in /dev/shm (test_transport.py: reuse, removal)
+    assert not {p for p in shared_files(os.getpid()) if p.startswith("/dev/shm/")}
 
 
 @BOTH_MODES
@@ -573,11 +593,19 @@ async def test_execution_env_path(server: Server, add_model, tmp_path: Path) -> 
     assert info["pid"] != os.getpid() and info["ppid"] == os.getpid()
 
 
-async def test_no_shared_memory_left_after_shutdown(server_settings, plugin_manager) -> None:
-    async with Server(server_settings, plugin_manager=plugin_manager) as server:
+async def test_no_shared_memory_left_after_shutdown(
+    server_settings, plugin_manager, tmp_path: Path
+) -> None:
+    # a prefix of this server's own: other servers of this process may hold segments
+    prefix = f"tritonx_test_{os.getpid()}_{tmp_path.name}_"
+    settings = replace(
+        server_settings, backend_config={"python": {"shm-region-prefix-name": prefix}}
+    )
+    async with Server(settings, plugin_manager=plugin_manager) as server:
         data = np.ones(500_000, np.float32)
         await server.infer(InferenceRequest("init_args", {"DATA": data}))
-    assert not glob.glob(os.path.join(_ipc._SHM_DIR, f"{_ipc.DEFAULT_PREFIX}*"))
+        assert {p for p in shared_files(os.getpid()) if prefix in p}
+    assert not {p for p in shared_files(os.getpid()) if prefix in p}
 
 
 def test_embedding_script_without_main_guard(tmp_path: Path) -> None:

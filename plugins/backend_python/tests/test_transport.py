@@ -1,20 +1,25 @@
 """How requests reach a worker process: large tensors cross through shared memory in both
 directions, never through the worker's sockets (counted by the kernel: the bytes the worker
 and this process read with system calls, ``rchar`` in ``/proc/<pid>/io``; shared memory is
-mapped, not read), over HTTP and gRPC; the segments are kept and reused while the model is
-loaded (seen in ``/dev/shm`` under the backend's ``shm-region-prefix-name``), never while a
-response still uses one, and removed when the model is unloaded."""
+mapped, not read), over HTTP and gRPC; the segments are nameless (``memfd``: nothing in
+``/dev/shm``), kept and reused while the model is loaded (seen in ``/proc/<pid>/maps`` and
+``/proc/<pid>/fd`` as ``/memfd:<shm-region-prefix-name>...``), never while a response still
+uses one, let go of when the model is unloaded, and gone with a killed worker or server."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import glob
 import logging
 import os
+import select
 import signal
 import subprocess
 import sys
 import time
+import weakref
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -50,6 +55,42 @@ class TritonPythonModel:
         return responses
 """
 
+BLS_PY = """
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            answer = pb_utils.InferenceRequest(
+                model_name="big",
+                inputs=[pb_utils.Tensor("IN", data * 2)],
+                requested_output_names=["OUT"],
+            ).exec()
+            if answer.has_error():
+                raise pb_utils.TritonModelException(answer.error().message())
+            out = pb_utils.get_output_tensor_by_name(answer, "OUT").as_numpy()
+            responses.append(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", out)]))
+        return responses
+"""
+STREAM_PY = """
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        for request in requests:
+            data = pb_utils.get_input_tensor_by_name(request, "IN").as_numpy()
+            sender = request.get_response_sender()
+            for i in range(4):
+                sender.send(pb_utils.InferenceResponse([pb_utils.Tensor("OUT", data + i)]))
+            sender.send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+        return None
+"""
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs /proc/<pid>/io")
 
 SHM_DIR = "/dev/shm"
@@ -59,11 +100,6 @@ SHM_DIR = "/dev/shm"
 def shm_prefix(tmp_path: Path) -> str:
     """A segment-name prefix of this test's own (``shm-region-prefix-name``)."""
     return f"tritonx_test_{os.getpid()}_{tmp_path.name}_"
-
-
-def segments(prefix: str) -> set[str]:
-    """The shared-memory segments in /dev/shm whose names start with ``prefix``."""
-    return {os.path.basename(p) for p in glob.glob(os.path.join(SHM_DIR, f"{prefix}*"))}
 
 
 @pytest.fixture
@@ -126,116 +162,240 @@ async def test_a_4mb_tensor_moves_no_bytes_through_the_worker_sockets(
     assert here < tensor_bytes // 20, here
 
 
-@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")
+def shared_files(pid: int) -> set[str]:
+    """The shared-memory objects process ``pid`` maps or holds open, as anyone who may read
+    its ``/proc`` sees them: ``/dev/shm/<name>`` files and nameless ``/memfd:<name>``
+    segments (empty once the process is gone)."""
+    found: set[str] = set()
+    try:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6:
+                found.add(parts[5])
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    except (FileNotFoundError, ProcessLookupError):
+        return set()
+    paths = {path.removesuffix(" (deleted)") for path in found}
+    # (/dev/shm/sem.*: POSIX semaphores, e.g. multiprocessing's locks of other tests)
+    return {
+        path
+        for path in paths
+        if path.startswith(("/dev/shm/", "/memfd:")) and not path.startswith("/dev/shm/sem.")
+    }
+
+
+def segments(prefix: str, *pids: int) -> set[str]:
+    """The names of the segments labelled ``prefix`` that processes ``pids`` hold."""
+    marker = f"/memfd:{prefix}"
+    return {p[len("/memfd:") :] for pid in pids for p in shared_files(pid) if p.startswith(marker)}
+
+
+def released(*arrays: np.ndarray) -> asyncio.Event:
+    """An event set once every one of ``arrays`` is gone (the caller drops its references,
+    then waits): a response's memory goes back to the worker only then."""
+    loop = asyncio.get_running_loop()
+    event = asyncio.Event()
+    left = len(arrays)
+
+    def gone() -> None:
+        nonlocal left
+        left -= 1
+        if not left:
+            loop.call_soon_threadsafe(event.set)
+
+    for array in arrays:
+        weakref.finalize(array, gone)
+    return event
+
+
+def wait_exit(pid: int, timeout: float = 30.0) -> bool:
+    """Wait until process ``pid`` (not necessarily a child) has ended; False past
+    ``timeout``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        ready, _, _ = select.select([fd], [], [], timeout)
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
+def wait_restarted(server: int, dead: int, ready: Callable[[], bool]) -> None:
+    """Wait until server ``server`` has replaced its dead worker ``dead``: a new worker runs
+    (a grandchild: forkserver workers are the forkserver's children) and the model is
+    ready."""
+
+    def parent(pid: int) -> int:
+        try:
+            return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return 0
+
+    deadline = time.monotonic() + 60
+    while True:
+        pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+        children = {pid for pid in pids if parent(pid) == server}
+        if {pid for pid in pids if parent(pid) in children} - {dead} and ready():
+            return
+        assert time.monotonic() < deadline, "the worker was not restarted"
+        select.select([], [], [], 0.02)
+
+
 async def test_segments_are_reused_never_under_a_live_response_and_removed_on_unload(
     server: Server, shm_prefix: str
 ) -> None:
     rng = np.random.default_rng(1)
+    here = os.getpid()
 
-    async def infer(data: np.ndarray) -> np.ndarray:
+    async def infer_and_let_go(data: np.ndarray) -> None:
         response = await server.infer(InferenceRequest("big", {"IN": data}))
-        return response.outputs["OUT"]
+        np.testing.assert_array_equal(response.outputs["OUT"], data + 1)
+        # The response's memory is the worker's again once its arrays are gone: not when
+        # this coroutine drops them, but when the event loop does too (it holds the
+        # finished request's future until the end of the iteration that resumed this
+        # coroutine). A request sent before then may find the segment still in use and the
+        # worker take another one (which it must: never under a live response).
+        gone = released(*response.outputs.values())
+        del response
+        await gone.wait()
 
     first_in = rng.random(ELEMENTS, dtype=np.float32)
-    held = await infer(first_in)  # kept: this array is a view of the worker's segment
-    kept = segments(shm_prefix)
+    first = await server.infer(InferenceRequest("big", {"IN": first_in}))
+    worker = int(first.outputs["PID"][0])
+    held = first.outputs["OUT"]  # kept: this array is a view of the worker's segment
+    del first
+    kept = segments(shm_prefix, here, worker)
     assert kept, "a 4 MB tensor should cross through shared memory"
+    # nameless: nothing of the transport is in /dev/shm (and so no client can register it)
+    assert not {p for p in shared_files(here) | shared_files(worker) if p.startswith(SHM_DIR)}
     for _ in range(12):
-        data = rng.random(ELEMENTS, dtype=np.float32)
-        np.testing.assert_array_equal(await infer(data), data + 1)
+        await infer_and_let_go(rng.random(ELEMENTS, dtype=np.float32))
         # the held response was not overwritten by the later ones
         np.testing.assert_array_equal(held, first_in + 1)
     # the segments are reused: the held response pins one more, no more appear per request
-    reused = segments(shm_prefix)
+    reused = segments(shm_prefix, here, worker)
     assert len(reused) == len(kept) + 1, (kept, reused)
     for _ in range(12):
-        data = rng.random(ELEMENTS, dtype=np.float32)
-        np.testing.assert_array_equal(await infer(data), data + 1)
-    assert segments(shm_prefix) == reused
+        await infer_and_let_go(rng.random(ELEMENTS, dtype=np.float32))
+    assert segments(shm_prefix, here, worker) == reused
     np.testing.assert_array_equal(held, first_in + 1)
     await server.unload_model("big")
-    assert not segments(shm_prefix)
-    # what a response holds stays readable after its segment is gone
+    assert wait_exit(worker)
+    # what a response holds stays readable after its worker is gone: the only segment left
+    # is the one under it, the worker's, until it is gone too
+    (left,) = segments(shm_prefix, here)
+    assert left.startswith(f"{shm_prefix}{worker}_"), left
     np.testing.assert_array_equal(held, first_in + 1)
+    gone = released(held)
+    del held
+    await gone.wait()
+    assert not segments(shm_prefix, here)
 
 
-def dead_pid() -> int:
-    """The id of a process that has ended."""
-    done = subprocess.run(
-        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+async def test_bls_calls_and_decoupled_responses_cross_in_segments_too(
+    server: Server, model_repository: ModelRepositoryBuilder, shm_prefix: str
+) -> None:
+    """The control socket carries segments as the data socket does: a BLS call's tensors
+    (worker to server) and its answer (server to worker), a decoupled model's responses; each
+    kept, reused, and never overwritten under a response still held."""
+    io = {"inputs": [("IN", "FP32", [ELEMENTS])], "outputs": [("OUT", "FP32", [ELEMENTS])]}
+    model_repository.add("bls_big", backend="python", versions={1: {"model.py": BLS_PY}}, **io)
+    model_repository.add(
+        "stream_big",
+        backend="python",
+        versions={1: {"model.py": STREAM_PY}},
+        extra="model_transaction_policy { decoupled: true }",
+        **io,
     )
-    return int(done.stdout)
+    await server.load_model("bls_big")
+    await server.load_model("stream_big")
+    rng = np.random.default_rng(3)
+    held = []
+    for _ in range(3):
+        data = rng.random(ELEMENTS, dtype=np.float32)
+        response = await server.infer(InferenceRequest("bls_big", {"IN": data}))
+        np.testing.assert_array_equal(response.outputs["OUT"], data * 2 + 1)
+        held.append((data * 2 + 1, response.outputs["OUT"]))
+        streamed = [
+            r.outputs["OUT"]
+            async for r in server.infer_stream(InferenceRequest("stream_big", {"IN": data}))
+            if not r.empty
+        ]
+        assert len(streamed) == 4
+        for i, out in enumerate(streamed):
+            held.append((data + i, out))
+    for expected, out in held:  # every response held is intact
+        np.testing.assert_array_equal(out, expected)
+    # all of it in nameless segments (the kept ones of the server and the three workers)
+    assert segments(shm_prefix, os.getpid())
+    assert not {p for p in shared_files(os.getpid()) if p.startswith(SHM_DIR)}
 
 
-@pytest.mark.skipif(not os.path.isdir(SHM_DIR), reason="needs /dev/shm")
-def test_segments_of_a_killed_server_are_removed_by_its_worker_and_the_next_server(
+def test_a_killed_worker_or_server_leaves_nothing_behind(
     server_settings: object, model_repository: ModelRepositoryBuilder, shm_prefix: str
 ) -> None:
     # (server_settings: the repository with "big"; served here by `tritonx serve`)
-    pid = dead_pid()
-    orphans = {f"{shm_prefix}{pid}_k0", f"{shm_prefix}{pid}w2_7"}
-    someone_elses = f"{shm_prefix}{os.getpid()}w99_k0"  # a live process's: left alone
-    for name in (*orphans, someone_elses):
-        Path(SHM_DIR, name).write_bytes(b"x")
-
-    def serve() -> tuple[subprocess.Popen[str], str]:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "tritonx",
-                "serve",
-                f"--model-repository={model_repository.root}",
-                "--http-address=127.0.0.1",
-                "--http-port=0",
-                "--grpc-address=127.0.0.1",
-                "--grpc-port=0",
-                "--allow-metrics=false",
-                f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
-            ],
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        urls, _ = listening(proc, ("HTTPService",))
-        return proc, urls["HTTPService"]
-
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tritonx",
+            "serve",
+            f"--model-repository={model_repository.root}",
+            "--http-address=127.0.0.1",
+            "--http-port=0",
+            "--grpc-address=127.0.0.1",
+            "--grpc-port=0",
+            "--allow-metrics=false",
+            f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
-        proc, url = serve()
-        try:
-            # the orphans of a dead process were removed when the backend started
-            assert segments(shm_prefix) == {someone_elses}
-            client = httpsync.InferenceServerClient(url)
+        urls, _ = listening(proc, ("HTTPService",))
+        client = httpsync.InferenceServerClient(urls["HTTPService"])
+
+        def infer() -> int:
             data = np.random.default_rng(2).random(ELEMENTS, dtype=np.float32)
             tensor = httpsync.InferInput("IN", [ELEMENTS], "FP32")
             tensor.set_data_from_numpy(data)
             result = client.infer("big", [tensor])
             np.testing.assert_array_equal(result.as_numpy("OUT"), data + 1)
-            worker = int(result.as_numpy("PID")[0])
-            theirs = {n for n in segments(shm_prefix) if n.startswith(f"{shm_prefix}{worker}_")}
-            ours = segments(shm_prefix) - theirs - {someone_elses}
-            assert theirs and ours  # a kept segment each way
-            client.close()
-        finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(10)
-            proc.stderr.close()  # type: ignore[union-attr]
-        # the worker sees the server go, removes its own segments and exits
-        deadline = time.monotonic() + 20
-        while Path(f"/proc/{worker}").exists() and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not Path(f"/proc/{worker}").exists(), "the worker outlived its server"
-        assert segments(shm_prefix) == ours | {someone_elses}
-        # the killed server's own are removed by the next server
-        proc, _ = serve()
-        try:
-            assert segments(shm_prefix) == {someone_elses}
-        finally:
-            proc.terminate()
-            proc.wait(30)
-            proc.stderr.close()  # type: ignore[union-attr]
+            return int(result.as_numpy("PID")[0])
+
+        worker = infer()
+        # a kept segment each way, held by both processes, in memory only
+        assert segments(shm_prefix, proc.pid) and segments(shm_prefix, worker)
+        assert not glob.glob(os.path.join(SHM_DIR, f"{shm_prefix}*"))
+        # a killed worker takes its segments with it; the server lets go of its mappings of
+        # them before it starts the next worker
+        os.kill(worker, signal.SIGKILL)
+        assert wait_exit(worker)
+        wait_restarted(proc.pid, worker, lambda: client.is_model_ready("big"))
+        restarted = infer()
+        assert restarted != worker
+        assert not {
+            n for n in segments(shm_prefix, proc.pid) if n.startswith(f"{shm_prefix}{worker}_")
+        }
+        assert segments(shm_prefix, restarted)
+        client.close()
+        # a killed server: its worker sees it go and exits; nothing was ever in /dev/shm
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert wait_exit(restarted), "the worker outlived its server"
+        assert not glob.glob(os.path.join(SHM_DIR, f"{shm_prefix}*"))
     finally:
-        for name in segments(shm_prefix):
-            os.unlink(os.path.join(SHM_DIR, name))
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+        proc.stderr.close()  # type: ignore[union-attr]
 
 
 async def test_triton_shm_sizes_are_accepted_with_a_warning(

@@ -2,8 +2,9 @@
 
 The server starts it (through a forkserver, or as ``python -m tritonx_backend_python._stub
 <fd> <data fd>`` for models with their own ``EXECUTION_ENV_PATH``) with one end of two
-socket pairs. The worker's main thread reads its work (init, execute, finalize) from the data
-socket itself and runs the model through a
+Unix socket pairs (:class:`~tritonx_backend_python._ipc.Channel`: messages, and the
+descriptors of their shared-memory segments). The worker's main thread reads its work
+(init, execute, finalize) from the data socket itself and runs the model through a
 :class:`~tritonx_backend_python.runner.ModelRunner`; the result of a non-decoupled batch goes
 back on the same socket, straight to the server thread waiting for it. Everything else
 (:mod:`~tritonx_backend_python.messages`: BLS calls, logs, metrics, decoupled responses) goes on
@@ -26,7 +27,6 @@ import socket
 import sys
 import threading
 import traceback
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -45,7 +45,7 @@ from tritonx_backend_python.runner import (
 class StubRuntime(pb_utils.Runtime):
     """pb_utils' services inside a worker: everything goes to the server as messages."""
 
-    def __init__(self, conn: Connection, writer: _ipc.ShmWriter, model_dir: str) -> None:
+    def __init__(self, conn: _ipc.Channel, writer: _ipc.ShmWriter, model_dir: str) -> None:
         self.conn = conn
         self.writer = writer
         self.model_dir = model_dir
@@ -58,9 +58,8 @@ class StubRuntime(pb_utils.Runtime):
 
     def send(self, message: m.Message) -> None:
         """Send one message to the server (thread-safe)."""
-        data = m.dumps(message)
         with self._send_lock:
-            self.conn.send_bytes(data)
+            m.send(self.conn, message)
             self.sent += 1
 
     def _box(self) -> tuple[int, queue.SimpleQueue[Any]]:
@@ -156,7 +155,7 @@ class StubRuntime(pb_utils.Runtime):
 class Worker:
     """One model instance in this process."""
 
-    def __init__(self, conn: Connection, data: _ipc.Channel) -> None:
+    def __init__(self, conn: _ipc.Channel, data: _ipc.Channel) -> None:
         self.conn = conn
         self.data = data
         self.runtime: StubRuntime | None = None
@@ -170,7 +169,7 @@ class Worker:
         conn = self.conn
         while True:
             try:
-                message = m.loads(conn.recv_bytes())
+                message = m.recv(conn)
             except (EOFError, OSError):
                 self.server_gone()
             if self.runtime is not None:
@@ -180,26 +179,24 @@ class Worker:
                     self.runtime.deliver_rpc(message)
 
     def server_gone(self) -> NoReturn:
-        """The server is gone: remove this worker's segments (nobody else will) and exit."""
-        if self.runtime is not None:
-            self.runtime.writer.cleanup()
+        """The server is gone: exit (the segments go with the process: they have no name)."""
         os._exit(0)
 
     def send(self, message: m.Message) -> None:
         if self.runtime is not None:
             self.runtime.send(message)
         else:
-            self.conn.send_bytes(m.dumps(message))
+            m.send(self.conn, message)
 
     # -------------------------------------------------------------- commands
 
     def serve(self) -> None:
         """The main loop: run commands until ``finalize`` (or a failed ``initialize``)."""
         threading.Thread(target=self.reader, daemon=True, name="stub-reader").start()
-        recv = self.data.recv_bytes
+        data = self.data
         while True:
             try:
-                message = m.loads(recv())
+                message = m.recv(data)
             except (EOFError, OSError):
                 self.server_gone()
             try:
@@ -314,7 +311,7 @@ class Worker:
         if runner.decoupled:
             self.send(message)
         else:
-            self.data.send_bytes(m.dumps(message))
+            m.send(self.data, message)
 
 
 def _outputs(
@@ -335,12 +332,12 @@ def _outputs(
     return tensors, metas
 
 
-def run_forked(conn: Connection, data: socket.socket) -> None:
+def run_forked(conn: socket.socket, data: socket.socket) -> None:
     """Entry point of a forkserver-started worker."""
-    run(conn, _ipc.Channel(data.detach()))
+    run(_ipc.Channel(conn.detach()), _ipc.Channel(data.detach()))
 
 
-def run(conn: Connection, data: _ipc.Channel) -> None:
+def run(conn: _ipc.Channel, data: _ipc.Channel) -> None:
     """Run the worker on its control connection and data channel."""
     Worker(conn, data).serve()
     sys.stdout.flush()
@@ -352,7 +349,7 @@ def main(argv: list[str] | None = None) -> None:
     """``python -m tritonx_backend_python._stub <fd> <data fd>``: a worker in another
     interpreter."""
     args = sys.argv[1:] if argv is None else argv
-    run(Connection(int(args[0])), _ipc.Channel(int(args[1])))
+    run(_ipc.Channel(int(args[0])), _ipc.Channel(int(args[1])))
 
 
 if __name__ == "__main__":

@@ -55,7 +55,9 @@ class PythonBackend(Backend):
 
     ``--backend-config=python,<key>=<value>`` keys: ``execution-mode`` (``process`` or
     ``in_process``: the default for models that set no ``TRITONX_EXECUTION_MODE``),
-    ``stub-timeout-seconds`` (default 30) and ``shm-region-prefix-name``.
+    ``stub-timeout-seconds`` (default 30) and ``shm-region-prefix-name`` (the label of the
+    shared-memory segments in ``/proc/<pid>/fd``: they have no file name, so no client can
+    register them).
     """
 
     name = "python"
@@ -82,9 +84,6 @@ class PythonBackend(Backend):
                 key,
                 _ipc.POOL_LIMIT >> 20,
             )
-        # segments a killed server or worker left behind in /dev/shm
-        for name in _ipc.remove_orphans(self.shm_prefix):
-            log.info("python backend: removed the orphaned shared-memory segment '%s'", name)
         #: this backend's live worker processes
         self.workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
         #: set by :meth:`close`: dying workers are not restarted any more

@@ -104,24 +104,22 @@ class WorkerLink:
     # -------------------------------------------------------------- sending
 
     def send(self, message: m.Message) -> None:
-        """Send a message (raises OSError / ValueError once the worker is gone)."""
-        data = m.dumps(message)
+        """Send a message (raises OSError / ValueError once the worker is gone; its segment
+        is then free again)."""
         with self._send_lock:
-            self.proc.conn.send_bytes(data)
+            m.send(self.proc.conn, message)
 
     def send_work(self, message: m.Message) -> None:
         """Send work to the worker's main thread (raises OSError / ValueError once the worker
-        is gone)."""
-        data = m.dumps(message)
+        is gone; its segment is then free again)."""
         with self._data_lock:
-            self.proc.data.send_bytes(data)
+            m.send(self.proc.data, message)
 
-    def _reply(self, message: m.Message, segment: str | None = None) -> None:
+    def _reply(self, message: m.Message) -> None:
         try:
             self.send(message)
         except (OSError, EOFError, ValueError):
-            if segment is not None:  # the worker is gone: nobody will consume the segment
-                _ipc.unlink_segment(segment)
+            pass  # the worker is gone (nobody will read the segment: it is free again)
 
     def command(self, message: m.Message, timeout: float) -> m.Message:
         """Send a control message (Init, Finalize) and wait for the answer.
@@ -177,7 +175,7 @@ class WorkerLink:
         try:
             if timeout is not None and not data.poll(timeout):
                 return None
-            done = self.done_message(data.recv_bytes())
+            done = self.done_message(*data.recv())
         except (EOFError, OSError):
             return future.result(30.0)  # the reader fails it once it has seen the worker go
         except Exception as exc:  # not an answer: the worker is killed (the reader fails it)
@@ -187,12 +185,13 @@ class WorkerLink:
             self.wait_caught_up(done)
         return done
 
-    def done_message(self, data: bytes) -> m.Done:
-        """The :class:`~messages.Done` read from the data socket.
+    def done_message(self, data: bytes, fds: Sequence[int] = ()) -> m.Done:
+        """The :class:`~messages.Done` read from the data socket (``fds``: the descriptors
+        that came with it).
 
         :raises ValueError: it is something else (any other exception: it is no message).
         """
-        message = m.loads(data)
+        message = m.loads(data, fds)
         if type(message) is not m.Done:
             raise ValueError(f"expected the answer to a batch, got {type(message).__name__}")
         self.served = True
@@ -273,10 +272,10 @@ class WorkerLink:
     # -------------------------------------------------------------- receiving
 
     def _read(self) -> None:
-        recv = self.proc.conn.recv_bytes
+        conn = self.proc.conn
         while True:
             try:
-                message = m.loads(recv())
+                message = m.recv(conn)
             except (EOFError, OSError):
                 break
             except Exception:
@@ -304,6 +303,9 @@ class WorkerLink:
         with self._lock:
             self.gone = True
             self.exit_code = code
+        # the worker's segments went with it: let go of this side's (before a restart begins)
+        self.writer.cleanup()
+        _ipc.forget(str(self.proc.pid))  # this process's mappings of the worker's segments
         error = self._on_gone(self)
         with self._lock:
             if self.error is None:
@@ -324,8 +326,6 @@ class WorkerLink:
                     pass  # closed meanwhile
         if control is not None and not control.done():
             control.set_exception(EOFError("the worker process is gone"))
-        self.writer.cleanup()
-        _ipc.ShmWriter(self.writer.prefix, str(self.proc.pid)).cleanup()
         self.proc.kill()  # reaps it and forgets it (it is gone already)
         self.proc.interrupt()  # wakes an instance thread still reading the data socket
         self.proc.close()
@@ -398,8 +398,7 @@ class WorkerLink:
         def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
             if self.gone:
                 return
-            wire = wire_response(response, writer)
-            self._reply(m.BlsReply(call_id, wire, final), wire[0])
+            self._reply(m.BlsReply(call_id, wire_response(response, writer), final))
 
         parent = self.request(call.parent) if call.parent else None
         try:

@@ -3,10 +3,13 @@
 One frozen dataclass per message kind, dispatched on its type. Records repeated inside a
 message (a tensor, a request's metadata, a response) are typed tuples.
 
-On the wire (:func:`dumps` / :func:`loads`, over the worker's socket pair; see
-:mod:`tritonx_backend_python._ipc` for how tensors travel) a message is pickled as its number
-(``wire_tag``) followed by its field values: a plain tuple, so neither end looks a class up by name,
-which would cost more than everything else pickle does for a small message.
+On the wire (:func:`send` / :func:`recv`, over the worker's socket pairs; see
+:mod:`tritonx_backend_python._ipc` for how tensors travel) a message is pickled
+(:func:`dumps` / :func:`loads`) as its number (``wire_tag``) followed by its field values: a
+plain tuple, so neither end looks a class up by name, which would cost more than everything
+else pickle does for a small message. A message holds at most one shared-memory
+:class:`~tritonx_backend_python._ipc.Segment` (:func:`segment_of` finds it); its descriptor goes
+beside the pickle.
 
 Like ``_ipc`` this module needs only the standard library, numpy and ``pb_utils``: worker
 processes running in a model's own environment (``EXECUTION_ENV_PATH``) import it.
@@ -16,17 +19,17 @@ from __future__ import annotations
 
 import operator
 import pickle
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
 from tritonx_backend_python import _ipc, pb_utils
-from tritonx_backend_python._ipc import TensorDesc
+from tritonx_backend_python._ipc import Segment, TensorDesc
 
 #: A pb_utils error on the wire: (message, ``TritonError`` code).
 WireError = tuple[str, int]
 #: One response on the wire: (segment, tensors, error, parameters JSON).
-WireResponse = tuple[str | None, list[TensorDesc[str]], WireError | None, str]
+WireResponse = tuple[Segment | None, list[TensorDesc[str]], WireError | None, str]
 #: A batched tensor's name: (index of its request in the batch, tensor name).
 BatchKey = tuple[int, str]
 #: One request of an :class:`Execute`: (key, id, correlation id, flags, timeout in µs,
@@ -77,7 +80,7 @@ class Execute(Message):
     """Run one batch; answered by :class:`Done`."""
 
     batch_id: int
-    segment: str | None
+    segment: Segment | None
     tensors: list[TensorDesc[BatchKey]]
     requests: list[RequestMeta]
 
@@ -142,7 +145,7 @@ class Done(Message):
     named ``(index, name)``), or no responses (decoupled models send them with :class:`Send`)."""
 
     batch_id: int
-    segment: str | None
+    segment: Segment | None
     tensors: list[TensorDesc[BatchKey]]
     responses: list[ResponseMeta] | None
     error: str | None
@@ -166,7 +169,7 @@ class BlsCall(Message):
     call_id: int
     model_name: str
     model_version: int
-    segment: str | None
+    segment: Segment | None
     tensors: list[TensorDesc[str]]
     requested: list[str]
     request_id: str
@@ -262,10 +265,68 @@ def dumps(message: Message) -> bytes:
     return pickle.dumps((cls.wire_tag, *cls.wire_values(message)), protocol=_PROTOCOL)
 
 
-def loads(data: bytes) -> Message:
-    """The message :func:`dumps` made ``data`` from."""
-    values = pickle.loads(data)
-    return _MAKE[values[0]](*values[1:])
+def loads(data: bytes, fds: Sequence[int] = ()) -> Message:
+    """The message :func:`dumps` made ``data`` from; ``fds``: the descriptors that came with
+    it (its segment's, attached to it; closed if the message cannot use them).
+
+    :raises ValueError: the descriptors do not match the message (any other exception: the
+        bytes are no message).
+    """
+    try:
+        values = pickle.loads(data)
+        message = _MAKE[values[0]](*values[1:])
+    except BaseException:
+        _ipc.close_fds(fds)
+        raise
+    segment = segment_of(message)
+    if segment is None and not fds:
+        return message
+    if segment is None or len(fds) != 1:
+        _ipc.close_fds(fds)
+        raise ValueError(
+            f"a {type(message).__name__} message came with {len(fds)} descriptors for "
+            f"{int(segment is not None)} shared-memory segment"
+        )
+    segment.attach(fds[0])
+    return message
+
+
+def segment_of(message: Message) -> Segment | None:
+    """The shared-memory segment of ``message`` (None: its tensors, if any, are inline).
+    (A message kind that gets a segment field must be added here.)"""
+    if isinstance(message, (Execute, Done, BlsCall)):
+        return message.segment
+    if isinstance(message, (BlsReply, Send)):
+        return message.response[0] if message.response is not None else None
+    return None
+
+
+def send(channel: _ipc.Channel, message: Message) -> None:
+    """Send ``message`` on ``channel`` with its segment's descriptor. When it cannot be sent
+    (the error is raised), its segment goes back to its writer.
+
+    :raises OSError: the peer is gone.
+    """
+    segment = segment_of(message)
+    if segment is None:
+        channel.send_bytes(dumps(message))
+        return
+    try:
+        channel.send_bytes(dumps(message), (segment.descriptor(),))
+    except BaseException:
+        segment.discard()
+        raise
+    segment.sent()
+
+
+def recv(channel: _ipc.Channel) -> Message:
+    """The next message on ``channel`` (its segment holding the descriptor that came with
+    it).
+
+    :raises EOFError: the peer is gone.
+    :raises ValueError: what came is no message (any other exception: neither).
+    """
+    return loads(*channel.recv())
 
 
 # ---------------------------------------------------------------------- responses

@@ -18,7 +18,6 @@ import tempfile
 import threading
 import weakref
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -75,10 +74,11 @@ def _kill_workers() -> None:
 
 
 class WorkerProcess:
-    """A worker process and its two sockets (forkserver child or env subprocess): ``conn``
-    carries the messages of the worker's other threads (BLS, logs, metrics, decoupled
-    responses) and their replies, ``data`` the work of its main thread (init, execute,
-    finalize) and the results of non-decoupled batches, read by the thread waiting for them.
+    """A worker process and its two Unix sockets (forkserver child or env subprocess):
+    ``conn`` carries the messages of the worker's other threads (BLS, logs, metrics,
+    decoupled responses) and their replies, ``data`` the work of its main thread (init,
+    execute, finalize) and the results of non-decoupled batches, read by the thread waiting
+    for them. Both carry the descriptors of the shared-memory segments beside the messages.
 
     :param name: names the process (``tritonx-python-<name>``).
     :param env_python: the interpreter of the model's ``EXECUTION_ENV_PATH``; ``None`` forks
@@ -92,19 +92,19 @@ class WorkerProcess:
         self._process: Any = None
         if env_python is None:
             ctx = _context()
-            parent, child = ctx.Pipe(duplex=True)
+            ours, theirs = socket.socketpair()
             data_ours, data_theirs = socket.socketpair()
             self._process = ctx.Process(
                 target=_stub.run_forked,
-                args=(child, data_theirs),
+                args=(theirs, data_theirs),
                 name=f"tritonx-python-{name}",
                 daemon=False,
             )
             with _forkserver_lock, _main_module_hidden():
                 self._process.start()
-            child.close()
+            theirs.close()
             data_theirs.close()
-            self.conn: Connection = parent
+            self.conn = _ipc.Channel(ours.detach())
             self.data = _ipc.Channel(data_ours.detach())
             self.pid: int = self._process.pid
         else:
@@ -126,7 +126,7 @@ class WorkerProcess:
             )
             theirs.close()
             data_theirs.close()
-            self.conn = Connection(ours.detach())
+            self.conn = _ipc.Channel(ours.detach())
             self.data = _ipc.Channel(data_ours.detach())
             self.pid = self._popen.pid
         _live_workers.add(self)

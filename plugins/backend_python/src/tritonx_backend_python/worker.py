@@ -142,7 +142,7 @@ class WorkerInstance(ModelInstance):
 
     :param ctx: the load context.
     :param stub_timeout: how long ``initialize`` / ``finalize`` may take (seconds).
-    :param shm_prefix: the file-name prefix of shared-memory segments.
+    :param shm_prefix: the name prefix of shared-memory segments.
     :param workers: the backend's set of live worker processes; this instance's join it.
     :param closed: set when the backend closes (the server exits): workers are not restarted.
     """
@@ -424,11 +424,11 @@ class WorkerInstance(ModelInstance):
 
         def answered() -> None:
             try:
-                data = reader.channel.recv_ready()
-                if data is None:  # the rest of the answer is on its way
+                received = reader.channel.recv_ready()
+                if received is None:  # the rest of the answer is on its way
                     return
                 reader.answer = None
-                done = link.done_message(data)
+                done = link.done_message(*received)
             except Exception as exc:
                 reader.answer = None
                 self._drop_reader(reader)
@@ -479,7 +479,7 @@ class WorkerInstance(ModelInstance):
             )
         except TritonXError as exc:  # the worker is gone already: nobody reads the segment
             if segment is not None:
-                _ipc.unlink_segment(segment)
+                segment.discard()
             raise TritonXError(exc.message, exc.code) from None
         return batch_id, keys, future
 
@@ -558,6 +558,29 @@ class WorkerInstance(ModelInstance):
     def not_ready_reason(self) -> str:
         """Why the instance cannot serve ("" while it can)."""
         return "" if self._link is not None else self._reason
+
+    def abort(self) -> bool:
+        """Kill the worker process (and one being started) at once, restarting none: the
+        core's unload (or the server's exit) timed out while ``execute`` or ``finalize``
+        still ran. The batch in flight fails with Triton's error for a stub that died
+        (``Stub process '<instance>' is not healthy.``); :meth:`unload` follows."""
+        with self._cond:
+            self._closing = True
+            links = [link for link in (self._link, self._starting) if link is not None]
+            self._cond.notify_all()
+        self._wake.set()
+        for link in links:
+            if link.gone:
+                continue
+            log.error(
+                "python model '%s': instance '%s' is still running when the time to unload "
+                "it is up: killing its worker process (pid %d)",
+                self.ctx.model_name,
+                self.name,
+                link.proc.pid,
+            )
+            link.abort(not_healthy(self.name), "killed: the model's unload timed out")
+        return True
 
     def unload(self) -> None:
         """Call the model's ``finalize`` and stop the worker (a restart under way is ended)."""

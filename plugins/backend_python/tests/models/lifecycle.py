@@ -68,12 +68,13 @@ class TritonPythonModel:
                 for tid in os.listdir("/proc/self/task"):
                     if int(tid) != threading.get_native_id():
                         call = Path(f"/proc/self/task/{tid}/syscall").read_text().split()
-                        if call[0] in ("0", "45"):  # read, recvfrom
+                        if call[0] in ("0", "45", "47"):  # read, recvfrom, recvmsg
                             read_by_others.add(int(call[1], 16))
                 for fd in map(int, os.listdir("/proc/self/fd")):
                     try:
                         if stat.S_ISSOCK(os.fstat(fd).st_mode) and fd not in read_by_others:
-                            os.write(fd, struct.pack("!I", 8) + b"\x00garbage")
+                            # a whole frame (length, no descriptors) that is no pickle
+                            os.write(fd, struct.pack("!IB", 8, 0) + b"\x00garbage")
                     except OSError:
                         pass
                 time.sleep(3600)
