@@ -33,6 +33,9 @@ FORMATS = ("default", "ISO8601")
 #: The logger tritonx logs under (``tritonx.*``).
 ROOT = "tritonx"
 
+#: The highest ``log_verbose_level`` (tritonserver keeps the level in an int32).
+MAX_VERBOSE_LEVEL = 2**31 - 1
+
 
 @dataclass
 class LogState:
@@ -186,7 +189,13 @@ def update(
     log_format: str | None = None,
 ) -> None:
     """Change the settings in force (None: unchanged); takes effect at once for every
-    ``tritonx`` logger."""
+    ``tritonx`` logger.
+
+    :raises TritonXError: INVALID_ARG for a ``verbose`` level outside [0,
+        :data:`MAX_VERBOSE_LEVEL`] (nothing is changed then).
+    """
+    if verbose is not None:
+        check_verbose_level(verbose)
     with _lock:
         if info is not None:
             STATE.info = info
@@ -199,6 +208,22 @@ def update(
         if log_format is not None:
             STATE.format = log_format
         _apply()
+
+
+def check_verbose_level(level: int) -> int:
+    """``level`` if it is a ``log_verbose_level`` the server can hold, else INVALID_ARG with
+    tritonserver's out-of-range wording.
+
+    tritonserver casts the value to an int32 (2**32 + 5 becomes 5, 4294967295 becomes -1);
+    tritonx refuses it instead of storing a level the client did not ask for.
+    """
+    if not 0 <= level <= MAX_VERBOSE_LEVEL:
+        raise TritonXError(
+            f"Unable to parse 'log_verbose_level', value is out of range [ 0, "
+            f"{MAX_VERBOSE_LEVEL} ], got: {level}",
+            Code.INVALID_ARG,
+        )
+    return level
 
 
 def update_level(level: str, on: bool) -> None:

@@ -15,10 +15,14 @@ Everything here runs on the server's event loop.
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
+import ctypes.util
 import itertools
 import logging
+import sys
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -47,25 +51,90 @@ _now = time.perf_counter_ns
 #: Trace ids: 1, 2, ... (0 means "no parent"), shared by every trace of the process.
 _ids = itertools.count(1)
 
+#: Finished traces a setting holds before writing them to its file whatever the log frequency
+#: (tritonserver holds them until ``log_frequency`` traces accumulated, or until shutdown with
+#: 0: a client setting level TENSORS, rate 1, count -1 could grow the server without limit).
+MAX_HELD_TRACES = 1024
+#: Serialized bytes of finished traces a setting holds before writing them to its file.
+MAX_HELD_BYTES = 4 * 1024 * 1024
+#: Bytes of traces written to files after which the heap is trimmed (see :func:`_trim_heap`).
+TRIM_AFTER_BYTES = 4 * 1024 * 1024
+
+
+def _find_malloc_trim() -> Callable[[int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+    except OSError:
+        return None
+
+
+_malloc_trim = _find_malloc_trim()
+_trim_pending = False
+#: trims under way (a task must be referenced until it ends)
+_trims: set[asyncio.Task[None]] = set()
+
+
+def _trim_heap() -> None:
+    """Give the heap's free memory back to the system, in a worker thread (at most one trim
+    at a time; nothing without glibc or outside an event loop).
+
+    A TENSORS trace is the text of every tensor of its request (about 3x the tensors' bytes),
+    built from many short-lived objects; once written and freed, glibc keeps that memory,
+    and ``tritonx serve`` raises its trim threshold (``cli._tune_malloc``), so a traced
+    server would keep the peak of all its traces resident. A trim after every
+    :data:`TRIM_AFTER_BYTES` written keeps it near what untraced traffic needs.
+    """
+    global _trim_pending
+    if _malloc_trim is None or _trim_pending:
+        return
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    _trim_pending = True
+    trim = _malloc_trim
+
+    async def run() -> None:
+        global _trim_pending
+        try:
+            await asyncio.to_thread(trim, 0)
+        except Exception:  # pragma: no cover - never fatal
+            log.debug("malloc_trim failed", exc_info=True)
+        finally:
+            _trim_pending = False
+
+    _trims.add(task := loop.create_task(run()))
+    task.add_done_callback(_trims.discard)
+
 
 # ---------------------------------------------------------------------------------- files
 
 
 class TraceFile:
     """The Triton-mode trace file: one JSON array, written as traces are saved, closed with
-    ``]`` at shutdown; with a log frequency, each batch of traces goes to its own
-    ``<file>.<n>`` (tritonserver ``TraceManager::TraceFile``)."""
+    ``]`` at shutdown (until then the array is open: ``[{...},{...}``); with a log frequency,
+    each batch of traces goes to its own ``<file>.<n>`` (tritonserver
+    ``TraceManager::TraceFile``)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._index = 0
         self._file: Any = None
         self._closed = False
+        #: bytes written since the heap was last trimmed
+        self._untrimmed = 0
 
     def save(self, traces: list[bytes], to_index_file: bool) -> None:
         """Append ``traces`` (serialized entries) to the file, or write them to the next
         indexed file."""
         body = b",".join(traces)
+        self._untrimmed += len(body)
+        if self._untrimmed >= TRIM_AFTER_BYTES:
+            self._untrimmed = 0
+            _trim_heap()
         try:
             if to_index_file:
                 path = f"{self.name}.{self._index}"
@@ -102,7 +171,15 @@ class TraceFile:
 
 class TraceSetting:
     """One trace setting in force (the global one, or one model's): its values, what it
-    specifies itself, and its sampling counters (tritonserver ``TraceSetting``)."""
+    specifies itself, and its sampling counters (tritonserver ``TraceSetting``).
+
+    Finished traces are held, then written together: to ``<file>.<n>`` every
+    ``log_frequency`` traces, or to ``<file>`` at shutdown with ``log_frequency`` 0, as
+    tritonserver does; unlike tritonserver, once :data:`MAX_HELD_TRACES` traces or
+    :data:`MAX_HELD_BYTES` bytes are held they are written at once (to the next indexed file
+    with a log frequency, appended to ``<file>`` without one), so what a setting holds in
+    memory stays bounded whatever a client sets.
+    """
 
     def __init__(
         self,
@@ -129,6 +206,8 @@ class TraceSetting:
         self.collected = 0
         self.in_stream = 0
         self.stream: list[bytes] = []
+        #: bytes of the traces in :attr:`stream`
+        self.held_bytes = 0
         #: traces sampled under this setting and not yet written
         self.inflight = 0
         #: replaced by an update: write what is left once its last trace is written
@@ -168,22 +247,30 @@ class TraceSetting:
         self.inflight -= 1
         self.in_stream += 1
         self.collected += 1
-        self.stream.append(b",".join(entries))
+        serialized = b",".join(entries)
+        self.stream.append(serialized)
+        self.held_bytes += len(serialized)
         if (self.count == 0 and self.collected == self.created) or (
             self.log_frequency and self.in_stream >= self.log_frequency
         ):
             self._save(True)
-        elif self.retired and self.inflight <= 0:
+        elif (
+            self.in_stream >= MAX_HELD_TRACES
+            or self.held_bytes >= MAX_HELD_BYTES
+            or (self.retired and self.inflight <= 0)
+        ):
             self.flush()
 
     def _save(self, to_index_file: bool) -> None:
         stream, self.stream = self.stream, []
         self.in_stream = 0
+        self.held_bytes = 0
         if stream:
             self.file.save(stream, to_index_file)
 
     def flush(self) -> None:
-        """Save what is still held (at shutdown, or when the setting was replaced)."""
+        """Save what is held (at shutdown, when the setting was replaced, or once it holds
+        :data:`MAX_HELD_TRACES` traces or :data:`MAX_HELD_BYTES` bytes)."""
         if self.mode == TRITON and self.stream:
             self._save(bool(self.log_frequency))
 
@@ -344,6 +431,12 @@ class Trace:
         self.pending -= 1
         if self.pending == 0:
             self.manager.complete(self)
+
+    def clear(self) -> None:
+        """Drop the entries once written (whatever still refers to the trace, e.g. a
+        request object kept by a backend, no longer keeps them)."""
+        for entries in self._streams.values():
+            entries.clear()
 
     def entries(self) -> list[bytes]:
         """Every entry of the trace, request by request (parent first)."""
@@ -587,6 +680,7 @@ class TraceManager:
             trace.otel.finish()
             return
         setting.write(trace.entries())
+        trace.clear()
         if setting.retired and setting.inflight <= 0 and setting in self._retired:
             self._retired.remove(setting)
 

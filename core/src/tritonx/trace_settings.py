@@ -185,16 +185,60 @@ def parse_levels(values: Iterable[str], setting: NewSetting) -> None:
 
 
 def parse_uint(name: str, text: str) -> int:
-    """``trace_rate`` / ``log_frequency`` of an update (``std::stoi`` into a uint32, as
-    tritonserver: a negative value wraps)."""
+    """``trace_rate`` / ``log_frequency`` of an update (``std::stoi``, tritonserver's
+    messages).
+
+    Unlike tritonserver, which stores a negative value wrapped into a uint32 (``-1`` becomes
+    4294967295: a ``log_frequency`` of -1 would hold every trace in memory until four billion
+    were collected), a negative value is refused with tritonserver's out-of-range message.
+    """
+    out_of_range = invalid_arg(
+        f"Unable to parse '{name}', value is out of range [ 0, {UINT32_MAX} ], got: {text}"
+    )
     try:
-        return stoi(text) & UINT32_MAX
+        value = stoi(text)
     except ValueError:
         raise invalid_arg(f"Unable to parse '{name}', got: {text}") from None
     except OverflowError:
+        raise out_of_range from None
+    if value < 0:
+        raise out_of_range
+    return value
+
+
+#: The settings a trace-extension update may change (``trace_file`` is refused with
+#: tritonserver's own message by the transports).
+UPDATABLE_KEYS = ("trace_level", "trace_rate", "trace_count", "log_frequency")
+
+
+def check_update_keys(keys: Iterable[str]) -> None:
+    """Refuse an update naming a setting the trace extension cannot change.
+
+    tritonserver ignores such keys silently, so a client setting ``trace_mode`` or
+    ``opentelemetry_url`` believes it did. ``trace_mode`` and the mode's own settings (those
+    a GET returns: ``url``, ``resource``, ``bsp_*``) are refused as tritonserver refuses
+    ``trace_file``; any other name as unknown. Call it after the ``trace_file`` check.
+
+    :raises TritonXError: UNSUPPORTED "trace mode can not be updated through network
+        protocol" / "trace setting '<key>' can not be updated through network protocol", or
+        INVALID_ARG "unknown trace setting '<key>' ...".
+    """
+    for key in keys:
+        if key in UPDATABLE_KEYS:
+            continue
+        if key == "trace_mode":
+            raise TritonXError(
+                "trace mode can not be updated through network protocol", Code.UNSUPPORTED
+            )
+        if key in OPENTELEMETRY_KEYS or key == "trace_file":
+            raise TritonXError(
+                f"trace setting '{key}' can not be updated through network protocol",
+                Code.UNSUPPORTED,
+            )
         raise invalid_arg(
-            f"Unable to parse '{name}', value is out of range [ 0, {UINT32_MAX} ], got: {text}"
-        ) from None
+            f"unknown trace setting '{key}' (the trace extension updates "
+            f"{', '.join(UPDATABLE_KEYS)})"
+        )
 
 
 def parse_count(text: str, grpc: bool = False) -> int:

@@ -7,7 +7,13 @@ from tritonx import logs
 from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.proto import service_pb2
-from tritonx.trace_settings import NewSetting, parse_count, parse_levels, parse_uint
+from tritonx.trace_settings import (
+    NewSetting,
+    check_update_keys,
+    parse_count,
+    parse_levels,
+    parse_uint,
+)
 
 
 def _one(name: str, values: list[str]) -> str:
@@ -32,6 +38,7 @@ def trace_setting(
                 "trace file location can not be updated through network protocol",
                 Code.UNSUPPORTED,
             )
+        check_update_keys(settings)
         new = NewSetting()
         if "trace_level" in settings:
             levels = list(settings["trace_level"].value)
@@ -80,7 +87,7 @@ def log_settings(request: service_pb2.LogSettingsRequest) -> service_pb2.LogSett
             value = settings["log_verbose_level"]
             if value.WhichOneof("parameter_choice") != "uint32_param":
                 raise invalid_arg("expect int32 for 'log_verbose_level'")
-            logs.update(verbose=min(value.uint32_param, 2**31 - 1))
+            logs.update(verbose=value.uint32_param)
         if "log_format" in settings:
             value = settings["log_format"]
             if value.WhichOneof("parameter_choice") != "string_param":

@@ -10,7 +10,13 @@ from tritonx import logs
 from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.http.errors import internal
-from tritonx.trace_settings import NewSetting, parse_count, parse_levels, parse_uint
+from tritonx.trace_settings import (
+    NewSetting,
+    check_update_keys,
+    parse_count,
+    parse_levels,
+    parse_uint,
+)
 
 
 def _string(value: Any) -> str:
@@ -32,6 +38,7 @@ def trace_setting(dp: DataPlane, model: str, update: Any) -> dict[str, Any]:
                 "trace file location can not be updated through network protocol",
                 Code.UNSUPPORTED,
             )
+        check_update_keys(update)
         if "trace_level" in update:
             levels = update["trace_level"]
             if levels is None:
@@ -76,7 +83,7 @@ def log_settings(update: Any) -> dict[str, Any]:
         if level is not None:
             if isinstance(level, bool) or not isinstance(level, int) or level < 0:
                 raise internal("attempt to access JSON non-unsigned-integer as unsigned-integer")
-            logs.update(verbose=min(level, 2**31 - 1))
+            logs.update(verbose=level)
         log_format = update.get("log_format")
         if log_format is not None:
             log_format = _string(log_format)
