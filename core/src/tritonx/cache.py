@@ -8,9 +8,16 @@ from typing import ClassVar
 
 from tritonx.types import InferenceResponse
 
+#: Every key a cache is given starts with this many bytes: the *scope* of the model load the
+#: response belongs to (a digest of the model's name, version, configuration and the files it
+#: was loaded from; the rest of the key is a digest of the request). A model replaced in
+#: place and loaded again gets another scope, so its old responses are never served for it;
+#: :meth:`ResponseCache.evict_model` names the scope of a load that is gone.
+SCOPE_BYTES = 16
+
 
 class ResponseCache(abc.ABC):
-    """A cache of inference responses keyed by a hash of the model, version and inputs.
+    """A cache of inference responses keyed by a hash of the model load and the inputs.
 
     :cvar name: the name used in ``--cache-config`` (Triton's built-in one is ``local``).
     Methods are async because they run on the event loop (a remote cache awaits the network).
@@ -29,6 +36,18 @@ class ResponseCache(abc.ABC):
     @abc.abstractmethod
     async def put(self, key: bytes, response: InferenceResponse) -> None:
         """Store ``response`` under ``key``."""
+
+    async def evict_model(self, model: str, version: int, scope: bytes) -> None:  # noqa: B027
+        """Drop the entries of one load of ``model`` version ``version``: every key that
+        starts with ``scope`` (:data:`SCOPE_BYTES` bytes).
+
+        Called once that load was unloaded or replaced (and its last request answered): no
+        key of that scope is looked up or stored again by this server. Correctness does not
+        depend on it (another load has another scope); it gives the memory back. The default
+        drops nothing: entries stay until the cache evicts them by its own policy, which
+        suits a cache shared by several servers, where another server may still serve the
+        same model files under the same scope.
+        """
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called at shutdown."""

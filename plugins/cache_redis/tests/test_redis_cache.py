@@ -16,7 +16,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +30,12 @@ import tritonclient.http.aio as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonx import InferenceRequest, Server
+from tritonx.cache import SCOPE_BYTES
 from tritonx.config import ServerSettings
 from tritonx.errors import TritonXError
+from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
+from tritonx.testing.cache_contract import ResponseCacheContract
 from tritonx_cache_redis import RedisCache
 from tritonx_cache_redis.codec import MAGIC
 
@@ -240,7 +243,8 @@ async def test_hits_and_misses_over_http_and_grpc(
     # what Redis holds: one string per distinct request, in the plugin's explicit format
     client = redis_server.client()
     keys = sorted(client.keys("*"))
-    assert len(keys) == 2 and all(len(k) == 64 for k in keys)
+    # hex of the load's scope then the request's 32-byte digest
+    assert len(keys) == 2 and all(len(k) == 2 * (SCOPE_BYTES + 32) for k in keys)
     assert all(client.get(k).startswith(MAGIC) for k in keys)  # type: ignore[union-attr]
 
 
@@ -579,3 +583,121 @@ def test_cli_cache_config_redis(
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert len(redis_server.client().keys("*")) == 1
+
+
+# ---------------------------------------------------------------- models replaced in place
+
+
+class TestRedisCacheContract(ResponseCacheContract):
+    """The cache plugin contract; entries of an evicted scope are kept (shared cache)."""
+
+    drops_on_evict = False
+
+    @pytest.fixture
+    async def cache(self, redis_server: RedisProcess) -> AsyncIterator[RedisCache]:
+        cache = RedisCache(redis_server.config)
+        yield cache
+        await cache.close()
+
+
+def calc_model(op: str) -> bytes:
+    """ONNX: INPUT0, INPUT1 (FP32 [4]) → OUTPUT0 = INPUT0 <op> INPUT1."""
+    pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from tritonx_backend_onnx.models import make_model
+
+    io = [("INPUT0", TensorProto.FLOAT, [4]), ("INPUT1", TensorProto.FLOAT, [4])]
+    return make_model(
+        [helper.make_node(op, ["INPUT0", "INPUT1"], ["OUTPUT0"])],
+        io,
+        [("OUTPUT0", TensorProto.FLOAT, [4])],
+    ).SerializeToString()
+
+
+def add_calc(repo: ModelRepositoryBuilder, op: str) -> None:
+    repo.add(
+        "calc",
+        backend="onnxruntime",
+        inputs=[("INPUT0", "FP32", [4]), ("INPUT1", "FP32", [4])],
+        outputs=[("OUTPUT0", "FP32", [4])],
+        versions={1: {"model.onnx": calc_model(op)}},
+        extra=CACHED,
+    )
+
+
+CALC_A = np.array([1, 2, 3, 4], np.float32)
+CALC_B = np.array([10, 20, 30, 40], np.float32)
+
+
+def calc_server(repo: ModelRepositoryBuilder, redis_server: RedisProcess) -> Server:
+    pm = make_plugin_manager(autoload=True, only=("cache_redis", "backend_onnx"))
+    settings = loopback_settings(
+        repo.root,
+        model_control_mode="explicit",
+        load_model=("calc",),
+        cache_config={"redis": redis_server.config},
+        allow_grpc=False,
+        allow_metrics=False,
+    )
+    return Server(settings, plugin_manager=pm)
+
+
+async def ask_calc(client: Any) -> list[float]:
+    inputs = [
+        httpclient.InferInput("INPUT0", [4], "FP32"),
+        httpclient.InferInput("INPUT1", [4], "FP32"),
+    ]
+    inputs[0].set_data_from_numpy(CALC_A)
+    inputs[1].set_data_from_numpy(CALC_B)
+    return list((await client.infer("calc", inputs)).as_numpy("OUTPUT0").tolist())
+
+
+def calc_hits(server: Server) -> tuple[int, int]:
+    ((_, _, stats),) = server.model_statistics("calc")
+    return stats.cache_hit.count, stats.cache_miss.count
+
+
+@needs_redis
+async def test_a_model_replaced_in_place_answers_with_its_new_files(
+    model_repository: ModelRepositoryBuilder, redis_server: RedisProcess
+) -> None:
+    add_calc(model_repository, "Add")
+    async with calc_server(model_repository, redis_server) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        try:
+            assert await ask_calc(client) == (CALC_A + CALC_B).tolist()
+            assert await ask_calc(client) == (CALC_A + CALC_B).tolist()
+            assert calc_hits(server) == (1, 1)
+            (model_repository.root / "calc" / "1" / "model.onnx").write_bytes(calc_model("Sub"))
+            await client.load_model("calc")
+            assert await ask_calc(client) == (CALC_A - CALC_B).tolist()
+            (model_repository.root / "calc" / "1" / "model.onnx").write_bytes(calc_model("Mul"))
+            await client.unload_model("calc")
+            await client.load_model("calc")
+            assert await ask_calc(client) == (CALC_A * CALC_B).tolist()
+            assert await ask_calc(client) == (CALC_A * CALC_B).tolist()
+            assert calc_hits(server) == (1, 1)
+        finally:
+            await client.close()
+    # the old loads' entries stay for servers that may still serve those files
+    assert len(redis_server.client().keys("*")) == 3
+
+
+@needs_redis
+async def test_entries_outlive_a_restart_on_the_same_files_only(
+    model_repository: ModelRepositoryBuilder, redis_server: RedisProcess
+) -> None:
+    add_calc(model_repository, "Add")
+    for expected_hits, answer in ((0, CALC_A + CALC_B), (1, CALC_A + CALC_B)):
+        async with calc_server(model_repository, redis_server) as server:
+            client = httpclient.InferenceServerClient(server.http_url)
+            assert await ask_calc(client) == answer.tolist()
+            await client.close()
+            assert calc_hits(server) == (expected_hits, 1 - expected_hits)
+    (model_repository.root / "calc" / "1" / "model.onnx").write_bytes(calc_model("Sub"))
+    async with calc_server(model_repository, redis_server) as server:
+        client = httpclient.InferenceServerClient(server.http_url)
+        assert await ask_calc(client) == (CALC_A - CALC_B).tolist()
+        await client.close()
+        assert calc_hits(server) == (0, 1)

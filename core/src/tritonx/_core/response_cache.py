@@ -1,39 +1,142 @@
 """The response cache in front of the schedulers (``response_cache { enable: true }``).
 
 The cache itself is a plugin (:class:`tritonx.ResponseCache`, chosen with
-``--cache-config <name>,<key>=<value>``); this module computes Triton's key (model name,
-version and every input's name, datatype, shape and bytes; here also the requested outputs, so
-a response filtered to some outputs never answers a request for others), records the hit and
+``--cache-config <name>,<key>=<value>``); this module computes the key, records the hit and
 miss statistics, and hands back a copy that carries the new request's id.
+
+A key is the version's :class:`CacheScope` (16 bytes) followed by a digest of the request:
+every input's name, datatype, shape and bytes, as Triton's, and here also the requested
+outputs, so a response filtered to some outputs never answers a request for others. Triton
+keys by model name and version only, so a model replaced in place and loaded again (same
+name and version, new files) answered with the old model's responses. The scope is a digest
+of the model's name, version, completed configuration, backend and backend settings and of
+the files it was loaded from (each file's path and size, and its contents when it is small or
+its modification time otherwise, as the local repository's poll stamps them; taken once
+the configuration is read, before the backend loads the versions), so:
+
+* a load of other files or another configuration never sees the entries of an earlier one;
+* servers loading the same files (a Redis cache shared by servers on one model store, a
+  server restarted) share their entries;
+* when a load is unloaded or replaced, :meth:`CacheScope.retire` asks the cache to drop its
+  entries (:meth:`tritonx.ResponseCache.evict_model`), and responses of its last requests
+  are not stored any more.
+
+Ensembles get a scope of their own for each load (their answers depend on the composing
+models, which are not in their folder; an ensemble is reloaded whenever one of them is).
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tritonx.cache import ResponseCache
+from tritonx.cache import SCOPE_BYTES, ResponseCache
 from tritonx.datatypes import serialize_bytes_tensor
 from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from tritonx._core.lifecycle import VersionEntry
+    from tritonx._core.lifecycle import Prepared, VersionEntry
 
 log = logging.getLogger("tritonx")
 
 #: seconds between two warnings about a failing cache plugin
 WARN_INTERVAL_S = 10.0
+#: seconds a cache plugin's ``evict_model`` may take before the unload goes on without it
+EVICT_TIMEOUT_S = 10.0
+#: files up to this size count in a load's stamp by their contents (configuration, a python
+#: model's code, small models); larger ones by their size and modification time
+HASHED_FILE_BYTES = 1024 * 1024
 
 
-def cache_key(request: InferenceRequest, model: str, version: int) -> bytes:
-    """A digest of what makes two requests to one model version interchangeable."""
+def load_stamp(prepared: Prepared) -> bytes:
+    """What identifies one load of a model for the cache (see the module docstring): a
+    digest of its configuration, backend and backend settings, and of every file under its
+    folder (path and size, then its contents up to :data:`HASHED_FILE_BYTES`, its
+    modification time above); random for an ensemble. Reads the file system: call it in a
+    worker thread, before the versions are loaded."""
+    h = hashlib.sha256(b"tritonx-cache-load\0")
+    h.update(prepared.config.SerializeToString(deterministic=True))
+    backend = prepared.backend
+    if backend is None:  # an ensemble: its answers depend on its composing models' loads
+        h.update(os.urandom(16))
+        return h.digest()
+    h.update(f"\0{backend.name}\0{sorted(backend.config.items())!r}\0".encode())
+    root = Path(prepared.model_dir)
+    files: list[tuple[str, str, int, int]] = []
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for filename in filenames:
+            path = os.path.join(dirpath, filename)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            files.append((os.path.relpath(path, root), path, st.st_size, st.st_mtime_ns))
+    for relpath, path, size, mtime_ns in sorted(files):
+        h.update(f"{relpath}\0{size}\0".encode())
+        content = _small_file_digest(path, size)
+        h.update(content if content is not None else f"{mtime_ns}\0".encode())
+    return h.digest()
+
+
+def _small_file_digest(path: str, size: int) -> bytes | None:
+    """The SHA-256 of a file of at most :data:`HASHED_FILE_BYTES` (None for a larger one,
+    or one that cannot be read)."""
+    if size > HASHED_FILE_BYTES:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return hashlib.sha256(f.read(HASHED_FILE_BYTES + 1)).digest()
+    except OSError:
+        return None
+
+
+class CacheScope:
+    """The key scope of one loaded version (``VersionEntry.cache_scope``): the first
+    :data:`~tritonx.cache.SCOPE_BYTES` bytes of every key of its responses.
+
+    :param model: the model's name.
+    :param version: the version.
+    :param stamp: :func:`load_stamp` of the load.
+    """
+
+    __slots__ = ("_fronts", "model", "prefix", "retired", "version")
+
+    def __init__(self, model: str, version: int, stamp: bytes) -> None:
+        self.model = model
+        self.version = version
+        digest = hashlib.sha256(b"tritonx-cache-scope\0" + stamp + f"{model}\0{version}".encode())
+        #: the bytes every key of this scope starts with
+        self.prefix = digest.digest()[:SCOPE_BYTES]
+        #: the version was unloaded or replaced: nothing is looked up or stored any more
+        self.retired = False
+        self._fronts: list[CacheFront] = []
+
+    def _stored_by(self, front: CacheFront) -> None:
+        if front not in self._fronts:
+            self._fronts.append(front)
+
+    async def retire(self) -> None:
+        """The version was unloaded or replaced and its requests are done: ask every cache
+        that stored a response of it to drop its entries (a cache that fails or takes more
+        than :data:`EVICT_TIMEOUT_S` seconds is logged and left alone)."""
+        self.retired = True
+        fronts, self._fronts = self._fronts, []
+        for front in fronts:
+            await front.evict(self)
+
+
+def cache_key(request: InferenceRequest, scope: bytes) -> bytes:
+    """``scope`` followed by a digest of what makes two requests to one loaded version
+    interchangeable."""
     # SHA-256: twice blake2b's speed on large tensors where the CPU has SHA instructions
     h = hashlib.sha256()
-    h.update(f"{model}\0{version}\0".encode())
     for name in sorted(request.inputs):
         array = request.inputs[name]
         h.update(f"{name}\0{array.dtype.str}\0{array.shape}\0".encode())
@@ -43,14 +146,16 @@ def cache_key(request: InferenceRequest, model: str, version: int) -> bytes:
             h.update(np.ascontiguousarray(array).data)
     outputs = request.requested_outputs
     h.update(b"*" if outputs is None else "\0".join(sorted(outputs)).encode())
-    return h.digest()
+    return scope + h.digest()
 
 
 class _Key(bytes):
     """A cache key that remembers how long its (missed) lookup took, so the insert can
-    record the whole miss (lookup + insert) in the miss summary, as Triton does."""
+    record the whole miss (lookup + insert) in the miss summary, as Triton does, and the
+    scope it belongs to."""
 
     lookup_ns: int = 0
+    scope: CacheScope | None = None
 
 
 class CacheFront:
@@ -84,12 +189,15 @@ class CacheFront:
         records the hit or miss."""
         assert entry.config is not None and entry.scheduler is not None
         start = time.perf_counter_ns()
-        key = _Key(cache_key(request, entry.config.name, entry.version))
-        try:
-            cached = await self.cache.get(key)
-        except Exception as exc:
-            self._warn("lookup", exc)
-            cached = None
+        scope = entry.cache_scope
+        key = _Key(cache_key(request, scope.prefix if scope is not None else b""))
+        key.scope = scope
+        cached = None
+        if scope is not None and not scope.retired:
+            try:
+                cached = await self.cache.get(key)
+            except Exception as exc:
+                self._warn("lookup", exc)
         stats = entry.scheduler.stats
         elapsed = time.perf_counter_ns() - start
         if cached is None:
@@ -123,20 +231,42 @@ class CacheFront:
         responses of decoupled models, are never stored."""
         if response.error is not None or response.empty or not response.final:
             return
+        scope = key.scope if isinstance(key, _Key) else entry.cache_scope
+        scheduler = entry.scheduler
+        if scope is None or scope.retired or scheduler is None:
+            return  # answered by a version since unloaded or replaced: its entries are gone
         start = time.perf_counter_ns()
+        scope._stored_by(self)
         try:
             await self.cache.put(key, response)
         except Exception as exc:
             self._warn("insert", exc)
-        assert entry.scheduler is not None
         elapsed = time.perf_counter_ns() - start
         lookup_ns = key.lookup_ns if isinstance(key, _Key) else 0
-        stats = entry.scheduler.stats
+        stats = scheduler.stats
         stats.cache_miss.add(elapsed, count=0)
         # as Triton: the request duration of a miss includes its lookup and insert
         stats.success.add(lookup_ns + elapsed, count=0)
         if stats.latency is not None and stats.latency.cache_miss is not None:
             stats.latency.cache_miss.observe((lookup_ns + elapsed) / 1000, time.monotonic_ns())
+
+    async def evict(self, scope: CacheScope) -> None:
+        """Ask the cache to drop the entries of ``scope`` (see :meth:`CacheScope.retire`)."""
+        try:
+            await asyncio.wait_for(
+                self.cache.evict_model(scope.model, scope.version, scope.prefix),
+                EVICT_TIMEOUT_S,
+            )
+        except Exception as exc:
+            log.warning(
+                "response cache '%s': dropping the entries of '%s' version %d failed "
+                "(%s: %s); they stay until the cache evicts them",
+                self.cache.name,
+                scope.model,
+                scope.version,
+                type(exc).__name__,
+                exc,
+            )
 
     async def close(self) -> None:
         await self.cache.close()

@@ -9,6 +9,9 @@ that.
 
 Entries are private copies: mutating a response after it was stored, or a response a hit
 returned, never changes what the cache holds. Calls may come from any thread or event loop.
+
+When a model version is unloaded or replaced, its entries are dropped at once
+(:meth:`LocalCache.evict_model`: the keys of each scope are indexed).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tritonx.cache import ResponseCache
+from tritonx.cache import SCOPE_BYTES, ResponseCache
 from tritonx.datatypes import bytes_tensor_byte_size
 from tritonx.errors import invalid_arg
 from tritonx.hookspecs import hookimpl
@@ -106,6 +109,8 @@ class LocalCache(ResponseCache):
         #: entries evicted to make room, since start
         self.evictions = 0
         self._entries: OrderedDict[bytes, _Entry] = OrderedDict()
+        #: the keys held for each scope (their first SCOPE_BYTES bytes)
+        self._scopes: dict[bytes, set[bytes]] = {}
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -143,13 +148,38 @@ class LocalCache(ResponseCache):
             if old is not None:
                 self.used -= old.size
             while self._entries and self.used + size > self.capacity:
-                _, evicted = self._entries.popitem(last=False)
+                evicted_key, evicted = self._entries.popitem(last=False)
+                self._unindex(evicted_key)
                 self.used -= evicted.size
                 self.evictions += 1
             self._entries[key] = entry
+            self._scopes.setdefault(key[:SCOPE_BYTES], set()).add(key)
             self.used += size
+
+    def _unindex(self, key: bytes) -> None:
+        scope = key[:SCOPE_BYTES]
+        keys = self._scopes.get(scope)
+        if keys is not None:
+            keys.discard(key)
+            if not keys:
+                del self._scopes[scope]
+
+    async def evict_model(self, model: str, version: int, scope: bytes) -> None:
+        """Drop every entry of ``scope`` (that load of ``model`` version ``version`` is
+        gone); they do not count as LRU :attr:`evictions`."""
+        with self._lock:
+            keys = self._scopes.pop(bytes(scope), set())
+            for key in keys:
+                entry = self._entries.pop(key, None)
+                if entry is not None:
+                    self.used -= entry.size
+        if keys:
+            log.debug(
+                "local cache: dropped %d entries of '%s' version %d", len(keys), model, version
+            )
 
     async def close(self) -> None:
         with self._lock:
             self._entries.clear()
+            self._scopes.clear()
             self.used = 0

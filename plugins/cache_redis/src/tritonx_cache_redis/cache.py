@@ -319,6 +319,18 @@ class RedisCache(tritonx.ResponseCache):
             return
         self._reachable()
 
+    async def evict_model(self, model: str, version: int, scope: bytes) -> None:
+        """Keep the entries of a load that this server unloaded or replaced.
+
+        Keys start with the load's scope, a digest of the model's configuration and files
+        (:data:`tritonx.cache.SCOPE_BYTES`), so a model replaced in place and loaded again
+        never reads them, here or on any server. They are not deleted because the cache is
+        shared: another server may still serve the same files under the same scope (a
+        rolling update), and this server, restarted on the same files, finds them again.
+        Redis's own policy (``maxmemory`` with ``allkeys-lru``) reclaims the entries no
+        server asks for any more.
+        """
+
     async def close(self) -> None:
         try:
             await self.client.aclose(close_connection_pool=True)
