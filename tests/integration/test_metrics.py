@@ -115,6 +115,20 @@ async def test_metrics_endpoint_quirks(server: Server) -> None:
             assert resp.status == 200 and "nv_inference_count" in await resp.text()
 
 
+async def test_the_metrics_listener_serves_no_inference(server: Server) -> None:
+    """An ``/infer`` request that the inference listener's fast path would serve (plain
+    POST, Content-Length, JSON) gets the metrics app's answer on the metrics port, no
+    inference: the metrics address may be public where the HTTP one is not."""
+    body = b'{"inputs":[{"name":"INPUT0","shape":[1,1],"datatype":"INT32","data":[7]}]}'
+    async with aiohttp.ClientSession() as session:
+        async with session.post(
+            f"http://{server.metrics_url}/v2/models/id/infer", data=body
+        ) as resp:
+            assert resp.status == 405
+            assert b"outputs" not in await resp.read()
+    assert server.model_statistics("id")[0][2].inference_count == 0
+
+
 async def test_unloaded_models_leave_the_metrics(
     model_repository: ModelRepositoryBuilder, plugin_manager: Any
 ) -> None:

@@ -210,6 +210,19 @@ class ModelInstance(abc.ABC):
     def unload(self) -> None:  # noqa: B027 - optional hook
         """Release the instance's resources. Called once, after the last ``execute``."""
 
+    def abort(self) -> bool:
+        """Stop at once whatever the instance is still doing when its time is up: an
+        execution (``execute`` or an :meth:`execute_async` batch) or an ``unload`` that
+        outlived ``--model-unload-timeout-secs`` (or ``--exit-timeout-secs`` when the server
+        exits). Called once, from a thread of the core, while that work may still run.
+
+        Return True when it will end soon, its requests answered with an error (the
+        python backend kills the model's worker process); the core then waits a few seconds
+        for it. False (the default: a thread cannot be killed) makes the core abandon the
+        instance's thread (a daemon that ends with the process; should the execution ever
+        return, that thread still calls ``unload``) and fail its requests itself."""
+        return False
+
     def is_ready(self) -> bool:
         """Whether the instance can serve; True by default. While it is False (e.g. a worker
         process restarting) the core gives the instance no requests, and the model stays

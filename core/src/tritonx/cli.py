@@ -8,13 +8,13 @@ import ctypes.util
 import json
 import logging
 import os
-import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
 import click
 
+from tritonx._core.watchdog import ExitGuard
 from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
 from tritonx.errors import PluginError, TritonXError
 from tritonx.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
@@ -278,7 +278,28 @@ def cli() -> None:
     type=float,
     default=30.0,
     show_default=True,
-    help="Seconds to wait for in-flight requests at shutdown.",
+    help="Seconds to wait for in-flight requests at shutdown (SIGINT, SIGTERM); then "
+    "executions still running are stopped (python models' worker processes killed), and "
+    "a process still alive 5 s later exits at once with status 1.",
+)
+@click.option(
+    "--model-unload-timeout-secs",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds an unload (or the unload of the old version a reload does) waits for "
+    "the requests in flight and the instances' unload; then queued requests fail, python "
+    "models' worker processes are killed, instance threads still executing are abandoned "
+    "and the unload completes (tritonx only).",
+)
+@click.option(
+    "--event-loop-watchdog-secs",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    help="Log the event loop's stack and count tritonx_event_loop_blocked_total when the "
+    "loop is blocked this long (a blocking call in a coroutine or backend); 0: off "
+    "(tritonx only).",
 )
 @click.option(
     "--id", "server_id", default="triton", show_default=True, help="Server identifier (/v2 name)."
@@ -355,8 +376,9 @@ def cli() -> None:
     type=click.IntRange(min=0),
     default=0,
     show_default=True,
-    help="Most open HTTP connections; beyond it new clients wait and an idle connection is "
-    "closed to make room. 0: the open-file limit less a quarter (tritonx only).",
+    help="Most open HTTP connections; beyond it new clients wait and the oldest idle or "
+    "incomplete connection (no request in progress) is closed to make room. 0: the "
+    "open-file limit less a quarter (tritonx only).",
 )
 @click.option(
     "--http-restricted-api",
@@ -434,6 +456,14 @@ def cli() -> None:
     show_default=True,
     help="Largest gRPC message received (after decompression) or sent, in bytes; larger "
     "ones get RESOURCE_EXHAUSTED (tritonx only).",
+)
+@click.option(
+    "--grpc-max-decompressed-message-size",
+    type=click.IntRange(min=1, max=2**31 - 1),
+    default=64 << 20,
+    show_default=True,
+    help="Largest size a compressed gRPC request message may inflate to, in bytes; a larger "
+    "one gets RESOURCE_EXHAUSTED once that much is inflated (tritonx only).",
 )
 @click.option("--grpc-keepalive-time", type=int, default=7_200_000, show_default=True)
 @click.option("--grpc-keepalive-timeout", type=int, default=20_000, show_default=True)
@@ -664,6 +694,8 @@ def serve(**opts: Any) -> None:
         model_load_retry_count=opts["model_load_retry_count"],
         model_config_name=opts["model_config_name"],
         exit_timeout_secs=opts["exit_timeout_secs"],
+        model_unload_timeout_secs=opts["model_unload_timeout_secs"],
+        event_loop_watchdog_secs=opts["event_loop_watchdog_secs"],
         id=opts["server_id"],
         backend_config=parse_keyed_config(opts["backend_config"], "--backend-config"),
         cache_config=cache_config,
@@ -692,6 +724,7 @@ def serve(**opts: Any) -> None:
         reuse_grpc_port=opts["reuse_grpc_port"],
         grpc_infer_allocation_pool_size=opts["grpc_infer_allocation_pool_size"],
         grpc_max_message_size=opts["grpc_max_message_size"],
+        grpc_max_decompressed_message_size=opts["grpc_max_decompressed_message_size"],
         grpc_keepalive_time=opts["grpc_keepalive_time"],
         grpc_keepalive_timeout=opts["grpc_keepalive_timeout"],
         grpc_keepalive_permit_without_calls=opts["grpc_keepalive_permit_without_calls"],
@@ -808,24 +841,34 @@ def strict_model_config_warnings(opts: dict[str, Any]) -> None:
 
 
 def run_server(settings: ServerSettings) -> int:
-    """Run the server until SIGINT/SIGTERM; returns the process exit code."""
+    """Run the server until SIGINT/SIGTERM; returns the process exit code.
+
+    The signals are handled outside the event loop (:class:`~tritonx._core.watchdog.ExitGuard`):
+    the first starts the graceful stop, and a process still alive ``--exit-timeout-secs`` +
+    :data:`~tritonx._core.watchdog.HARD_EXIT_GRACE_S` seconds later (a blocked loop, a stop
+    that does not end) exits at once with status 1, as tritonserver when its exit timeout
+    expires."""
     try:
         import uvloop
 
         runner: Any = uvloop.run
     except ImportError:
         runner = asyncio.run
-    return int(runner(_serve(settings)))
+    guard = ExitGuard(settings.exit_timeout_secs)
+    guard.install()  # before the runner: asyncio's own SIGINT handler then stays out
+    try:
+        return int(runner(_serve(settings, guard)))
+    finally:
+        guard.uninstall()
 
 
-async def _serve(settings: ServerSettings) -> int:
+async def _serve(settings: ServerSettings, guard: ExitGuard) -> int:
     from tritonx.server import Server
 
     server = Server(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    guard.on_signal(lambda: loop.call_soon_threadsafe(stop.set))
     try:
         await server.start()
     except (TritonXError, PluginError) as exc:
@@ -838,6 +881,7 @@ async def _serve(settings: ServerSettings) -> int:
     await stop.wait()
     log.info("Waiting for in-flight requests to complete.")
     await server.stop(settings.exit_timeout_secs)
+    guard.stopped = True
     log.info("All models are stopped, unloading models")
     return 0
 

@@ -40,6 +40,15 @@ class ServerSettings:
     #: instead of ``config.pbtxt`` (:func:`tritonx._core.model_config.config_path`)
     model_config_name: str = ""
     exit_timeout_secs: float = 30.0
+    #: tritonx only (``--model-unload-timeout-secs``): seconds an unload (also the one a
+    #: reload or a repository poll does) waits for the version's requests in flight and its
+    #: instances' unload; then queued requests fail, executions still running are aborted (a
+    #: python model's worker process is killed) or abandoned, and the unload completes
+    model_unload_timeout_secs: float = 30.0
+    #: tritonx only (``--event-loop-watchdog-secs``, :mod:`tritonx._core.watchdog`): when
+    #: the event loop does not run for this many seconds, log its stack and count it in
+    #: ``tritonx_event_loop_blocked_total``; 0: no watchdog
+    event_loop_watchdog_secs: float = 5.0
     id: str = "triton"
     backend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     cache_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
@@ -92,6 +101,9 @@ class ServerSettings:
     #: tritonx only: largest gRPC message received (after decompression) or sent, in bytes;
     #: larger ones are refused with RESOURCE_EXHAUSTED (tritonserver: INT32_MAX, the default)
     grpc_max_message_size: int = 2**31 - 1
+    #: tritonx only: largest size a compressed gRPC request message may inflate to, in
+    #: bytes; a larger one is refused RESOURCE_EXHAUSTED once that much is inflated
+    grpc_max_decompressed_message_size: int = 64 << 20
     grpc_keepalive_time: int = 7_200_000
     grpc_keepalive_timeout: int = 20_000
     grpc_keepalive_permit_without_calls: bool = False

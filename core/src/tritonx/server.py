@@ -23,11 +23,12 @@ import pluggy
 from aiohttp import web
 
 from tritonx._core.extensions import SinkExporter, build_cache, build_metric_sinks
-from tritonx._core.metrics import TritonMetrics
+from tritonx._core.metrics import LoopMetrics, TritonMetrics
 from tritonx._core.metrics_app import export_registry, make_metrics_app
+from tritonx._core.watchdog import LoopWatchdog
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.errors import Code, TritonXError
+from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.plugins import collect, make_plugin_manager
 from tritonx.security import open_repository_api_warnings
 from tritonx.stats import ModelStats
@@ -85,6 +86,7 @@ class Server:
         self._exporter: SinkExporter | None = None
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
+        self._watchdog: LoopWatchdog | None = None
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -99,8 +101,11 @@ class Server:
         await self.stop()
 
     async def start(self) -> None:
-        """Register plugins, build the configured cache and metric sinks, load models, then
-        bind the enabled listeners."""
+        """Register plugins, build the configured cache and metric sinks, start the event-loop
+        watchdog, load models, then bind the enabled listeners."""
+        threshold = self.settings.event_loop_watchdog_secs
+        if not threshold >= 0:
+            raise invalid_arg(f"--event-loop-watchdog-secs must be 0 or more, got {threshold}")
         pm = self.plugin_manager or make_plugin_manager()
         self.plugin_manager = pm
         registries = collect(pm)
@@ -122,6 +127,10 @@ class Server:
                 self.settings.metrics_interval_ms / 1000,
             )
             self._exporter.start()
+        if threshold > 0:
+            self._watchdog = LoopWatchdog(asyncio.get_running_loop(), threshold)
+            dataplane.metrics_registry.register(LoopMetrics(self._watchdog))
+            self._watchdog.start()
         dataplane.live = True
         try:
             await dataplane.start_models()
@@ -142,7 +151,9 @@ class Server:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Refuse new requests, drain in-flight ones (up to ``exit_timeout_secs``), unload
-        every model and close the listeners."""
+        every model and close the listeners. Executions still running at the timeout are
+        aborted (a python model's worker process is killed) or abandoned, their requests
+        failed; the stop does not wait for them."""
         if timeout is None:
             timeout = self.settings.exit_timeout_secs
         if self._dataplane is not None:
@@ -163,6 +174,9 @@ class Server:
         if self._dataplane is not None:
             self._dataplane.live = False
             await self._dataplane.tracer.aclose()  # the trace file's last traces, queued spans
+        if self._watchdog is not None:
+            self._watchdog.stop()
+            self._watchdog = None
 
     async def serve_forever(self) -> None:
         """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""
@@ -185,6 +199,7 @@ class Server:
                 s.http_port,
                 http_ssl_context(s),
                 reuse_port=s.reuse_http_port,
+                fast_infer=True,
             )
             log.info("Started HTTPService at %s:%d", s.http_address, self.http_port)
         if s.allow_metrics:
@@ -202,10 +217,12 @@ class Server:
         ssl_context: ssl.SSLContext | None = None,
         *,
         reuse_port: bool = False,
+        fast_infer: bool = False,
     ) -> int:
         """Serve ``app`` on ``host:port`` behind the ``http_*`` connection limits
         (:mod:`tritonx.http.listener`); returns the bound port. ``reuse_port``: bind with
-        ``SO_REUSEPORT`` (``--reuse-http-port``)."""
+        ``SO_REUSEPORT`` (``--reuse-http-port``); ``fast_infer``: the listener serves plain
+        ``/infer`` requests itself (the inference app only: never the metrics listener)."""
         from tritonx.http.listener import HTTPLimits, LimitedSite
 
         limits = HTTPLimits.from_settings(self.settings)
@@ -233,7 +250,11 @@ class Server:
             raise
         fast = None
         # forwarded headers keep their names as sent: aiohttp's path has them
-        if self.settings.http_fast_infer and not self.settings.http_header_forward_pattern:
+        if (
+            fast_infer
+            and self.settings.http_fast_infer
+            and not self.settings.http_header_forward_pattern
+        ):
             from tritonx.http.fast_infer import FastInfer
 
             fast = FastInfer(self.dataplane, self.settings)

@@ -135,9 +135,19 @@ class DirectQueue:
             self._reject(item, cancelled_error(), CANCELED)
 
     def stop(self, workers: int) -> list[Pending]:
+        """Stop the ``workers``; returns the requests still queued (the scheduler fails
+        them: they would otherwise wait for an instance that may never be free again)."""
+        left: list[Pending] = []
+        while True:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                break
+            if item is not _STOP:
+                left.append(item)
         for _ in range(workers):
             self._queue.put(_STOP)
-        return []
+        return left
 
     @property
     def pending_count(self) -> int:

@@ -499,10 +499,10 @@ class EnsembleScheduler:
             return False
         return True
 
-    async def stop(self, timeout: float | None = None) -> bool:
-        """Fail the requests still running (after :meth:`drain`, there are none) and cancel
-        their steps."""
-        error = TritonXError("Server exiting", Code.UNAVAILABLE)
+    async def stop(self, timeout: float | None = None, error: TritonXError | None = None) -> bool:
+        """Fail the requests still running (after :meth:`drain`, there are none) with
+        ``error`` (default: "Server exiting") and cancel their steps."""
+        error = error or TritonXError("Server exiting", Code.UNAVAILABLE)
         for run in list(self._runs):
             run.abort(error)
         return True

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 import threading
 import time
 from collections import deque
@@ -45,6 +46,7 @@ from tritonx._core.batcher import (
     cancelled_error,
 )
 from tritonx._core.rate_limiter import RateLimiter, Ticket
+from tritonx._core.watchdog import format_stack
 from tritonx.backend import Backend, LoadContext, ModelInstance, compute_timer
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
@@ -55,6 +57,10 @@ log = logging.getLogger("tritonx.scheduler")
 
 #: Seconds instance threads get to unload at stop when no execution is running.
 UNLOAD_GRACE_S = 5.0
+
+#: Seconds an instance that agreed to :meth:`~tritonx.backend.ModelInstance.abort` gets to
+#: answer its batch and unload (then its thread is abandoned as well).
+ABORT_GRACE_S = 5.0
 
 #: How often an instance thread checks whether its not-ready instance recovered.
 NOT_READY_POLL_S = 0.02
@@ -140,8 +146,13 @@ class InstanceScheduler:
         self.rate_limiter = rate_limiter or RateLimiter()
         self.batcher = batcher(self._reject)
         self.preserve_ordering = bool(config.raw.dynamic_batching.preserve_ordering)
+        #: one per instance, by index
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
+        #: what requests the stopped scheduler will not run fail with (see :meth:`stop`)
+        self._stop_error = TritonXError("Server exiting", Code.UNAVAILABLE)
+        #: the batch each instance is executing (on its thread or through execute_async)
+        self._running: list[list[Pending] | None] = [None] * len(self.contexts)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight = 0
         #: whether each instance is executing now (each flag set by its own thread only)
@@ -242,12 +253,19 @@ class InstanceScheduler:
             resources, ctx.instance.device_id, int(group.rate_limiter.priority)
         )
 
-    async def stop(self, timeout: float | None = None) -> bool:
-        """Stop the workers and unload every instance; requests still queued fail.
+    async def stop(self, timeout: float | None = None, error: TritonXError | None = None) -> bool:
+        """Stop the workers and unload every instance; requests still queued fail with
+        ``error`` (default: Triton's "Server exiting").
 
-        With ``timeout``, stop waiting for instances still executing after that many seconds
-        (their daemon threads end with the process); returns False when that happened.
+        With ``timeout``, what still runs after that many seconds (an execution, an
+        instance's unload) is ended: the instance is asked to
+        :meth:`~tritonx.backend.ModelInstance.abort` (a python model's worker process is
+        killed, failing its batch) and given :data:`ABORT_GRACE_S` to finish; the thread of
+        one that cannot be stopped is abandoned (a daemon) and its batch fails with
+        ``error``. Returns False when the timeout was reached.
         """
+        if error is not None:
+            self._stop_error = error
         self._stopping.set()
         self._steady = False
         active = sum(1 for p in self.passive if not p)
@@ -255,12 +273,59 @@ class InstanceScheduler:
         left.extend(self._waiting)
         self._waiting.clear()
         if self._loop is not None:
-            self._fail_exiting(left)
+            self._fail_stopped(left)
         threads, self._threads = self._threads, []
         if timeout is not None and not any(self._busy):
             # nothing runs: the threads only unload their instances, which gets a grace period
             timeout = max(timeout, UNLOAD_GRACE_S)
-        return await asyncio.to_thread(_join_all, threads, timeout)
+        if await asyncio.to_thread(_join_all, threads, timeout):
+            return True
+        await self._end_stuck(threads)
+        return False
+
+    async def _end_stuck(self, threads: list[threading.Thread]) -> None:
+        """The stop's timeout is up: abort the instances whose thread still runs, wait
+        :data:`ABORT_GRACE_S` for those that can be stopped, abandon the others."""
+        stuck = [index for index, thread in enumerate(threads) if thread.is_alive()]
+        candidates = [(index, self.instances[index]) for index in stuck]
+        for index, _ in candidates:
+            log.warning(
+                "model '%s' version %d: instance %s is still %s when the time to unload "
+                "it is up: aborting it",
+                self.config.name,
+                self.version,
+                self.contexts[index].instance.name,
+                "executing" if self._busy[index] else "unloading",
+            )
+        results = await asyncio.gather(
+            *(asyncio.to_thread(_abort, instance) for _, instance in candidates)
+        )
+        aborted = [threads[index] for (index, _), ok in zip(candidates, results, strict=True) if ok]
+        if aborted:
+            await asyncio.to_thread(_join_all, aborted, ABORT_GRACE_S)
+        for index in stuck:
+            if threads[index].is_alive():
+                self._abandon(index, threads[index])
+
+    def _abandon(self, index: int, thread: threading.Thread) -> None:
+        """Leave instance ``index``'s thread to itself (a daemon: it ends with the process),
+        logging where it is stuck, and fail the batch it holds with the stop's error."""
+        batch, self._running[index] = self._running[index], None
+        frame = sys._current_frames().get(thread.ident or -1)
+        stack = format_stack(frame) if frame is not None else ""
+        log.warning(
+            "model '%s' version %d: instance %s could not be stopped: its thread %s is "
+            "abandoned (%d requests of its batch fail)%s",
+            self.config.name,
+            self.version,
+            self.contexts[index].instance.name,
+            thread.name,
+            sum(1 for p in batch or () if p.deliver is not None),
+            f"; it is at:\n{stack}" if stack else "",
+        )
+        for pending in batch or ():
+            if pending.deliver is not None:
+                self._reject(pending, self._stop_error, BACKEND)
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
@@ -420,12 +485,11 @@ class InstanceScheduler:
         else:
             self._loop.call_soon_threadsafe(self._resolve_one, pending, response)
 
-    def _fail_exiting(self, pendings: Sequence[Pending]) -> None:
-        """Fail requests the stopping scheduler will not run with Triton's "Server exiting"."""
-        if pendings:
-            error = TritonXError("Server exiting", Code.UNAVAILABLE)
-            for pending in pendings:
-                self._reject(pending, error)
+    def _fail_stopped(self, pendings: Sequence[Pending]) -> None:
+        """Fail requests the stopping scheduler will not run with the stop's error (Triton's
+        "Server exiting", or the not-ready answer of a model being unloaded)."""
+        for pending in pendings:
+            self._reject(pending, self._stop_error)
 
     def _run_inline(self) -> None:
         """Run the held requests' batches on the loop, each on an idle instance; the rest
@@ -433,7 +497,7 @@ class InstanceScheduler:
         stopped meanwhile."""
         held, self._held_inline = self._held_inline, []
         if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            self._fail_exiting(held)
+            self._fail_stopped(held)
             return
         try:
             batches = self.batcher.split(held)
@@ -467,7 +531,7 @@ class InstanceScheduler:
         self._dispatching = False
         waiting = self._waiting
         if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            self._fail_exiting(list(waiting))
+            self._fail_stopped(list(waiting))
             waiting.clear()
             return
         while waiting:
@@ -499,6 +563,7 @@ class InstanceScheduler:
         instance = self.instances[index]
         assert instance is not None
         self._busy[index] = True
+        self._running[index] = batch
         self._async_running += 1
         start = time.perf_counter_ns()
         try:
@@ -536,6 +601,7 @@ class InstanceScheduler:
         instance works while the loop answers this one), answer it."""
         end = time.perf_counter_ns()
         self._busy[index] = False
+        self._running[index] = None
         self._async_running -= 1
         self._locks[index].release()
         if self._waiting and not self._dispatching:
@@ -586,6 +652,7 @@ class InstanceScheduler:
             get = self.batcher.get
             limiter = self.rate_limiter
             busy = self._busy
+            running = self._running
             lock = self._locks[index]
             post_now = loop.call_soon_threadsafe
             # the answers of a batch reach the loop only once this thread has let go of the
@@ -608,6 +675,7 @@ class InstanceScheduler:
                     break
                 with lock:  # (the loop may be running a batch on this instance)
                     busy[index] = True
+                    running[index] = batch
                     try:
                         if ticket is not None:
                             limiter.acquire(ticket)
@@ -621,6 +689,7 @@ class InstanceScheduler:
                         self._fail_batch(batch, exc)
                     finally:
                         busy[index] = False
+                        running[index] = None
                 for callback, args in answers:
                     post_now(callback, *args)
                 answers.clear()
@@ -814,6 +883,17 @@ def _set_result(future: asyncio.Future[Any], value: Any) -> None:
 def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
     if not future.done():
         future.set_exception(exc)
+
+
+def _abort(instance: ModelInstance | None) -> bool:
+    """``instance.abort()``; False when there is none or it failed (then it is abandoned)."""
+    if instance is None:
+        return False
+    try:
+        return bool(instance.abort())
+    except Exception:
+        log.exception("aborting an instance failed")
+        return False
 
 
 def _join_all(threads: list[threading.Thread], timeout: float | None = None) -> bool:

@@ -19,14 +19,18 @@ the ensembles that use it; ``unload_dependents`` also unloads the composing mode
 else needs; an ensemble is READY only while its composing models are.
 
 A reload that fails leaves the old version serving; an unload waits for the requests already
-accepted. States (LOADING, READY, UNLOADING, UNAVAILABLE + reason) feed readiness, the
-repository index and the start-up table (``_core.status``).
+accepted, up to ``--model-unload-timeout-secs`` (or the server's ``--exit-timeout-secs`` when
+it exits): then the requests still queued fail, and instances still executing are aborted (a
+python model's worker process is killed) or their threads abandoned (:meth:`_retire`). States
+(LOADING, READY, UNLOADING, UNAVAILABLE + reason) feed readiness, the repository index and the
+start-up table (``_core.status``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -45,6 +49,7 @@ from tritonx._core.load_request import (
 )
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.response_cache import CacheScope, load_stamp
 from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx._core.warmup import warm_up
@@ -79,6 +84,8 @@ class VersionEntry:
     model_dir: Path | None = None
     #: whether the response cache sits in front of this version
     cached: bool = False
+    #: the response cache's key scope for this load of the version (None: not cached)
+    cache_scope: CacheScope | None = None
     _labels: LabelCache | None = field(default=None, repr=False)
 
     @property
@@ -201,6 +208,11 @@ class ModelManager:
             raise invalid_arg(
                 f"--model-load-retry-count must be 0 or more, got {settings.model_load_retry_count}"
             )
+        if not settings.model_unload_timeout_secs >= 0:
+            raise invalid_arg(
+                "--model-unload-timeout-secs must be 0 or more, got "
+                f"{settings.model_unload_timeout_secs}"
+            )
         self.settings = settings
         self.registries = registries
         self.server = server
@@ -218,6 +230,10 @@ class ModelManager:
         self._poll_task: asyncio.Task[None] | None = None
         #: ensemble → its composing models, from its last prepared config (until unloaded)
         self._ensemble_deps: dict[str, tuple[str, ...]] = {}
+        #: set when the server begins to exit (:meth:`shutdown`), with its deadline (loop
+        #: time; None: no limit): unloads under way hurry to it
+        self._exiting = asyncio.Event()
+        self._exit_deadline: float | None = None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -247,6 +263,8 @@ class ModelManager:
             await asyncio.gather(self._poll_task, return_exceptions=True)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
+        self._exit_deadline = deadline
+        self._exiting.set()  # unloads under way (explicit, reloads) end by the exit deadline
         # ensembles first, outer before inner, so their requests drain while the composing
         # models still serve
         deps = dict(self._ensemble_deps)
@@ -822,10 +840,12 @@ class ModelManager:
         config = ModelConfig(prepared.config)
         new_versions: dict[int, VersionEntry] = {}
         cached = bool(prepared.config.response_cache.enable) and self._cache_enabled
+        stamp = await asyncio.to_thread(load_stamp, prepared) if cached else b""
         for v in prepared.selected:
             new_versions[v] = VersionEntry(
                 v, ModelState.LOADING, config=config, model_dir=prepared.model_dir, cached=cached
             )
+            new_versions[v].cache_scope = CacheScope(name, v, stamp) if cached else None
             if v not in entry.versions:
                 entry.versions[v] = new_versions[v]
             self._emit(name, v, ModelState.LOADING)
@@ -1014,31 +1034,83 @@ class ModelManager:
     # ------------------------------------------------------------------ internals: unload
 
     async def _retire(self, name: str, ventry: VersionEntry, deadline: float | None = None) -> None:
+        """Unload one version: wait for its requests in flight until ``deadline`` (loop time;
+        default: ``--model-unload-timeout-secs`` from now; never past the server's exit
+        deadline), then stop its scheduler with what is left of it: requests still queued
+        fail, and executions still running are aborted or abandoned (:meth:`Scheduler.stop`)."""
         scheduler = ventry.scheduler
         if scheduler is None:
             return
         ventry.state = ModelState.UNLOADING
         self._emit(name, ventry.version, ModelState.UNLOADING)
         loop = asyncio.get_running_loop()
-        timeout = None if deadline is None else max(0.0, deadline - loop.time())
-        if not await scheduler.drain(timeout):
+        if deadline is None:
+            deadline = loop.time() + self.settings.model_unload_timeout_secs
+        if not await self._drained(scheduler, deadline):
             log.warning(
-                "'%s' version %d: %d requests still in flight at unload",
+                "'%s' version %d: %d requests still in flight at the end of the %s",
                 name,
                 ventry.version,
                 scheduler.inflight,
+                "exit timeout" if self._exiting.is_set() else "unload timeout",
             )
-        remaining = None if deadline is None else max(0.0, deadline - loop.time())
-        if not await scheduler.stop(remaining):
+        remaining = _seconds_left(self._limit(deadline), loop.time())
+        if self._exiting.is_set():
+            error = TritonXError("Server exiting", Code.UNAVAILABLE)
+        else:  # Triton's answer to requests for a version that is not READY
+            error = unavailable(
+                f"Request for unknown model: '{name}' version {ventry.version} is not at "
+                "ready state"
+            )
+        if not await scheduler.stop(remaining, error):
             log.warning(
-                "'%s' version %d: exit timeout reached with executions still running",
+                "'%s' version %d: %s reached with executions still running; they were "
+                "aborted or abandoned",
                 name,
                 ventry.version,
+                "exit timeout" if self._exiting.is_set() else "unload timeout",
             )
         ventry.scheduler = None
+        if ventry.cache_scope is not None:  # its cached responses go with it
+            await ventry.cache_scope.retire()
         ventry.state, ventry.reason = ModelState.UNAVAILABLE, UNLOADED_REASON
         self._emit(name, ventry.version, ModelState.UNAVAILABLE, UNLOADED_REASON)
         log.info("successfully unloaded '%s' version %d", name, ventry.version)
+
+    def _limit(self, deadline: float) -> float:
+        """``deadline``, or the server's exit deadline when that comes first."""
+        if self._exit_deadline is not None:
+            return min(deadline, self._exit_deadline)
+        return deadline
+
+    async def _drained(self, scheduler: Scheduler, deadline: float) -> bool:
+        """Wait until ``scheduler`` has no request in flight; False when :meth:`_limit`
+        passed first (the server may begin to exit meanwhile, which brings it closer)."""
+        if scheduler.inflight == 0:
+            return True
+        loop = asyncio.get_running_loop()
+        drain = asyncio.ensure_future(scheduler.drain(None))
+        try:
+            while True:
+                waiting: set[asyncio.Future[Any]] = {drain}
+                exiting: asyncio.Future[Any] | None = None
+                if not self._exiting.is_set():
+                    exiting = asyncio.ensure_future(self._exiting.wait())
+                    waiting.add(exiting)
+                timeout = _seconds_left(self._limit(deadline), loop.time())
+                try:
+                    done, _ = await asyncio.wait(
+                        waiting, timeout=timeout, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    if exiting is not None:
+                        exiting.cancel()
+                if drain in done:
+                    return bool(drain.result())
+                if exiting is None or exiting not in done:
+                    return False  # the time is up
+        finally:
+            drain.cancel()
 
     async def _unload(self, name: str, deadline: float | None) -> None:
         async with self._lock(name):
@@ -1100,6 +1172,13 @@ class ModelManager:
                 self._on_event(ModelEvent(name, version, state, reason))
             except Exception:
                 log.exception("tritonx_model_event hook failed")
+
+
+def _seconds_left(deadline: float, now: float) -> float | None:
+    """Seconds from ``now`` to ``deadline`` (0 once past; None for an infinite one)."""
+    if math.isinf(deadline):
+        return None
+    return max(0.0, deadline - now)
 
 
 def open_repository(url: str | Path, registries: Registries) -> Repository:

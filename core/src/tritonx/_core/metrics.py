@@ -15,11 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.metrics_core import Metric
 
 from tritonx.errors import invalid_arg
 from tritonx.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
 
 if TYPE_CHECKING:
+    from tritonx._core.watchdog import LoopWatchdog
     from tritonx.config import ModelConfig, ServerSettings
     from tritonx.dataplane import DataPlane
 
@@ -434,6 +437,33 @@ class TritonMetrics:
         if self.settings.allow_gpu_metrics:
             out.extend(_gpu_families())
         return "".join(out)
+
+
+class LoopMetrics:
+    """tritonx's event-loop families (Triton has none, hence the ``tritonx_`` prefix), read
+    from the :class:`~tritonx._core.watchdog.LoopWatchdog`; a collector the server registers
+    in its metrics registry, so ``/metrics`` and the metric sinks get them:
+
+    * ``tritonx_event_loop_blocked_total``: times the loop did not run for longer than
+      ``--event-loop-watchdog-secs`` (counted when detected, each incident once);
+    * ``tritonx_event_loop_blocked_seconds_total``: how long those incidents lasted (added
+      when the loop runs again).
+    """
+
+    def __init__(self, watchdog: LoopWatchdog) -> None:
+        self.watchdog = watchdog
+
+    def collect(self) -> Iterator[Metric]:
+        yield CounterMetricFamily(
+            "tritonx_event_loop_blocked",
+            "Number of times the event loop was blocked for longer than --event-loop-watchdog-secs",
+            value=self.watchdog.blocked_count,
+        )
+        yield CounterMetricFamily(
+            "tritonx_event_loop_blocked_seconds",
+            "Cumulative seconds the event loop was blocked in those incidents",
+            value=self.watchdog.blocked_seconds,
+        )
 
 
 def render_registry(registry: CollectorRegistry) -> str:

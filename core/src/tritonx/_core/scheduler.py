@@ -53,8 +53,10 @@ class Scheduler(Protocol):
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
 
-    async def stop(self, timeout: float | None = None) -> bool:
-        """Fail queued requests, stop and unload; False if executions outlived ``timeout``."""
+    async def stop(self, timeout: float | None = None, error: TritonXError | None = None) -> bool:
+        """Fail queued requests with ``error`` (default: Triton's "Server exiting"), stop and
+        unload; False if executions outlived ``timeout`` (they were then aborted or
+        abandoned, their requests failed)."""
 
     def is_ready(self) -> bool:
         """Whether the version can serve."""
