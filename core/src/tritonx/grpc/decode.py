@@ -3,7 +3,9 @@
 Raw (``raw_input_contents``) or typed (``InferTensorContents``) tensor data, parameters and
 requested outputs, with the checks and messages of Triton's ``src/grpc/infer_handler.cc``.
 Raw input bytes become numpy arrays with ``np.frombuffer`` (no copy), and so do inputs in
-system shared memory (read-only views on the region, :mod:`tritonx.shared_memory`).
+system shared memory (read-only views on the region, :mod:`tritonx.shared_memory`). The raw
+contents of a large message are views of the bytes grpc received
+(:func:`tritonx.grpc.receive.split_raw_contents`), passed as ``raws``.
 
 BYTES elements and typed contents are converted element by element in Python; the servicer
 decodes with ``offload=True``, which raises :class:`Offload` on meeting an input with more
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import math
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -96,6 +99,7 @@ def decode_infer_request(
     *,
     offload: bool = False,
     shm: SharedMemoryManager | None = None,
+    raws: Sequence[bytes | memoryview] | None = None,
 ) -> DecodedRequest:
     """Decode a ``ModelInferRequest`` for ``model_version`` (its ``model_version`` field,
     already parsed with :func:`tritonx.wire.parse_version`).
@@ -103,6 +107,8 @@ def decode_infer_request(
     :param offload: raise :class:`Offload` instead of converting an input of more than
         :data:`OFFLOAD_ELEMENTS` BYTES or typed elements.
     :param shm: the server's shared-memory regions (None: no region is registered).
+    :param raws: the raw input contents, when they are not in ``msg`` (taken out of the
+        message by :func:`tritonx.grpc.receive.split_raw_contents`); None: ``msg``'s.
     :raises TritonXError: with Triton's code and message for every malformed part (the
         regions leased before the error, or before :class:`Offload`, are released).
     """
@@ -116,7 +122,7 @@ def decode_infer_request(
     try:
         if msg.parameters:
             _apply_parameters(decoded, msg.parameters)
-        request.inputs = _inputs(msg, offload, decoded, shm)
+        request.inputs = _inputs(msg, offload, decoded, shm, raws)
         if msg.outputs:
             request.requested_outputs = _requested_outputs(decoded, msg, shm)
     except BaseException:
@@ -236,9 +242,11 @@ def _inputs(
     offload: bool,
     decoded: DecodedRequest,
     shm: SharedMemoryManager | None,
+    raws: Sequence[bytes | memoryview] | None = None,
 ) -> dict[str, np.ndarray]:
     model = msg.model_name
-    raws = msg.raw_input_contents
+    if raws is None:
+        raws = msg.raw_input_contents
     nraw = len(raws)
     inputs: dict[str, np.ndarray] = {}
     index = 0

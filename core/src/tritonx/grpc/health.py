@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from tritonx.dataplane import DataPlane
+from tritonx.grpc.receive import Limit, receiving
 
 SERVICE_NAME = "grpc.health.v1.Health"
 
@@ -62,8 +63,10 @@ def _build() -> tuple[type[Any], type[Any]]:
 HealthCheckRequest, HealthCheckResponse = _build()
 
 
-def health_handler(dataplane: DataPlane) -> grpc.GenericRpcHandler:
-    """A generic handler serving ``grpc.health.v1.Health/Check`` from ``dataplane``."""
+def health_handler(dataplane: DataPlane, limit: Limit | None = None) -> grpc.GenericRpcHandler:
+    """A generic handler serving ``grpc.health.v1.Health/Check`` from ``dataplane``; its
+    requests are received as the service's (:func:`tritonx.grpc.receive.receiving`, compressed
+    ones inflated up to ``limit``)."""
 
     async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         status = SERVING if dataplane.server_ready() else NOT_SERVING
@@ -72,10 +75,13 @@ def health_handler(dataplane: DataPlane) -> grpc.GenericRpcHandler:
     return grpc.method_handlers_generic_handler(
         SERVICE_NAME,
         {
-            "Check": grpc.unary_unary_rpc_method_handler(
-                check,
-                request_deserializer=HealthCheckRequest.FromString,
-                response_serializer=HealthCheckResponse.SerializeToString,
+            "Check": receiving(
+                grpc.unary_unary_rpc_method_handler(
+                    check,
+                    request_deserializer=HealthCheckRequest.FromString,
+                    response_serializer=HealthCheckResponse.SerializeToString,
+                ),
+                limit or Limit(),
             )
         },
     )

@@ -11,6 +11,7 @@ from tritonx.dataplane import DataPlane
 from tritonx.errors import invalid_arg
 from tritonx.grpc.health import health_handler
 from tritonx.grpc.memory import measuring
+from tritonx.grpc.receive import Limit, deserializer, receiving
 from tritonx.grpc.restricted import RestrictedProtocolInterceptor
 from tritonx.grpc.servicer import GRPCInferenceServicer
 from tritonx.header_forward import HeaderForward
@@ -25,8 +26,9 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     """The channel arguments Triton's gRPC server sets, from ``settings``.
 
     Message sizes are limited to ``grpc_max_message_size`` (default INT32_MAX, Triton's
-    ``MAX_GRPC_MESSAGE_SIZE``), a compressed message by its decompressed size (grpc stops
-    inflating past it: RESOURCE_EXHAUSTED); ``SO_REUSEPORT`` follows ``--reuse-grpc-port``
+    ``MAX_GRPC_MESSAGE_SIZE``); grpc's own decompression of request messages is off
+    (``grpc.per_message_decompression`` 0): the deserializers inflate them, bounded
+    (:mod:`tritonx.grpc.receive`); ``SO_REUSEPORT`` follows ``--reuse-grpc-port``
     (off by default as in Triton; grpc's own default is on); the keepalive
     arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags, the connection
     age ``--grpc-max-connection-age[-grace]`` (ms) when set.
@@ -43,6 +45,7 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     return [
         ("grpc.max_send_message_length", max_size),
         ("grpc.max_receive_message_length", max_size),
+        ("grpc.per_message_decompression", 0),
         ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
         ("grpc.keepalive_time_ms", int(settings.grpc_keepalive_time)),
         ("grpc.keepalive_timeout_ms", int(settings.grpc_keepalive_timeout)),
@@ -126,29 +129,47 @@ def grpc_server_credentials(settings: ServerSettings) -> grpc.ServerCredentials 
     )
 
 
-#: The RPCs whose request messages are measured (:func:`tritonx.grpc.memory.measuring`).
+#: The RPCs whose request messages are measured (:func:`tritonx.grpc.memory.measuring`);
+#: their handlers take :class:`~tritonx.grpc.receive.Received` messages themselves.
 MEASURED_RPCS = ("ModelInfer", "ModelStreamInfer")
+
+
+def decompression_limit(settings: ServerSettings) -> Limit:
+    """The size compressed request messages may inflate to: ``--grpc-max-decompressed-
+    message-size``, or ``--grpc-max-message-size`` when that is smaller.
+
+    :raises TritonXError: INVALID_ARG for a size below 1.
+    """
+    size = int(settings.grpc_max_decompressed_message_size)
+    if size < 1:
+        raise invalid_arg(f"--grpc-max-decompressed-message-size must be 1 or more, got {size}")
+    max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
+    if max_size < size:
+        return Limit(max_size, "--grpc-max-message-size")
+    return Limit(size)
 
 
 class _Registration:
     """Stands for the server in the generated ``add_GRPCInferenceServiceServicer_to_server``
-    and adds its handlers with the inference RPCs' deserializers measuring their messages."""
+    and adds its handlers with :mod:`tritonx.grpc.receive`'s deserializers (the inference
+    RPCs' measuring their messages)."""
 
-    def __init__(self, server: grpc.aio.Server) -> None:
+    def __init__(self, server: grpc.aio.Server, limit: Limit) -> None:
         self.server = server
-        self.generic: tuple[Any, ...] = ()
+        self.limit = limit
         self.registered = False
 
     def add_generic_rpc_handlers(self, handlers: tuple[Any, ...]) -> None:
-        self.generic = handlers  # replaced by one built from the measured handlers
+        pass  # replaced by one built from the registered handlers
 
     def add_registered_method_handlers(self, service: str, handlers: dict[str, Any]) -> None:
         handlers = dict(handlers)
-        for name in MEASURED_RPCS:
-            handler = handlers[name]
-            handlers[name] = handler._replace(
-                request_deserializer=measuring(handler.request_deserializer)
-            )
+        for name, handler in handlers.items():
+            if name in MEASURED_RPCS:
+                parse = deserializer(handler.request_deserializer, self.limit)
+                handlers[name] = handler._replace(request_deserializer=measuring(parse))
+            else:
+                handlers[name] = receiving(handler, self.limit)
         self.server.add_generic_rpc_handlers(
             (grpc.method_handlers_generic_handler(service, handlers),)
         )
@@ -156,8 +177,12 @@ class _Registration:
         self.registered = True
 
     def finish(self) -> None:
-        if not self.registered:  # generated code without registered methods
-            self.server.add_generic_rpc_handlers(self.generic)
+        if not self.registered:  # pragma: no cover - tritonclient is pinned
+            raise RuntimeError(
+                "tritonclient's generated service code no longer registers its method "
+                "handlers (add_registered_method_handlers): tritonx cannot install its "
+                "request deserializers"
+            )
 
 
 async def start_grpc_server(
@@ -166,7 +191,8 @@ async def start_grpc_server(
     """Build, bind and start the gRPC server; returns it and the bound port.
 
     ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
-    are decompressed by grpc; inference responses are compressed as
+    are inflated by the deserializers, up to ``--grpc-max-decompressed-message-size``
+    (:mod:`tritonx.grpc.receive`); inference responses are compressed as
     ``--grpc-infer-response-compression-level`` says (default "none", as Triton), others not.
     TLS follows ``--grpc-use-ssl*``; ``--grpc-restricted-protocol`` adds an interceptor (none
     when nothing is restricted).
@@ -176,17 +202,18 @@ async def start_grpc_server(
         settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
     )
     compression = response_compression(settings.grpc_infer_response_compression_level)
+    limit = decompression_limit(settings)
     credentials = grpc_server_credentials(settings)
     interceptors = []
     if settings.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocolInterceptor(settings.grpc_restricted_protocol))
     server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
-    registration = _Registration(server)
+    registration = _Registration(server, limit)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
         GRPCInferenceServicer(dataplane, forward, compression), registration
     )
     registration.finish()
-    server.add_generic_rpc_handlers((health_handler(dataplane),))
+    server.add_generic_rpc_handlers((health_handler(dataplane, limit),))
     address = listen_address(settings.grpc_address, settings.grpc_port)
     try:
         if credentials is None:

@@ -29,6 +29,7 @@ from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_er
 from tritonx.grpc.errors import STATUS, detached, fail
 from tritonx.grpc.memory import rejected
 from tritonx.grpc.observability import log_settings, trace_setting
+from tritonx.grpc.receive import Received, Refusal
 from tritonx.header_forward import HeaderForward
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.shared_memory import (
@@ -327,13 +328,22 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ inference
 
     async def ModelInfer(
-        self, request: service_pb2.ModelInferRequest, context: Context
+        self, request: service_pb2.ModelInferRequest | Received, context: Context
     ) -> service_pb2.ModelInferResponse:
         """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream).
 
+        A large or compressed message comes as a :class:`~tritonx.grpc.receive.Received`,
+        finished here (its raw contents as views; a refusal answered with its status).
         When the client cancels the RPC or its deadline passes, grpc.aio cancels this handler;
         the data plane then cancels the request, which is dropped if it has not run yet."""
         read_ns = time.perf_counter_ns()
+        raws: list[memoryview] | None = None
+        if isinstance(request, Received):
+            received = await request.infer_request()
+            if isinstance(received, Refusal):
+                rejected()
+                return received.fail(context)
+            request, raws = received
         try:
             if self.compression is not None:
                 context.set_compression(self.compression)
@@ -346,9 +356,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise unsupported(DECOUPLED_MESSAGES["grpc"])
             shm = self.dataplane.shared_memory
             try:  # on the loop (no coroutine of its own), or in a thread when heavy
-                decoded = decode_infer_request(request, version, offload=True, shm=shm)
+                decoded = decode_infer_request(request, version, offload=True, shm=shm, raws=raws)
             except Offload:
-                decoded = await _decode(request, version, shm)
+                decoded = await _decode(request, version, shm, raws)
             try:
                 if self.forward is not None:
                     metadata = context.invocation_metadata() or ()
@@ -436,6 +446,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 if stream.traced:
                     stream.written(message)
             await reader  # re-raise a reader failure, if any
+            if stream.refusal is not None:  # a message refused: the call ends with its status
+                stream.refusal.fail(context)
+                return
         finally:
             reader.cancel()
             stream.cancel()
@@ -451,6 +464,8 @@ class _Stream:
     written as they come, each with ``triton_final_response``. Errors become in-stream
     ``error_message`` messages that leave the stream open, unless the client opened the stream
     with ``triton_grpc_error: true`` metadata (then the first error ends it with a status).
+    A refused message (:class:`~tritonx.grpc.receive.Refusal`: too large once inflated, not
+    parsable) ends the call with its status, as grpc ends it for a message over its limit.
     Cancelling the call (client cancel, disconnect or deadline) cancels every request of the
     stream still in flight: those not executing yet are dropped (CANCELLED), and decoupled
     models see ``is_cancelled()`` while their further responses are discarded.
@@ -480,6 +495,8 @@ class _Stream:
         #: traced requests with messages in flight: trace id → [trace, messages not yet
         #: written, still producing]; a trace is finished once both are done
         self.open: dict[int, list[Any]] = {}
+        #: the refusal of a message that ended the stream (None: none)
+        self.refusal: Refusal | None = None
 
     def written(self, message: Any) -> None:
         """A message was written: GRPC_SEND_END of its trace (finished after its last)."""
@@ -509,7 +526,9 @@ class _Stream:
         self.open.clear()
         self.traced.clear()
 
-    async def read(self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest]) -> None:
+    async def read(
+        self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest | Received]
+    ) -> None:
         try:
             iterator = aiter(request_iterator)
             while True:
@@ -518,13 +537,25 @@ class _Stream:
                     request = await anext(iterator)
                 except StopAsyncIteration:
                     break
-                self.start(request, (wait_start, time.perf_counter_ns()))
+                raws: list[memoryview] | None = None
+                if isinstance(request, Received):
+                    received = await request.infer_request()
+                    if isinstance(received, Refusal):
+                        rejected()
+                        self.refusal = received
+                        self.cancel()
+                        break
+                    request, raws = received
+                self.start(request, (wait_start, time.perf_counter_ns()), raws)
         finally:
             self.reading = False
             self._maybe_end()
 
     def start(
-        self, request: service_pb2.ModelInferRequest, waited: tuple[int, int] = (0, 0)
+        self,
+        request: service_pb2.ModelInferRequest,
+        waited: tuple[int, int] = (0, 0),
+        raws: list[memoryview] | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         version: int | None = None
@@ -540,7 +571,7 @@ class _Stream:
         if not (isinstance(target, ServedModel) and target.decoupled):
             previous, done = self.previous, loop.create_future()
             self.previous = done
-        task = loop.create_task(self.run(request, version, target, previous, done, waited))
+        task = loop.create_task(self.run(request, version, target, previous, done, waited, raws))
         self.tasks.add(task)
         task.add_done_callback(self._finished)
 
@@ -566,6 +597,7 @@ class _Stream:
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
         waited: tuple[int, int] = (0, 0),
+        raws: list[memoryview] | None = None,
     ) -> None:
         put = self.queue.put_nowait
         try:
@@ -573,7 +605,7 @@ class _Stream:
                 error = target  # never raised: it holds no frame
             else:
                 try:
-                    await self._infer(request, version, target, previous, done, waited)
+                    await self._infer(request, version, target, previous, done, waited, raws)
                     return
                 except Exception as exc:  # TritonXError, or a bug reported as INTERNAL
                     if not isinstance(exc, TritonXError):
@@ -595,8 +627,9 @@ class _Stream:
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
         waited: tuple[int, int] = (0, 0),
+        raws: list[memoryview] | None = None,
     ) -> None:
-        decoded = await _decode(request, version, self.dataplane.shared_memory)
+        decoded = await _decode(request, version, self.dataplane.shared_memory, raws)
         try:
             if self.forward is not None:
                 self.forward.apply(self.metadata, decoded.request.parameters)
@@ -717,15 +750,18 @@ def _sent(trace: Trace) -> None:
 
 
 async def _decode(
-    request: service_pb2.ModelInferRequest, version: int | None, shm: SharedMemoryManager
+    request: service_pb2.ModelInferRequest,
+    version: int | None,
+    shm: SharedMemoryManager,
+    raws: list[memoryview] | None = None,
 ) -> DecodedRequest:
     """Decode on the event loop, or in a worker thread when an input is heavy to convert."""
     try:
-        return decode_infer_request(request, version, offload=True, shm=shm)
+        return decode_infer_request(request, version, offload=True, shm=shm, raws=raws)
     except Offload:
         pass
     return await decode_in_thread(
-        functools.partial(decode_infer_request, shm=shm), request, version
+        functools.partial(decode_infer_request, shm=shm, raws=raws), request, version
     )
 
 
