@@ -218,7 +218,7 @@ def test_probes_ports_and_shutdown_fit_together(rendered: tuple[str, list[dict[s
     assert sleep + exit_timeout < grace <= sleep + exit_timeout + 15
     strategy = deployment["spec"]["strategy"]
     assert strategy["rollingUpdate"]["maxUnavailable"] == 0
-    # /dev/shm large enough for the python backend's tensors, /tmp writable
+    # /dev/shm large enough for clients' system shared memory, /tmp writable
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
     assert volumes[mounts["/dev/shm"]]["emptyDir"]["medium"] == "Memory"
