@@ -33,7 +33,6 @@ Arguments after ``--`` go to ``tritonx serve``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
@@ -47,11 +46,11 @@ import time
 import urllib.parse
 import urllib.request
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from serving import serve
 
 MB = 1_000_000
 TICK = os.sysconf("SC_CLK_TCK")
@@ -59,12 +58,6 @@ SERVICE = "/inference.GRPCInferenceService/"
 
 
 # ------------------------------------------------------------------ server process
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_repository(root: Path) -> Path:
@@ -97,43 +90,6 @@ def build_repository(root: Path) -> Path:
             "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
         )
     return repo
-
-
-@contextlib.contextmanager
-def serve(repo: Path, extra: list[str], log: Path) -> Iterator[tuple[int, int]]:
-    """``tritonx serve`` on loopback; yields (pid, gRPC port) once it is ready."""
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "tritonx", "serve", "--model-repository", str(repo)]
-    cmd += [
-        "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-        "--http-port", str(http), "--grpc-port", str(grpc_port),
-        "--metrics-port", str(metrics), "--log-info", "false", *extra,
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}: see {log}")
-            try:
-                url = f"http://127.0.0.1:{http}/v2/health/ready"
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
-            time.sleep(0.05)
-        yield proc.pid, grpc_port
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def status_kb(pid: int, key: str) -> int:
@@ -503,7 +459,8 @@ def main() -> None:
     if phases & {"message", "bomb", "small"}:
         with tempfile.TemporaryDirectory(prefix="grpc-memory-") as tmp:
             repo = build_repository(Path(tmp))
-            with serve(repo, args.serve_args, Path(tmp) / "server.log") as (pid, port):
+            with serve(repo, args.serve_args, Path(tmp) / "server.log", stop_wait=30) as served:
+                pid, port = served.pid, served.grpc_port
                 if "message" in phases:
                     rows += phase_message(pid, port, size)
                 if "bomb" in phases:

@@ -31,28 +31,16 @@ more than ``--limit-mb`` (default 20).
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+from serving import serve
 
 MIB = 1024 * 1024
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def build_repository(root: Path) -> Path:
@@ -71,43 +59,6 @@ def build_repository(root: Path) -> Path:
         "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
     )
     return repo
-
-
-@contextlib.contextmanager
-def serve(repo: Path, extra: list[str], log: Path) -> Iterator[tuple[int, int]]:
-    """``tritonx serve`` on loopback; yields (pid, HTTP port) once it is ready."""
-    http, grpc_port, metrics = free_port(), free_port(), free_port()
-    cmd = [sys.executable, "-m", "tritonx", "serve", "--model-repository", str(repo)]
-    cmd += [
-        "--http-address", "127.0.0.1", "--grpc-address", "127.0.0.1",
-        "--http-port", str(http), "--grpc-port", str(grpc_port),
-        "--metrics-port", str(metrics), "--log-info", "false", *extra,
-    ]  # fmt: skip
-    with log.open("wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}: see {log}")
-            try:
-                url = f"http://127.0.0.1:{http}/v2/health/ready"
-                with urllib.request.urlopen(url, timeout=1) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if time.monotonic() > deadline:
-                raise RuntimeError("server did not become ready")
-            time.sleep(0.05)
-        yield proc.pid, http
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
 
 
 def rss_mib(pid: int) -> float:
@@ -145,7 +96,8 @@ def main() -> int:
         flags = ["--trace-config", f"triton,file={trace_file}", *extra]
         rng = np.random.default_rng(0)
         data = rng.standard_normal(args.tensor_kib * 1024 // 4).astype(np.float32)
-        with serve(repo, flags, root / "server.log") as (pid, port):
+        with serve(repo, flags, root / "server.log") as served:
+            pid, port = served.pid, served.http_port
             client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
 
             def infer() -> None:

@@ -16,19 +16,17 @@ Everything here runs on the server's event loop.
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import itertools
 import logging
-import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import orjson
 
 from tritonx.errors import invalid_arg
+from tritonx.heap import trim_heap
 from tritonx.trace_settings import (
     OPENTELEMETRY,
     TENSORS,
@@ -57,57 +55,8 @@ _ids = itertools.count(1)
 MAX_HELD_TRACES = 1024
 #: Serialized bytes of finished traces a setting holds before writing them to its file.
 MAX_HELD_BYTES = 4 * 1024 * 1024
-#: Bytes of traces written to files after which the heap is trimmed (see :func:`_trim_heap`).
+#: Bytes of traces written to files after which the heap is trimmed (see :func:`tritonx.heap.trim_heap`).
 TRIM_AFTER_BYTES = 4 * 1024 * 1024
-
-
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return None
-
-
-_malloc_trim = _find_malloc_trim()
-_trim_pending = False
-#: trims under way (a task must be referenced until it ends)
-_trims: set[asyncio.Task[None]] = set()
-
-
-def _trim_heap() -> None:
-    """Give the heap's free memory back to the system, in a worker thread (at most one trim
-    at a time; nothing without glibc or outside an event loop).
-
-    A TENSORS trace is the text of every tensor of its request (about 3x the tensors' bytes),
-    built from many short-lived objects; once written and freed, glibc keeps that memory,
-    and ``tritonx serve`` raises its trim threshold (``cli._tune_malloc``), so a traced
-    server would keep the peak of all its traces resident. A trim after every
-    :data:`TRIM_AFTER_BYTES` written keeps it near what untraced traffic needs.
-    """
-    global _trim_pending
-    if _malloc_trim is None or _trim_pending:
-        return
-    try:
-        loop = asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    _trim_pending = True
-    trim = _malloc_trim
-
-    async def run() -> None:
-        global _trim_pending
-        try:
-            await asyncio.to_thread(trim, 0)
-        except Exception:  # pragma: no cover - never fatal
-            log.debug("malloc_trim failed", exc_info=True)
-        finally:
-            _trim_pending = False
-
-    _trims.add(task := loop.create_task(run()))
-    task.add_done_callback(_trims.discard)
 
 
 # ---------------------------------------------------------------------------------- files
@@ -134,7 +83,7 @@ class TraceFile:
         self._untrimmed += len(body)
         if self._untrimmed >= TRIM_AFTER_BYTES:
             self._untrimmed = 0
-            _trim_heap()
+            trim_heap()
         try:
             if to_index_file:
                 path = f"{self.name}.{self._index}"
@@ -695,7 +644,6 @@ class TraceManager:
     async def aclose(self) -> None:
         """:meth:`close`, then export the OpenTelemetry spans still queued (off the loop:
         the collector may be served by this very loop)."""
-        import asyncio
 
         self.close()
         if self.exporter is not None:

@@ -9,23 +9,18 @@ free but resident memory behind.
 
 The inference RPCs' deserializers (:func:`measuring`) note the size of a message larger
 than :data:`LARGE_MESSAGE_BYTES`; when such a request is rejected (:func:`rejected`), a
-``malloc_trim(0)`` runs in a worker thread shortly after the call ends (at most one at a
-time; a few milliseconds). Accepted requests are left alone: their memory serves the next
+``malloc_trim(0)`` runs in a worker thread shortly after the call ends
+(:func:`tritonx.heap.trim_heap`: at most one at a time; a few milliseconds). Accepted requests are left alone: their memory serves the next
 one. Without glibc this does nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
-import ctypes.util
-import logging
-import sys
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
-log = logging.getLogger("tritonx.grpc")
+from tritonx.heap import trim_heap
 
 #: Messages larger than this are worth trimming the heap for when they are rejected.
 LARGE_MESSAGE_BYTES = 32 << 20
@@ -34,20 +29,6 @@ TRIM_DELAY = 0.2
 
 #: Size of the large inference message being handled in this context (0: none).
 _message_bytes: ContextVar[int] = ContextVar("tritonx_grpc_message_bytes", default=0)
-
-
-def _find_malloc_trim() -> Callable[[int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
-    except OSError:
-        return None
-
-
-_malloc_trim = _find_malloc_trim()
-_trim_pending = False
 
 
 def measuring(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
@@ -65,20 +46,5 @@ def measuring(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
 def rejected() -> None:
     """The request handled in this context was refused: if its message was large, trim the
     heap once the call is over."""
-    global _trim_pending
-    if _malloc_trim is None or _trim_pending or not _message_bytes.get():
-        return
-    _trim_pending = True
-    loop = asyncio.get_running_loop()
-    loop.call_later(TRIM_DELAY, lambda: loop.create_task(_trim()))
-
-
-async def _trim() -> None:
-    global _trim_pending
-    try:
-        assert _malloc_trim is not None
-        await asyncio.to_thread(_malloc_trim, 0)
-    except Exception:  # pragma: no cover - never fatal
-        log.debug("malloc_trim failed", exc_info=True)
-    finally:
-        _trim_pending = False
+    if _message_bytes.get():
+        trim_heap(TRIM_DELAY)
