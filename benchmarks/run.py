@@ -215,6 +215,8 @@ def wait_ready(http_port: int, timeout: float, proc: subprocess.Popen[bytes]) ->
 
 #: the protocol name of rows driven over gRPC's bidirectional ModelStreamInfer
 STREAM = "grpc-stream"
+#: perf_analyzer's error when its windows' throughputs never agreed within the stability bound
+UNSTABLE = "Failed to obtain stable measurement"
 
 #: the server the next perf_analyzer run measures: (process, its HTTP port), set by process()
 _SERVER: list[tuple[subprocess.Popen[bytes], int]] = []
@@ -771,7 +773,9 @@ def main(argv: list[str] | None = None) -> int:
         "points": [asdict(p) for p in points],
     }
     (args.out / f"{stamp}.json").write_text(json.dumps(result, indent=2))
-    failed = [p for p in points if p.error]
+    # the smoke run checks that the harness works, not the numbers: a point perf_analyzer
+    # could not measure stably in its 1-second windows (a busy machine) is no failure there
+    failed = [p for p in points if p.error and not (args.smoke and UNSTABLE in p.error)]
     for p in failed:
         print(
             f"FAILED {p.target} {p.protocol} {p.model} c={p.concurrency}: {p.error}",
