@@ -14,6 +14,7 @@ local cache.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar
@@ -233,3 +234,15 @@ class TestLocalCacheContract(ResponseCacheContract):
             await cache.put(scoped_key(scope_of("gone"), request), response(2))
         await cache.evict_model("gone", 1, scope_of("gone"))
         assert (cache.used, len(cache), cache.evictions) == (used, 1, 0)
+
+
+async def test_a_fifo_in_the_model_folder_is_not_read_for_the_scope(
+    model_repository: ModelRepositoryBuilder, serve: Any
+) -> None:
+    """The load's scope reads regular files only: a named pipe beside the model (nothing
+    ever writes to it) would block the load forever if it were opened."""
+    folder = add_calc(model_repository, "Add")
+    os.mkfifo(folder / "1" / "notes.fifo")
+    server, _ = await serve()
+    response = await server.infer(InferenceRequest("calc", {"INPUT0": A, "INPUT1": B}))
+    assert response.outputs["OUTPUT0"].tolist() == ANSWERS["Add"].tolist()

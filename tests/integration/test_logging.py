@@ -5,7 +5,6 @@ writes to its ``--log-file`` (levels, verbose lines, the default and ISO8601 for
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import signal
@@ -25,7 +24,7 @@ import tritonclient.http.aio as httpclient
 from aiohttp import ClientSession
 from tritonclient.utils import InferenceServerException
 
-from tritonx import Server, logs
+from tritonx import Server
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 DEFAULTS = {
@@ -47,22 +46,6 @@ DEFAULT_PREAMBLE = re.compile(r"^[IWE]\d{4} \d{2}:\d{2}:\d{2}\.\d{6} \d+ [\w.]+:
 ISO_LINE = re.compile(
     r'^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z) ([IWE]) (\d+) ([\w.]+):(\d+)\] (".*")$'
 )
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """The log settings are the process's: put them back after an in-process test."""
-    saved = logs.settings()
-    level = logging.getLogger("tritonx").level
-    yield
-    logs.update(
-        info=saved["log_info"],
-        warning=saved["log_warning"],
-        error=saved["log_error"],
-        verbose=saved["log_verbose_level"],
-        log_format=saved["log_format"],
-    )
-    logging.getLogger("tritonx").setLevel(level)
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from tritonx.testing import ModelRepositoryBuilder, listening
+from tritonx.testing import ModelRepositoryBuilder, listening, shared_memory_objects
 
 pytestmark = pytest.mark.skipif(
     not (Path("/proc/self/maps").exists() and os.path.isdir("/dev/shm")),
@@ -64,24 +64,9 @@ INTERNAL = {"http": "500", "grpc": "StatusCode.INTERNAL"}
 
 
 def shared_files(pid: int) -> set[str]:
-    """The shared-memory objects process ``pid`` maps or holds open, as ``/proc`` shows them
-    to anyone who may read it: ``/dev/shm/<name>`` files and nameless ``/memfd:<name>``
-    segments."""
-    found: set[str] = set()
-    try:
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6:
-                found.add(parts[5])
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                pass
-    except (FileNotFoundError, ProcessLookupError):
-        return set()
-    paths = {path.removesuffix(" (deleted)") for path in found}
-    return {path for path in paths if path.startswith((f"{SHM_DIR}/", "/memfd:"))}
+    """Every shared-memory object process ``pid`` holds, semaphores included: what an
+    attacker reading its ``/proc`` would try to register."""
+    return shared_memory_objects(pid, semaphores=True)
 
 
 def process_tree(pid: int) -> list[int]:

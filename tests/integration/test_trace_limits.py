@@ -12,8 +12,7 @@
 from __future__ import annotations
 
 import json
-import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -30,22 +29,6 @@ from tritonx.trace import MAX_HELD_BYTES, MAX_HELD_TRACES
 
 #: what a client sets in the issue: every request traced with its tensors, no limit
 TENSORS_EVERY_REQUEST = {"trace_level": ["TENSORS"], "trace_rate": "1", "trace_count": "-1"}
-
-
-@pytest.fixture
-def restore_logging() -> Iterator[None]:
-    """The log settings are the process's: put them back after the test."""
-    saved = logs.settings()
-    level = logging.getLogger("tritonx").level
-    yield
-    logs.update(
-        info=saved["log_info"],
-        warning=saved["log_warning"],
-        error=saved["log_error"],
-        verbose=saved["log_verbose_level"],
-        log_format=saved["log_format"],
-    )
-    logging.getLogger("tritonx").setLevel(level)
 
 
 @pytest.fixture

@@ -18,34 +18,12 @@ from prometheus_client import generate_latest
 
 from tritonx import InferenceRequest, Server, TritonXError
 from tritonx.errors import Code
-from tritonx.testing import BackendContract
+from tritonx.testing import BackendContract, shared_memory_objects
 from tritonx_backend_python import _ipc, messages
 from tritonx_backend_python.process import WorkerProcess
 
 MODELS = Path(__file__).parent / "models"
 BOTH_MODES = pytest.mark.parametrize("mode", ["process", "in_process"])
-
-
-def shared_files(pid: int) -> set[str]:
-    """The shared-memory objects process ``pid`` maps or holds open: ``/dev/shm/<name>``
-    files and nameless ``/memfd:<name>`` segments (as ``/proc`` shows them)."""
-    found: set[str] = set()
-    for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-        parts = line.split(maxsplit=5)
-        if len(parts) == 6:
-            found.add(parts[5])
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-        except OSError:
-            pass
-    paths = {path.removesuffix(" (deleted)") for path in found}
-    # (/dev/shm/sem.*: POSIX semaphores, e.g. multiprocessing's locks of other tests)
-    return {
-        path
-        for path in paths
-        if path.startswith(("/dev/shm/", "/memfd:")) and not path.startswith("/dev/shm/sem.")
-    }
 
 
 def add_sub_inputs() -> dict[str, np.ndarray]:
@@ -170,7 +148,7 @@ async def test_large_tensors_cross_by_shared_memory(server: Server, monkeypatch)
     if server.model_config("init_args").parameters.get("TRITONX_EXECUTION_MODE") != "in_process":
         assert segments, "a 4 MB input should travel through a shared-memory segment"
     # segments are nameless: nothing of them is in /dev/shm (test_transport.py: reuse, removal)
-    assert not {p for p in shared_files(os.getpid()) if p.startswith("/dev/shm/")}
+    assert not {p for p in shared_memory_objects(os.getpid()) if p.startswith("/dev/shm/")}
 
 
 @BOTH_MODES
@@ -604,8 +582,8 @@ async def test_no_shared_memory_left_after_shutdown(
     async with Server(settings, plugin_manager=plugin_manager) as server:
         data = np.ones(500_000, np.float32)
         await server.infer(InferenceRequest("init_args", {"DATA": data}))
-        assert {p for p in shared_files(os.getpid()) if prefix in p}
-    assert not {p for p in shared_files(os.getpid()) if prefix in p}
+        assert {p for p in shared_memory_objects(os.getpid()) if prefix in p}
+    assert not {p for p in shared_memory_objects(os.getpid()) if prefix in p}
 
 
 def test_embedding_script_without_main_guard(tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ import tritonclient.http.aio as httpclient
 
 from tritonx.config import ServerSettings
 from tritonx.server import Server
-from tritonx.testing import ModelRepositoryBuilder, listening
+from tritonx.testing import ModelRepositoryBuilder, listening, shared_memory_objects
 from tritonx.types import InferenceRequest
 
 ELEMENTS = 1 << 20  # FP32: 4 MiB
@@ -162,36 +162,15 @@ async def test_a_4mb_tensor_moves_no_bytes_through_the_worker_sockets(
     assert here < tensor_bytes // 20, here
 
 
-def shared_files(pid: int) -> set[str]:
-    """The shared-memory objects process ``pid`` maps or holds open, as anyone who may read
-    its ``/proc`` sees them: ``/dev/shm/<name>`` files and nameless ``/memfd:<name>``
-    segments (empty once the process is gone)."""
-    found: set[str] = set()
-    try:
-        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6:
-                found.add(parts[5])
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
-            except OSError:
-                pass
-    except (FileNotFoundError, ProcessLookupError):
-        return set()
-    paths = {path.removesuffix(" (deleted)") for path in found}
-    # (/dev/shm/sem.*: POSIX semaphores, e.g. multiprocessing's locks of other tests)
-    return {
-        path
-        for path in paths
-        if path.startswith(("/dev/shm/", "/memfd:")) and not path.startswith("/dev/shm/sem.")
-    }
-
-
 def segments(prefix: str, *pids: int) -> set[str]:
     """The names of the segments labelled ``prefix`` that processes ``pids`` hold."""
     marker = f"/memfd:{prefix}"
-    return {p[len("/memfd:") :] for pid in pids for p in shared_files(pid) if p.startswith(marker)}
+    return {
+        p[len("/memfd:") :]
+        for pid in pids
+        for p in shared_memory_objects(pid)
+        if p.startswith(marker)
+    }
 
 
 def released(*arrays: np.ndarray) -> asyncio.Event:
@@ -273,7 +252,11 @@ async def test_segments_are_reused_never_under_a_live_response_and_removed_on_un
     kept = segments(shm_prefix, here, worker)
     assert kept, "a 4 MB tensor should cross through shared memory"
     # nameless: nothing of the transport is in /dev/shm (and so no client can register it)
-    assert not {p for p in shared_files(here) | shared_files(worker) if p.startswith(SHM_DIR)}
+    assert not {
+        p
+        for p in shared_memory_objects(here) | shared_memory_objects(worker)
+        if p.startswith(SHM_DIR)
+    }
     for _ in range(12):
         await infer_and_let_go(rng.random(ELEMENTS, dtype=np.float32))
         # the held response was not overwritten by the later ones
@@ -334,7 +317,7 @@ async def test_bls_calls_and_decoupled_responses_cross_in_segments_too(
         np.testing.assert_array_equal(out, expected)
     # all of it in nameless segments (the kept ones of the server and the three workers)
     assert segments(shm_prefix, os.getpid())
-    assert not {p for p in shared_files(os.getpid()) if p.startswith(SHM_DIR)}
+    assert not {p for p in shared_memory_objects(os.getpid()) if p.startswith(SHM_DIR)}
 
 
 def test_a_killed_worker_or_server_leaves_nothing_behind(

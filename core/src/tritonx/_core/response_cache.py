@@ -31,6 +31,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import stat
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -57,8 +58,8 @@ HASHED_FILE_BYTES = 1024 * 1024
 
 def load_stamp(prepared: Prepared) -> bytes:
     """What identifies one load of a model for the cache (see the module docstring): a
-    digest of its configuration, backend and backend settings, and of every file under its
-    folder (path and size, then its contents up to :data:`HASHED_FILE_BYTES`, its
+    digest of its configuration, backend and backend settings, and of every regular file under
+    its folder (path and size, then its contents up to :data:`HASHED_FILE_BYTES`, its
     modification time above); random for an ensemble. Reads the file system: call it in a
     worker thread, before the versions are loaded."""
     h = hashlib.sha256(b"tritonx-cache-load\0")
@@ -76,6 +77,8 @@ def load_stamp(prepared: Prepared) -> bytes:
             try:
                 st = os.stat(path)
             except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):  # a FIFO or device: never opened (it could block)
                 continue
             files.append((os.path.relpath(path, root), path, st.st_size, st.st_mtime_ns))
     for relpath, path, size, mtime_ns in sorted(files):

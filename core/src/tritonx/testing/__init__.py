@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import json
+import logging
 import os
 import re
 import socket
@@ -59,7 +60,9 @@ __all__ = [
     "listening",
     "loopback_settings",
     "model_status",
+    "restore_logging",
     "serve_repository",
+    "shared_memory_objects",
 ]
 
 
@@ -204,6 +207,50 @@ def model_status(server: Server, name: str) -> tuple[ModelState | None, str]:
     rows = [r for r in server.repository_index() if r.name == name]
     assert rows, server.status_table()
     return rows[0].state, rows[0].reason
+
+
+def shared_memory_objects(pid: int, semaphores: bool = False) -> set[str]:
+    """The shared-memory objects process ``pid`` maps or holds open, as anyone who may read
+    its ``/proc`` sees them: ``/dev/shm/<name>`` files and nameless ``/memfd:<name>``
+    segments; POSIX semaphores (``/dev/shm/sem.*``, e.g. multiprocessing's locks) only with
+    ``semaphores``. Empty once the process is gone."""
+    found: set[str] = set()
+    try:
+        for line in Path(f"/proc/{pid}/maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6:
+                found.add(parts[5])
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                found.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+    except (FileNotFoundError, ProcessLookupError):
+        return set()
+    paths = {path.removesuffix(" (deleted)") for path in found}
+    return {
+        path
+        for path in paths
+        if path.startswith(("/dev/shm/", "/memfd:"))
+        and (semaphores or not path.startswith("/dev/shm/sem."))
+    }
+
+
+@pytest.fixture
+def restore_logging() -> Iterator[None]:
+    """The log settings are the process's: put them back after a test that changes them
+    (through ``/v2/logging``, the gRPC ``LogSettings`` or :func:`tritonx.logs.update`)."""
+    from tritonx import logs
+
+    saved = logs.settings()
+    level = logging.getLogger("tritonx").level
+    yield
+    logs.update(
+        info=saved["log_info"],
+        warning=saved["log_warning"],
+        error=saved["log_error"],
+        verbose=saved["log_verbose_level"],
+        log_format=saved["log_format"],
+    )
+    logging.getLogger("tritonx").setLevel(level)
 
 
 @pytest.fixture
