@@ -412,6 +412,31 @@ async def test_trace_file_http_grpc_and_stream(
     assert stamp["COMPUTE_END"] > stamp["COMPUTE_OUTPUT_START"]
 
 
+async def test_generate_requests_are_traced(repo: ModelRepositoryBuilder, tmp_path: Path) -> None:
+    """``/generate`` and ``/generate_stream`` are traced as Triton traces them: the HTTP
+    receive stamps, the core's, INFER_RESPONSE_COMPLETE per response and HTTP_SEND_START/END
+    around each write."""
+    file = tmp_path / "trace.json"
+    server = await serve(repo, trace_level=("TIMESTAMPS",), trace_rate=1, trace_file=str(file))
+    body = {"id": "", "INPUT0": [0, 1, 2, 3], "INPUT1": [1, 1, 1, 1]}
+    try:
+        async with ClientSession() as session:
+            for action in ("generate", "generate_stream"):
+                body["id"] = action
+                url = f"http://{server.http_url}/v2/models/addsub/{action}"
+                async with session.post(url, json=body) as answer:
+                    assert answer.status == 200, await answer.text()
+                    text = await answer.text()
+                assert "OUTPUT0" in text
+    finally:
+        await server.stop()
+    by_request = {t["header"]["request_id"]: t for t in read_traces(file).values()}
+    assert set(by_request) == {"generate", "generate_stream"}
+    for trace in by_request.values():
+        assert trace["header"]["model_name"] == "addsub"
+        assert_in_order(trace, HTTP_ORDER)
+
+
 async def test_decoupled_stream_trace(repo: ModelRepositoryBuilder, tmp_path: Path) -> None:
     """A decoupled model's responses each get GRPC_SEND_START/END; the trace is written once
     the last one is sent."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 
 from prometheus_client import CollectorRegistry
@@ -368,7 +368,7 @@ class DataPlane:
 
     async def infer_stream(
         self, request: InferenceRequest, *, model: ServedModel | None = None
-    ) -> AsyncIterator[InferenceResponse]:
+    ) -> AsyncGenerator[InferenceResponse, None]:
         """Run one request and yield its responses: one for ordinary models, zero or more
         (the last with ``final=True``) for decoupled ones. Once the request is accepted,
         errors are yielded as responses carrying ``error``; validation errors raise.
@@ -393,6 +393,8 @@ class DataPlane:
                 response = await self._submit(entry, request)
                 if cache is not None:
                     await cache.insert(key, entry, response)
+                if trace is not None:
+                    trace.end()  # REQUEST_END before the consumer handles the response
                 yield response
                 return
             async for response in scheduler.stream(request):

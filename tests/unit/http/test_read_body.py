@@ -20,7 +20,7 @@ from aiohttp import StreamReader
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.test_utils import make_mocked_request
 
-from tritonx.http.routes import read_body
+from tritonx.http.body import read_body
 
 LIMIT = 1 << 20
 #: seconds a read may take before the test declares it spinning

@@ -26,6 +26,7 @@ import numpy as np
 
 from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError, invalid_arg
+from tritonx.pipeline import Offload
 from tritonx.proto import service_pb2
 from tritonx.shared_memory import SharedMemoryManager, SharedMemoryUse
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
@@ -87,10 +88,6 @@ class DecodedRequest:
     request: InferenceRequest
     enable_empty_final_response: bool = False
     shm: SharedMemoryUse | None = None
-
-
-class Offload(Exception):
-    """A request with an input heavy to convert: decode it again, in a worker thread."""
 
 
 def decode_infer_request(

@@ -22,22 +22,18 @@ from typing import Any, TypeAlias
 
 import grpc
 
-from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
+from tritonx.dataplane import DataPlane, ServedModel
 from tritonx.errors import TritonXError, invalid_arg, unsupported
-from tritonx.grpc.decode import DecodedRequest, Offload, decode_infer_request
+from tritonx.grpc.decode import DecodedRequest, decode_infer_request
 from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_error
 from tritonx.grpc.errors import STATUS, detached, fail
 from tritonx.grpc.memory import rejected
 from tritonx.grpc.observability import log_settings, trace_setting
 from tritonx.grpc.receive import Received, Refusal
 from tritonx.header_forward import HeaderForward
+from tritonx.pipeline import Call, Headers, MetadataHeaders, Pipeline
 from tritonx.proto import service_pb2, service_pb2_grpc
-from tritonx.shared_memory import (
-    MemoryKind,
-    SharedMemoryManager,
-    decode_in_thread,
-    disabled_error,
-)
+from tritonx.shared_memory import MemoryKind, SharedMemoryManager, disabled_error
 from tritonx.stats import Duration, ModelStats
 from tritonx.trace import Trace
 from tritonx.types import InferenceResponse
@@ -68,8 +64,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         compression: grpc.Compression | None = None,
     ) -> None:
         self.dataplane = dataplane
-        self.forward = forward
         self.compression = compression
+        #: the inference RPCs' steps (``forward``: metadata forwarded to each request)
+        self.pipeline = Pipeline(dataplane, "grpc", forward)
 
     # ------------------------------------------------------------------ health / metadata
 
@@ -350,38 +347,24 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 # grpc.aio applies the algorithm to a unary response only through initial
                 # metadata sent on their own (the response's own carry no encoding)
                 await context.send_initial_metadata(())
-            version = parse_version(request.model_version)
-            served = self.dataplane.resolve(request.model_name, version)  # the one lookup
-            if served.decoupled:
-                raise unsupported(DECOUPLED_MESSAGES["grpc"])
-            shm = self.dataplane.shared_memory
-            try:  # on the loop (no coroutine of its own), or in a thread when heavy
-                decoded = decode_infer_request(request, version, offload=True, shm=shm, raws=raws)
-            except Offload:
-                decoded = await _decode(request, version, shm, raws)
-            try:
-                if self.forward is not None:
-                    metadata = context.invocation_metadata() or ()
-                    self.forward.apply(metadata, decoded.request.parameters)
-                trace = _sample(self.dataplane, request.model_name, context)
-                if trace is not None:
-                    return await self._infer_traced(decoded, served, trace, read_ns, context)
-                result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
-                response = service_pb2.ModelInferResponse()
-                if heavy_response(result):
-                    await asyncio.to_thread(
-                        encode_infer_response,
-                        response,
-                        result,
-                        decoded,
-                        served.config,
-                        served.labels,
-                    )
-                else:
-                    encode_infer_response(response, result, decoded, served.config, served.labels)
-            finally:
-                if decoded.shm is not None:  # outputs are written: regions may go
-                    decoded.shm.release()
+            pipeline = self.pipeline
+            served, version = pipeline.resolve(request.model_name, request.model_version)
+            decoded = await pipeline.decode(
+                decode_infer_request,
+                request,
+                version,
+                shm=pipeline.dataplane.shared_memory,
+                raws=raws,
+            )
+            call = pipeline.admit(
+                served, decoded, MetadataHeaders(context.invocation_metadata), (read_ns, read_ns)
+            )
+            response = await call.run(
+                functools.partial(_infer_response, decoded=decoded, served=served), heavy_response
+            )
+            if call.trace is not None:  # GRPC_SEND_END when grpc has sent it
+                call.trace.capture("GRPC_SEND_START", time.perf_counter_ns())
+                context.add_done_callback(lambda _: _sent(call))
             return response
         except TritonXError as exc:
             rejected()
@@ -390,34 +373,6 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             log.exception("unexpected error in ModelInfer for model '%s'", request.model_name)
             rejected()
             return fail(context, exc)
-
-    async def _infer_traced(
-        self,
-        decoded: DecodedRequest,
-        served: ServedModel,
-        trace: Trace,
-        read_ns: int,
-        context: Context,
-    ) -> service_pb2.ModelInferResponse:
-        """:meth:`ModelInfer` of a sampled request. grpc has read the request before the
-        handler runs, so GRPC_WAITREAD_START/END both mark the handler's start;
-        GRPC_SEND_END is taken when the call completes."""
-        trace.capture("GRPC_WAITREAD_START", read_ns)
-        trace.capture("GRPC_WAITREAD_END", read_ns)
-        decoded.request.trace = trace.root
-        finished = False
-        try:
-            result = await self.dataplane.infer(decoded.request, protocol="grpc", model=served)
-            response = service_pb2.ModelInferResponse()
-            encode_infer_response(response, result, decoded, served.config, served.labels)
-            trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-            trace.capture("GRPC_SEND_START", time.perf_counter_ns())
-            context.add_done_callback(lambda _: _sent(trace))
-            finished = True
-            return response
-        finally:
-            if not finished:
-                trace.finish()
 
     async def ModelStreamInfer(
         self,
@@ -431,7 +386,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self.dataplane, grpc_error, metadata, self.forward)
+        stream = _Stream(self.pipeline, grpc_error, MetadataHeaders(lambda: metadata))
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
@@ -471,19 +426,11 @@ class _Stream:
     models see ``is_cancelled()`` while their further responses are discarded.
     """
 
-    def __init__(
-        self,
-        dataplane: DataPlane,
-        grpc_error: bool,
-        metadata: Any = (),
-        forward: HeaderForward | None = None,
-    ) -> None:
-        self.dataplane = dataplane
+    def __init__(self, pipeline: Pipeline, grpc_error: bool, headers: Headers) -> None:
+        self.pipeline = pipeline
         self.grpc_error = grpc_error
-        #: the call's metadata (an OpenTelemetry ``traceparent`` may be in it)
-        self.metadata = metadata
-        #: ``--grpc-header-forward-pattern``: metadata forwarded to every request
-        self.forward = forward
+        #: the call's metadata (forwarded to every request; a ``traceparent`` may be in it)
+        self.headers = headers
         self.queue: asyncio.Queue[
             tuple[service_pb2.ModelStreamInferResponse | None, TritonXError | None]
         ] = asyncio.Queue()
@@ -559,11 +506,11 @@ class _Stream:
     ) -> None:
         loop = asyncio.get_running_loop()
         version: int | None = None
+        target: ServedModel | TritonXError
         try:
-            version = parse_version(request.model_version)
-            target: ServedModel | TritonXError = self.dataplane.resolve(
-                request.model_name, version
-            )  # the one model lookup of this request
+            target, version = self.pipeline.resolve(
+                request.model_name, request.model_version, streaming=True
+            )
         except TritonXError as exc:
             target = detached(exc)  # the request fails in run(), in order
         previous: asyncio.Future[None] | None = None
@@ -629,42 +576,37 @@ class _Stream:
         waited: tuple[int, int] = (0, 0),
         raws: list[memoryview] | None = None,
     ) -> None:
-        decoded = await _decode(request, version, self.dataplane.shared_memory, raws)
+        pipeline = self.pipeline
+        decoded = await pipeline.decode(
+            decode_infer_request,
+            request,
+            version,
+            shm=pipeline.dataplane.shared_memory,
+            raws=raws,
+        )
+        call = pipeline.admit(served, decoded, self.headers, waited)
+        trace = call.trace
         try:
-            if self.forward is not None:
-                self.forward.apply(self.metadata, decoded.request.parameters)
-            tracer = self.dataplane.tracer
-            trace = None
-            if tracer.active:
-                headers = None
-                if tracer.exporter is not None:
-                    headers = {k: v for k, v in self.metadata if isinstance(v, str)}
-                trace = tracer.sample(request.model_name, headers)
             if trace is None:
-                await self._infer_with(request, decoded, served, previous, done, None)
+                await self._infer_with(request, call, previous, done)
                 return
-            trace.capture("GRPC_WAITREAD_START", waited[0])
-            trace.capture("GRPC_WAITREAD_END", waited[1])
-            decoded.request.trace = trace.root
             self.open[id(trace)] = [trace, 0, True]
             try:
-                await self._infer_with(request, decoded, served, previous, done, trace)
+                await self._infer_with(request, call, previous, done)
             finally:
                 self.produced(trace)
         finally:
-            if decoded.shm is not None:  # outputs are written: regions may go
-                decoded.shm.release()
+            call.release()  # outputs are written (or never will be): regions may go
 
     async def _infer_with(
         self,
         request: service_pb2.ModelInferRequest,
-        decoded: DecodedRequest,
-        served: ServedModel,
+        call: Call[DecodedRequest],
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
-        trace: Trace | None,
     ) -> None:
         queue_put = self.queue.put_nowait
+        trace = call.trace
 
         def put(item: tuple[Any, TritonXError | None], last: bool) -> None:
             if trace is not None:
@@ -675,28 +617,28 @@ class _Stream:
                 self.open[id(trace)][1] += 1
             queue_put(item)
 
-        stream = self.dataplane.infer_stream(decoded.request, model=served)
+        stream = call.responses()
         if done is not None:  # ordinary model: exactly one response, in order
             messages: list[tuple[Any, TritonXError | None]] = []
             async for result in stream:
-                messages.append(await self._message(request, decoded, served, result, True))
+                messages.append(await self._message(request, call, result, True))
             if previous is not None:
                 await previous
             for index, item in enumerate(messages):
                 put(item, index == len(messages) - 1)
             return
+        empty_final = call.decoded.enable_empty_final_response
         async for result in stream:
-            if result.empty and not decoded.enable_empty_final_response:
+            if result.empty and not empty_final:
                 if trace is not None and result.final:
                     trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
                 continue
-            put(await self._message(request, decoded, served, result, result.final), result.final)
+            put(await self._message(request, call, result, result.final), result.final)
 
     async def _message(
         self,
         request: service_pb2.ModelInferRequest,
-        decoded: DecodedRequest,
-        served: ServedModel,
+        call: Call[DecodedRequest],
         result: InferenceResponse,
         final: bool,
     ) -> tuple[service_pb2.ModelStreamInferResponse, TritonXError | None]:
@@ -719,13 +661,16 @@ class _Stream:
             infer.model_name = request.model_name
             infer.model_version = request.model_version
         else:
+            served = call.served
+            encode = functools.partial(
+                encode_infer_response,
+                infer,
+                decoded=call.decoded,
+                config=served.config,
+                labels=served.labels,
+            )
             try:
-                if heavy_response(result):
-                    await asyncio.to_thread(
-                        encode_infer_response, infer, result, decoded, served.config, served.labels
-                    )
-                else:
-                    encode_infer_response(infer, result, decoded, served.config, served.labels)
+                await call.encode(encode, heavy_response, result)
             except TritonXError as exc:
                 error = detached(exc)
                 return stream_error(request, error), error
@@ -733,36 +678,19 @@ class _Stream:
         return message, None
 
 
-def _sample(dataplane: DataPlane, model: str, context: Context) -> Trace | None:
-    """A trace for this request when tracing is on and it is sampled (one check when off)."""
-    tracer = dataplane.tracer
-    if not tracer.active:
-        return None
-    headers = None
-    if tracer.exporter is not None:
-        headers = {k: v for k, v in context.invocation_metadata() or () if isinstance(v, str)}
-    return tracer.sample(model, headers)
+def _infer_response(
+    result: InferenceResponse, *, decoded: DecodedRequest, served: ServedModel
+) -> service_pb2.ModelInferResponse:
+    """The ModelInfer answer for ``result``."""
+    response = service_pb2.ModelInferResponse()
+    encode_infer_response(response, result, decoded, served.config, served.labels)
+    return response
 
 
-def _sent(trace: Trace) -> None:
-    trace.capture("GRPC_SEND_END", time.perf_counter_ns())
-    trace.finish()
-
-
-async def _decode(
-    request: service_pb2.ModelInferRequest,
-    version: int | None,
-    shm: SharedMemoryManager,
-    raws: list[memoryview] | None = None,
-) -> DecodedRequest:
-    """Decode on the event loop, or in a worker thread when an input is heavy to convert."""
-    try:
-        return decode_infer_request(request, version, offload=True, shm=shm, raws=raws)
-    except Offload:
-        pass
-    return await decode_in_thread(
-        functools.partial(decode_infer_request, shm=shm, raws=raws), request, version
-    )
+def _sent(call: Call[DecodedRequest]) -> None:
+    if call.trace is not None:
+        call.trace.capture("GRPC_SEND_END", time.perf_counter_ns())
+    call.finish()
 
 
 def _duration(target: Any, source: Duration) -> None:

@@ -49,6 +49,7 @@ from tritonx.http.json_tensor import (
     json_tensor,
     missing,
 )
+from tritonx.pipeline import Offload
 from tritonx.shared_memory import SharedMemoryManager, SharedMemoryUse
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest
 from tritonx.wire import dims_str, request_prefix
@@ -573,6 +574,64 @@ def _decode_output(item: Any, decoded: DecodedRequest, shm: SharedMemoryManager 
                 raise internal(f"Unable to parse 'binary_data': {NOT_BOOL}")
     request.output_parameters[name] = {"binary_data": binary, "classification": class_count}
     return name
+
+
+#: The header naming the JSON header's length in a binary-extension body.
+HEADER_LENGTH = "Inference-Header-Content-Length"
+INT32_MAX = 2**31 - 1
+
+
+def parse_header_length(value: str | None, content_length: int) -> int | None:
+    """The ``Inference-Header-Content-Length`` header's ``value`` checked against a body of
+    ``content_length`` bytes, with Triton's errors (None: no such header, all JSON).
+
+    Without the header Triton takes the body's length as the header's: an empty body (no
+    ``Content-Length``, ``Content-Length: 0`` or no chunk) is then a raw binary request
+    of zero bytes (``GetInferenceHeaderLength``), not a JSON document that fails to parse.
+    """
+    if value is None:
+        return None if content_length else 0
+    try:
+        parsed = int(value.strip())
+    except ValueError:
+        raise invalid_arg(f"Unable to parse {HEADER_LENGTH}, got: {value}") from None
+    if not -(2**31) <= parsed <= INT32_MAX:
+        raise invalid_arg(
+            f"Unable to parse {HEADER_LENGTH}, value is out of range [ {-(2**31)}, {INT32_MAX} "
+            f"], got: {value}"
+        )
+    if parsed < 0 or parsed > content_length:
+        raise invalid_arg(
+            f"inference header size should be in range (0, {content_length}), got: {value}"
+        )
+    return parsed
+
+
+def decode_body(
+    body: Body,
+    header_value: str | None,
+    config: ModelConfig,
+    model_name: str,
+    model_version: int | None,
+    max_input_size: int,
+    shm: SharedMemoryManager | None = None,
+    *,
+    offload: bool = False,
+) -> DecodedRequest:
+    """An ``/infer`` body, raw binary or JSON with binary tensors, decoded for
+    ``model_name`` (whose ``config`` shapes a raw binary input).
+
+    :param header_value: the ``Inference-Header-Content-Length`` header as sent (None: none).
+    :param offload: raise :class:`~tritonx.pipeline.Offload` instead of decoding a body
+        that is heavy to decode (:func:`heavy_body`): the pipeline decodes it again in a
+        worker thread.
+    """
+    header_length = parse_header_length(header_value, len(body))
+    if header_length == 0:
+        return raw_binary_request(body, config, model_name, model_version, max_input_size)
+    if offload and heavy_body(body, header_length):
+        raise Offload
+    return decode_infer_request(body, header_length, model_name, model_version, max_input_size, shm)
 
 
 def raw_binary_request(

@@ -10,6 +10,8 @@ are written to their region; their entry has name, datatype and shape only (as T
 
 from __future__ import annotations
 
+import gzip
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +24,8 @@ from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType
 from tritonx.errors import unsupported
 from tritonx.http.binary import raw_bytes
-from tritonx.http.decode import DecodedRequest
+from tritonx.http.decode import HEADER_LENGTH, DecodedRequest
+from tritonx.http.errors import JSON_CONTENT_TYPE
 from tritonx.http.json_tensor import json_data
 from tritonx.types import InferenceResponse
 
@@ -166,3 +169,51 @@ def _parameter_json(params: dict[str, Any]) -> dict[str, Any]:
 def join_parts(parts: list[bytes | memoryview]) -> bytes:
     """The response body as one ``bytes`` object."""
     return parts[0] if len(parts) == 1 and isinstance(parts[0], bytes) else b"".join(parts)
+
+
+def response_encoding(accept: str | None) -> str:
+    """Triton's ``CompressionTypeUsed``: the best of identity/gzip/deflate by q-value."""
+    if not accept:
+        return "identity"
+    best, weight = "identity", 0.0
+    for item in accept.split(","):
+        item = item.lstrip(" ")
+        if not item:
+            continue
+        name, sep, q = item.partition(";q=")
+        if sep and not name:
+            continue
+        type_weight = 1.0
+        if sep:
+            try:
+                type_weight = float(q)
+            except ValueError:
+                continue
+        if name in ("identity", "deflate", "gzip") and type_weight > weight:
+            best, weight = name, type_weight
+    return best
+
+
+def encode_answer(
+    response: InferenceResponse,
+    decoded: DecodedRequest,
+    config: ModelConfig,
+    labels: Callable[[str], Sequence[str] | None],
+    encoding: str,
+) -> tuple[bytes | bytearray, dict[str, str]]:
+    """The body and headers of an ``/infer`` answer (compressed as ``encoding`` asks)."""
+    encoded = encode_infer_response(response, decoded, config, labels)
+    headers: dict[str, str] = {}
+    if encoded.header_length is not None:
+        headers[HEADER_LENGTH] = str(encoded.header_length)
+        headers["Content-Type"] = "application/octet-stream"
+    else:
+        headers["Content-Type"] = JSON_CONTENT_TYPE
+    payload: bytes | bytearray = join_parts(encoded.parts)
+    if encoding == "gzip":
+        payload = gzip.compress(payload, compresslevel=1)
+        headers["Content-Encoding"] = "gzip"
+    elif encoding == "deflate":
+        payload = zlib.compress(payload, 1)
+        headers["Content-Encoding"] = "deflate"
+    return payload, headers

@@ -21,7 +21,7 @@ the server starts no fast path (forwarded headers keep the names aiohttp read).
 
 from __future__ import annotations
 
-import asyncio
+import functools
 import logging
 import re
 import time
@@ -31,20 +31,14 @@ from http import HTTPStatus
 from urllib.parse import unquote
 
 from tritonx.config import ServerSettings
-from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
-from tritonx.errors import Code, TritonXError, unsupported
-from tritonx.http.decode import (
-    OFFLOAD_JSON_BYTES,
-    DecodedRequest,
-    decode_infer_request,
-    raw_binary_request,
-)
-from tritonx.http.encode import heavy_response
+from tritonx.dataplane import DataPlane
+from tritonx.errors import Code, TritonXError
+from tritonx.http.decode import OFFLOAD_JSON_BYTES, DecodedRequest, decode_body
+from tritonx.http.encode import encode_answer, heavy_response, response_encoding
 from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, error_body
+from tritonx.http.exchange import FieldHeaders
 from tritonx.http.framing import Head
-from tritonx.http.routes import encode_answer, parse_header_length, response_encoding
-from tritonx.types import InferenceResponse
-from tritonx.wire import parse_version
+from tritonx.pipeline import Call, Pipeline
 
 log = logging.getLogger("tritonx.http")
 
@@ -101,115 +95,12 @@ def render_error(message: str, status: int) -> list[bytes | bytearray]:
 
 #: Sends an answer's bytes and ends the request on the connection.
 Send = Callable[[list[bytes | bytearray]], None]
+#: One request in flight on the fast path (its ``cancel()`` drops it: the client went away).
+FastCall = Call[DecodedRequest]
 
 
-class FastCall:
-    """One ``/infer`` request on the fast path, from queueing to its answer."""
-
-    __slots__ = ("_dataplane", "_decoded", "_encoding", "_future", "_send", "_served", "_task")
-
-    def __init__(
-        self,
-        dataplane: DataPlane,
-        decoded: DecodedRequest,
-        served: ServedModel,
-        encoding: str,
-        send: Send,
-    ) -> None:
-        self._dataplane = dataplane
-        self._decoded = decoded
-        self._served = served
-        self._encoding = encoding
-        self._send = send
-        self._future: asyncio.Future[InferenceResponse] | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def wait(self, future: asyncio.Future[InferenceResponse]) -> None:
-        """Answer when ``future`` (the scheduler's) has the response."""
-        self._future = future
-        future.add_done_callback(self._done)
-
-    def run(self) -> None:
-        """Serve the request with the data plane's coroutine (a model behind the cache)."""
-        self._task = asyncio.get_running_loop().create_task(self._infer())
-
-    def cancel(self) -> None:
-        """The client went away: cancel the request (dropped if it has not run yet)."""
-        self._decoded.request.cancel()
-        if self._future is not None:
-            self._future.cancel()
-        if self._task is not None:
-            self._task.cancel()
-        self._release()
-
-    def _release(self) -> None:
-        shm = self._decoded.shm
-        if shm is not None:  # outputs are written: the regions may be unregistered
-            self._decoded.shm = None
-            shm.release()
-
-    def _done(self, future: asyncio.Future[InferenceResponse]) -> None:
-        if future.cancelled():
-            return  # cancel() ran: the connection is gone
-        self._future = None
-        error = future.exception()
-        if error is not None:
-            self._fail(error)
-            return
-        response = future.result()
-        if response.error is not None:
-            self._fail(response.error)
-        elif heavy_response(response):
-            self._task = asyncio.get_running_loop().create_task(self._answer_later(response))
-        else:
-            self._answer(response)
-
-    def _encode(self, response: InferenceResponse) -> tuple[bytes | bytearray, dict[str, str]]:
-        return encode_answer(
-            response, self._decoded, self._served.config, self._served.labels, self._encoding
-        )
-
-    def _answer(self, response: InferenceResponse) -> None:
-        try:
-            payload, headers = self._encode(response)
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._release()
-        self._send(_render_answer(payload, headers))
-
-    async def _answer_later(self, response: InferenceResponse) -> None:
-        """A large response, encoded in a worker thread as the aiohttp path does."""
-        try:
-            payload, headers = await asyncio.to_thread(self._encode, response)
-        except Exception as exc:
-            self._fail(exc)
-            return
-        self._task = None
-        self._release()
-        self._send(_render_answer(payload, headers))
-
-    async def _infer(self) -> None:
-        try:
-            response = await self._dataplane.infer(
-                self._decoded.request, protocol="http", model=self._served
-            )
-        except Exception as exc:
-            self._fail(exc)
-            return
-        if heavy_response(response):
-            await self._answer_later(response)
-        else:
-            self._task = None
-            self._answer(response)
-
-    def _fail(self, error: BaseException) -> None:
-        self._task = None
-        self._release()
-        self._send(answer_for(error))
-
-
-def _render_answer(payload: bytes | bytearray, headers: dict[str, str]) -> list[bytes | bytearray]:
+def _render_answer(answer: tuple[bytes | bytearray, dict[str, str]]) -> list[bytes | bytearray]:
+    payload, headers = answer
     content_type = headers.pop("Content-Type")
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     return render(200, content_type, payload, extra)
@@ -233,10 +124,11 @@ class FastInfer:
         rule of ``http_restricted_api``).
     """
 
-    __slots__ = ("_dataplane", "_limit", "_rule")
+    __slots__ = ("_dataplane", "_limit", "_pipeline", "_rule")
 
     def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
         self._dataplane = dataplane
+        self._pipeline = Pipeline(dataplane, "http")
         self._limit = settings.http_max_input_size
         rule = settings.http_restricted_api.get("inference")
         self._rule = None if rule is None else (rule[0].lower().encode(), rule[1].encode())
@@ -267,45 +159,46 @@ class FastInfer:
 
     def call(
         self, model: str, version_str: str, head: Head, body: bytearray, send: Send
-    ) -> FastCall | None:
+    ) -> Call[DecodedRequest] | None:
         """Serve one request: decode and queue it, and answer through ``send`` when its
         response comes. Returns the call while it is in flight (to cancel it when the
         client goes away), or None when it was answered already (a refused request)."""
         if log.isEnabledFor(logging.DEBUG):  # --log-verbose 1, as on aiohttp's path
             log.debug("HTTP request: POST %s", head.target.split(b"?", 1)[0].decode("latin-1"))
-        dp = self._dataplane
+        pipeline = self._pipeline
         fields = head.fields
         try:
-            version = parse_version(version_str)
-            served = dp.resolve(model, version)
-            if served.decoupled:
-                raise unsupported(DECOUPLED_MESSAGES["http"])
+            served, version = pipeline.resolve(model, version_str)
             value = fields.get(b"inference-header-content-length")
-            header_length = parse_header_length(
-                None if value is None else value.decode("latin-1"), len(body)
+            # a body of at most MAX_FAST_BODY bytes is never heavy: decoded here, on the loop
+            decoded = decode_body(
+                body,
+                None if value is None else value.decode("latin-1"),
+                served.config,
+                model,
+                version,
+                self._limit,
+                pipeline.dataplane.shared_memory,
             )
-            if header_length == 0:
-                decoded = raw_binary_request(body, served.config, model, version, self._limit)
-            else:
-                decoded = decode_infer_request(
-                    body, header_length, model, version, self._limit, dp.shared_memory
-                )
             del body
+            call = pipeline.admit(served, decoded, FieldHeaders(fields))
             accept = fields.get(b"accept-encoding")
-            encoding = response_encoding(None if accept is None else accept.decode("latin-1"))
-            call = FastCall(dp, decoded, served, encoding, send)
-            try:
-                future = dp.infer_future(decoded.request, protocol="http", model=served)
-            except BaseException:
-                call._release()
-                raise
+            encode = functools.partial(
+                encode_answer,
+                decoded=decoded,
+                config=served.config,
+                labels=served.labels,
+                encoding=response_encoding(None if accept is None else accept.decode("latin-1")),
+            )
+            call.start(
+                encode,
+                heavy_response,
+                lambda answer: send(_render_answer(answer)),
+                lambda error: send(answer_for(error)),
+            )
         except Exception as exc:
             if not isinstance(exc, TritonXError) or exc.code is Code.INTERNAL:
                 log.debug("fast /infer path refused a request", exc_info=exc)
             send(answer_for(exc))
             return None
-        if future is None:  # the response cache: the data plane's coroutine serves it
-            call.run()
-        else:
-            call.wait(future)
         return call

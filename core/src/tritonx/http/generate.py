@@ -27,10 +27,10 @@ input becomes an empty tensor of the fitted shape (Triton sends a shapeless inpu
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import logging
-from collections.abc import AsyncIterator
+import time
 from typing import Any
 
 import numpy as np
@@ -38,10 +38,10 @@ import orjson
 from aiohttp import web
 
 from tritonx.config import ModelConfig
-from tritonx.dataplane import ServedModel
 from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError, invalid_arg, unsupported
 from tritonx.http.binary import Body
+from tritonx.http.body import read_body
 from tritonx.http.decode import OFFLOAD_JSON_BYTES, parse_json_header
 from tritonx.http.encode import heavy_response
 from tritonx.http.errors import (
@@ -52,6 +52,7 @@ from tritonx.http.errors import (
     response_for,
     status_code,
 )
+from tritonx.http.exchange import RequestHeaders, send_traced
 from tritonx.http.json_tensor import (
     MAX_JSON_DEPTH,
     NOT_BOOL,
@@ -67,9 +68,10 @@ from tritonx.http.json_tensor import (
     is_uint,
     json_data,
 )
-from tritonx.http.routes import DATAPLANE_KEY, SETTINGS_KEY, read_body
+from tritonx.http.keys import PIPELINE_KEY, SETTINGS_KEY
+from tritonx.pipeline import Call, Offload, PlainDecoded
 from tritonx.types import InferenceRequest, InferenceResponse, TensorSpec
-from tritonx.wire import parse_version, request_prefix
+from tritonx.wire import request_prefix
 
 log = logging.getLogger("tritonx.http")
 
@@ -348,23 +350,54 @@ def sse_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-async def _payload(response: InferenceResponse, config: ModelConfig) -> tuple[bytes, int]:
-    """The JSON of one response (or of its error) and the HTTP status it stands for."""
-    if response.error is not None:
-        return error_json(response.error), status_code(response.error)
+async def _payload(call: Call[PlainDecoded], response: InferenceResponse) -> tuple[bytes, int]:
+    """The JSON of one response (or of its error) and the HTTP status it stands for; a
+    traced request stamps INFER_RESPONSE_COMPLETE for each (as Triton's generate does)."""
     try:
-        if heavy_response(response):
-            return await asyncio.to_thread(encode_generate_response, response, config), 200
-        return encode_generate_response(response, config), 200
-    except TritonXError as exc:
-        return error_json(exc), status_code(exc)
-    except Exception as exc:  # a bug: report it in the answer and keep serving
-        log.exception("unexpected error encoding a generate response")
-        error = TritonXError.wrap(exc)
-        return error_json(error), status_code(error)
+        if response.error is not None:
+            return error_json(response.error), status_code(response.error)
+        try:
+            encode = functools.partial(encode_generate_response, config=call.served.config)
+            return await call.encode(encode, heavy_response, response), 200
+        except TritonXError as exc:
+            return error_json(exc), status_code(exc)
+        except Exception as exc:  # a bug: report it in the answer and keep serving
+            log.exception("unexpected error encoding a generate response")
+            error = TritonXError.wrap(exc)
+            return error_json(error), status_code(error)
+    finally:
+        if call.trace is not None:
+            call.trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+
+
+async def _write(call: Call[PlainDecoded], answer: web.StreamResponse, data: bytes) -> None:
+    """Write ``data``; a traced request's HTTP_SEND_START/END frame each write."""
+    trace = call.trace
+    if trace is not None:
+        trace.capture("HTTP_SEND_START", time.perf_counter_ns())
+    await answer.write(data)
+    if trace is not None:
+        trace.capture("HTTP_SEND_END", time.perf_counter_ns())
 
 
 # ---------------------------------------------------------------------------------- handler
+
+
+def _decode(
+    body: Body,
+    model_name: str,
+    model_version: int | None,
+    config: ModelConfig,
+    max_input_size: int,
+    *,
+    offload: bool = False,
+) -> PlainDecoded:
+    """:func:`decode_generate_request` for the pipeline (a large body: in a worker thread)."""
+    if offload and len(body) > OFFLOAD_JSON_BYTES:
+        raise Offload
+    return PlainDecoded(
+        decode_generate_request(body, model_name, model_version, config, max_input_size)
+    )
 
 
 async def generate(
@@ -373,37 +406,39 @@ async def generate(
     """``POST .../generate`` (``streaming`` False) or ``.../generate_stream`` (True).
 
     Checks run in tritonserver's order: method, version, model, content encoding, body.
-    Errors raised here are answered as JSON errors by the route dispatcher.
+    Errors raised here are answered as JSON errors by the route dispatcher. A sampled
+    request is traced as Triton traces it; headers are not forwarded (Triton forwards them
+    on ``/infer`` only).
     """
     if request.method != "POST":
         return method_not_allowed()
-    version = parse_version(version_str)
-    dp = request.app[DATAPLANE_KEY]
+    recv_start = time.perf_counter_ns()
+    pipeline = request.app[PIPELINE_KEY]
     settings = request.app[SETTINGS_KEY]
-    served = dp.resolve(model, version)  # the one model lookup of this request
+    served, version = pipeline.resolve(model, version_str, streaming=True)
     if request.headers.get("Content-Encoding", "") not in ("", "identity"):
         raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
     limit = settings.http_max_input_size
     body = await read_body(request, limit, settings.http_body_timeout_secs)
-    args = (body, model, version, served.config, limit)
-    if len(body) > OFFLOAD_JSON_BYTES:
-        infer_request = await asyncio.to_thread(decode_generate_request, *args)
-    else:
-        infer_request = decode_generate_request(*args)
-    del body, args
-    stream = dp.infer_stream(infer_request, model=served)
-    if streaming:
-        return await _stream_events(request, infer_request, stream, served)
-    return await _one_response(stream, served)
+    recv_end = time.perf_counter_ns()
+    decoded = await pipeline.decode(_decode, body, model, version, served.config, limit)
+    del body
+    call = pipeline.admit(
+        served, decoded, RequestHeaders(request), (recv_start, recv_end), forward=False
+    )
+    try:
+        if streaming:
+            return await _stream_events(request, call)
+        return await _one_response(request, call)
+    finally:
+        call.finish()
 
 
-async def _one_response(
-    stream: AsyncIterator[InferenceResponse], served: ServedModel
-) -> web.StreamResponse:
+async def _one_response(request: web.Request, call: Call[PlainDecoded]) -> web.StreamResponse:
     """``/generate``: the model's only response (validation errors raise out of here)."""
     first: InferenceResponse | None = None
     count = 0
-    async for response in stream:
+    async for response in call.responses():
         if response.empty:  # a bare final flag: no response
             continue
         count += 1
@@ -413,47 +448,44 @@ async def _one_response(
         raise internal(EXACTLY_ONE_RESPONSE)
     if first.error is not None:
         return response_for(first.error)
-    payload, status = await _payload(first, served.config)
-    return web.Response(body=payload, status=status, content_type=JSON_CONTENT_TYPE)
+    payload, status = await _payload(call, first)
+    reply = web.Response(body=payload, status=status, content_type=JSON_CONTENT_TYPE)
+    if call.trace is not None:
+        await send_traced(request, reply, call.trace)
+    return reply
 
 
-async def _stream_events(
-    request: web.Request,
-    infer_request: InferenceRequest,
-    stream: AsyncIterator[InferenceResponse],
-    served: ServedModel,
-) -> web.StreamResponse:
+async def _stream_events(request: web.Request, call: Call[PlainDecoded]) -> web.StreamResponse:
     """``/generate_stream``: one event per response; the status is the first response's.
 
     An error before the first response (validation, a full queue) raises: the dispatcher
     answers it as JSON. A client that goes away ends the stream at the next response: the
     request is cancelled and the model's remaining responses are dropped.
     """
+    stream = call.responses()
     iterator = aiter(stream)
     try:
         first = await anext(iterator, None)
         payload, status = b"", 200
         if first is not None and not first.empty:
-            payload, status = await _payload(first, served.config)
+            payload, status = await _payload(call, first)
         answer = web.StreamResponse(status=status, headers={"Content-Type": SSE_CONTENT_TYPE})
         try:
             await answer.prepare(request)
             if payload:
-                await answer.write(sse_event(payload))
+                await _write(call, answer, sse_event(payload))
             async for response in iterator:
                 if response.empty:
                     continue
-                payload, _ = await _payload(response, served.config)
-                await answer.write(sse_event(payload))
+                payload, _ = await _payload(call, response)
+                await _write(call, answer, sse_event(payload))
         except ConnectionError:  # the client went away: stop reading the model's responses
-            infer_request.cancel()
+            call.request.cancel()
         except Exception as exc:  # a bug once the stream started: end it with an error event
             log.exception("unexpected error in generate_stream")
-            infer_request.cancel()
+            call.request.cancel()
             with contextlib.suppress(ConnectionError):
                 await answer.write(sse_event(error_json(TritonXError.wrap(exc))))
         return answer
     finally:
-        close = getattr(iterator, "aclose", None)
-        if close is not None:  # end the data plane's generator now, not when collected
-            await close()
+        await stream.aclose()  # end the data plane's generator now, not when collected

@@ -9,33 +9,27 @@ Triton): exact paths first, then the model and repository patterns. Unknown path
 from __future__ import annotations
 
 import asyncio
-import gzip
+import functools
 import logging
 import re
 import time
-import zlib
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
-import numpy as np
 import orjson
-from aiohttp import StreamReader, web
+from aiohttp import web
 
-from tritonx.config import ModelConfig, ServerSettings
-from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane
+from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
-from tritonx.header_forward import HeaderForward
-from tritonx.http.binary import Body
+from tritonx.http.body import read_body
 from tritonx.http.decode import (
+    HEADER_LENGTH,
     OFFLOAD_JSON_BYTES,
-    DecodedRequest,
-    decode_infer_request,
-    heavy_body,
+    decode_body,
     parse_json_header,
-    raw_binary_request,
 )
-from tritonx.http.encode import encode_infer_response, heavy_response, join_parts
+from tritonx.http.encode import encode_answer, heavy_response, response_encoding
 from tritonx.http.errors import (
     JSON_CONTENT_TYPE,
     BodyError,
@@ -45,25 +39,18 @@ from tritonx.http.errors import (
     not_found,
     response_for,
 )
-from tritonx.http.listener import Connection
+from tritonx.http.exchange import RequestHeaders, send_traced
+from tritonx.http.generate import generate
+from tritonx.http.keys import DATAPLANE_KEY, FORWARD_KEY, PIPELINE_KEY, SETTINGS_KEY
 from tritonx.http.observability import log_settings, trace_setting
 from tritonx.http.shared_memory import shared_memory_route
+from tritonx.pipeline import Pipeline
 from tritonx.security import Restrictions
-from tritonx.shared_memory import decode_in_thread
 from tritonx.stats import Duration, ModelStats
-from tritonx.trace import Trace
-from tritonx.types import InferenceResponse, TensorSpec
+from tritonx.types import TensorSpec
 from tritonx.wire import parse_version
 
 log = logging.getLogger("tritonx.http")
-
-DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
-SETTINGS_KEY = web.AppKey("settings", ServerSettings)
-#: ``--http-header-forward-pattern`` compiled (absent: nothing is forwarded)
-FORWARD_KEY = web.AppKey("header_forward", HeaderForward)
-
-HEADER_LENGTH = "Inference-Header-Content-Length"
-INT32_MAX = 2**31 - 1
 
 _MODEL_RE = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
@@ -85,6 +72,8 @@ def setup_routes(app: web.Application, restrictions: Restrictions | None = None)
     ``http_status_page`` the status page (:mod:`tritonx.status`) is routed first.
     """
     handler = restricted_dispatch(restrictions) if restrictions else dispatch
+    if DATAPLANE_KEY in app and PIPELINE_KEY not in app:
+        app[PIPELINE_KEY] = Pipeline(app[DATAPLANE_KEY], "http", app.get(FORWARD_KEY))
     if SETTINGS_KEY in app and app[SETTINGS_KEY].http_status_page:
         from tritonx.status import add_status_routes  # GET / (tritonx only)
 
@@ -215,9 +204,9 @@ async def dispatch(request: web.Request) -> web.StreamResponse:
 def _close_unread(request: web.Request, response: web.StreamResponse) -> None:
     """Close the connection after ``response`` without reading the rest of the body."""
     response.force_close()
-    protocol = request.protocol
-    if isinstance(protocol, Connection):
-        protocol.close_after_response()
+    close_after_response = getattr(request.protocol, "close_after_response", None)
+    if close_after_response is not None:  # tritonx's listener: it owns keep-alive
+        close_after_response()
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -229,182 +218,6 @@ def _dataplane(request: web.Request) -> DataPlane:
 
 def _json(obj: Any, status: int = 200) -> web.Response:
     return web.Response(body=orjson.dumps(obj), status=status, content_type=JSON_CONTENT_TYPE)
-
-
-def _too_large(size: int, limit: int) -> BodyError:
-    return BodyError(
-        f"request size of {size} bytes exceeds the maximum allowed input size of {limit} "
-        "bytes. Use --http-max-input-size to increase the limit."
-    )
-
-
-#: A body declared (Content-Length) up to this size is read into one buffer of that size;
-#: a larger one, or one of unknown size (chunked, compressed), into a buffer that doubles as
-#: its bytes arrive: memory follows what the client actually sent.
-EAGER_BODY_SIZE = 1 << 20
-
-_COMPRESSED = ("gzip", "deflate")
-
-
-async def read_body(request: web.Request, limit: int, timeout: float = 0.0) -> Body:
-    """The (decompressed) request body in one writable buffer, at most ``limit`` bytes.
-
-    aiohttp inflates ``Content-Encoding: gzip|deflate`` bodies itself, a chunk at a time as
-    they are read; reading stops as soon as the inflated size passes ``limit``. Other
-    encodings are refused as Triton does (501). A body declared over the limit is refused
-    before it is read. When the body has not fully arrived yet, ``timeout`` (seconds; 0: none)
-    bounds the wait for each of its chunks.
-
-    :raises BodyError: the body is too large, malformed, cut short or stalled (the caller
-        answers and closes the connection: the rest of the body is never read).
-    """
-    encoding = request.headers.get("Content-Encoding", "")
-    if encoding not in ("", "identity", "gzip", "deflate"):
-        raise unsupported("Unsupported compression type")
-    compressed = encoding in _COMPRESSED
-    length = None if compressed else request.content_length
-    if length is not None:
-        if length > limit:
-            raise _too_large(length, limit)
-        if length == 0:
-            return b""
-    stream = request.content
-    if stream.is_eof() or timeout <= 0:  # all of it is here already: no waiting
-        return await _read_body(stream, length, limit, compressed, None, 0.0)
-    try:
-        async with asyncio.timeout(timeout) as deadline:
-            return await _read_body(stream, length, limit, compressed, deadline, timeout)
-    except TimeoutError:
-        raise BodyError(
-            f"timed out reading the request body: no data for {timeout:g} s", 408
-        ) from None
-
-
-async def _read_body(
-    stream: StreamReader,
-    length: int | None,
-    limit: int,
-    compressed: bool,
-    deadline: asyncio.Timeout | None,
-    timeout: float,
-) -> Body:
-    failure = ""
-    try:
-        if length is not None and length <= EAGER_BODY_SIZE:
-            buf = bytearray(length)
-            view = memoryview(buf)
-            pos = 0
-            while pos < length:
-                chunk, boundary = await stream.readchunk()
-                if not chunk:
-                    if boundary and not stream.at_eof():  # the end of one HTTP chunk
-                        continue
-                    break  # the end of the body
-                n = len(chunk)
-                if pos + n > length:
-                    failure = "request body is longer than its Content-Length"
-                    break
-                view[pos : pos + n] = chunk
-                pos += n
-                if deadline is not None:
-                    deadline.reschedule(asyncio.get_running_loop().time() + timeout)
-            view.release()
-            if not failure and pos != length:
-                failure = f"unexpected end of request body: got {pos} of {length} bytes"
-            if not failure:
-                return buf
-        else:
-            cap = limit if length is None else length
-            grown = np.empty(min(cap, EAGER_BODY_SIZE if length else 1 << 16), np.uint8)
-            size = 0
-            while True:
-                chunk, boundary = await stream.readchunk()
-                if not chunk:
-                    if boundary and not stream.at_eof():  # the end of one HTTP chunk
-                        continue
-                    break  # the end of the body
-                end = size + len(chunk)
-                if end > cap:
-                    if length is not None:
-                        failure = "request body is longer than its Content-Length"
-                    elif compressed:
-                        failure = (
-                            f"Decompressed data size exceeds the maximum allowed value of "
-                            f"{limit} bytes. Use --http-max-input-size to increase the limit."
-                        )
-                    else:
-                        raise _too_large(end, limit)
-                    break
-                if end > grown.size:
-                    grown.resize(min(cap, max(end, 2 * grown.size)), refcheck=False)
-                grown[size:end] = np.frombuffer(chunk, np.uint8)
-                size = end
-                if deadline is not None:
-                    deadline.reschedule(asyncio.get_running_loop().time() + timeout)
-            if not failure:
-                if length is not None and size != length:
-                    failure = f"unexpected end of request body: got {size} of {length} bytes"
-                elif compressed and size == 0:
-                    failure = "nothing to be decompressed"
-                else:
-                    return memoryview(grown.data)[:size]
-    except (TritonXError, asyncio.CancelledError, TimeoutError):
-        raise
-    except Exception as exc:  # connection reset, bad chunked framing, corrupt gzip
-        # aiohttp keeps the exception (its traceback holds this frame) on the stream:
-        # drop the traceback so that neither it nor the buffer outlives the request
-        failure = f"failed to read the request body: {exc}"
-        exc.__traceback__ = None
-    raise BodyError(failure)
-
-
-def response_encoding(accept: str | None) -> str:
-    """Triton's ``CompressionTypeUsed``: the best of identity/gzip/deflate by q-value."""
-    if not accept:
-        return "identity"
-    best, weight = "identity", 0.0
-    for item in accept.split(","):
-        item = item.lstrip(" ")
-        if not item:
-            continue
-        name, sep, q = item.partition(";q=")
-        if sep and not name:
-            continue
-        type_weight = 1.0
-        if sep:
-            try:
-                type_weight = float(q)
-            except ValueError:
-                continue
-        if name in ("identity", "deflate", "gzip") and type_weight > weight:
-            best, weight = name, type_weight
-    return best
-
-
-def parse_header_length(value: str | None, content_length: int) -> int | None:
-    """The ``Inference-Header-Content-Length`` header's ``value`` checked against a body of
-    ``content_length`` bytes, with Triton's errors (None: no such header, all JSON).
-
-    Without the header Triton takes the body's length as the header's: an empty body (no
-    ``Content-Length``, ``Content-Length: 0`` or no chunk) is then a raw binary request
-    of zero bytes (``GetInferenceHeaderLength``), not a JSON document that fails to parse.
-    """
-    if value is None:
-        return None if content_length else 0
-    try:
-        parsed = int(value.strip())
-    except ValueError:
-        raise invalid_arg(f"Unable to parse {HEADER_LENGTH}, got: {value}") from None
-    if not -(2**31) <= parsed <= INT32_MAX:
-        raise invalid_arg(
-            f"Unable to parse {HEADER_LENGTH}, value is out of range [ {-(2**31)}, {INT32_MAX} "
-            f"], got: {value}"
-        )
-    if parsed < 0 or parsed > content_length:
-        raise invalid_arg(
-            f"inference header size should be in range (0, {content_length}), got: {value}"
-        )
-    return parsed
 
 
 async def _read_json(request: web.Request) -> Any:
@@ -508,8 +321,6 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
     if action == "infer":
         return await infer(request, model, version_str)
     if action in ("generate", "generate_stream"):
-        from tritonx.http.generate import generate  # imports this module: import it late
-
         return await generate(request, model, version_str, streaming=action == "generate_stream")
     if action == "trace/setting" and match.group(2) is None:
         return await _trace_setting(request, model)
@@ -597,104 +408,52 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         return method_not_allowed()
     recv_start = time.perf_counter_ns()
     app = request.app
-    dp = app[DATAPLANE_KEY]
+    pipeline = app[PIPELINE_KEY]
     settings = app[SETTINGS_KEY]
     limit = settings.http_max_input_size
-    version = parse_version(version_str)
-    served = dp.resolve(model, version)  # the one model lookup of this request
-    if served.decoupled:
-        raise unsupported(DECOUPLED_MESSAGES["http"])
-    config = served.config
+    served, version = pipeline.resolve(model, version_str)
     body = await read_body(request, limit, settings.http_body_timeout_secs)
     recv_end = time.perf_counter_ns()
-    header_length = parse_header_length(request.headers.get(HEADER_LENGTH), len(body))
-    shm = dp.shared_memory
-    if header_length == 0:
-        decoded = raw_binary_request(body, config, model, version, limit)
-    elif heavy_body(body, header_length):
-        decoded = await decode_in_thread(
-            decode_infer_request, body, header_length, model, version, limit, shm
-        )
-    else:
-        decoded = decode_infer_request(body, header_length, model, version, limit, shm)
+    headers = request.headers
+    decoded = await pipeline.decode(
+        decode_body,
+        body,
+        headers.get(HEADER_LENGTH),
+        served.config,
+        model,
+        version,
+        limit,
+        pipeline.dataplane.shared_memory,
+    )
     del body  # the inputs keep what they need of it
     # A client that disconnects before its answer cancels the request: the handler is
-    # cancelled, and the data plane cancels the request (dropped if it has not run yet).
-    connection = request.protocol if isinstance(request.protocol, Connection) else None
-    if connection is not None and not connection.on_lost(request.task.cancel):
+    # cancelled, and the pipeline cancels the request (dropped if it has not run yet).
+    on_lost = getattr(request.protocol, "on_lost", None)
+    if on_lost is not None and not on_lost(request.task.cancel):
         decoded.request.cancel()  # gone already (while the body was read or decoded)
     try:
-        forward = app.get(FORWARD_KEY)
-        if forward is not None:  # --http-header-forward-pattern
-            sent = ((k.decode("latin-1"), v) for k, v in request.raw_headers)
-            forward.apply(sent, decoded.request.parameters)
-        tracer = dp.tracer
-        if tracer.active:
-            trace = tracer.sample(model, request.headers if tracer.exporter is not None else None)
-            if trace is not None:
-                trace.capture("HTTP_RECV_START", recv_start)
-                trace.capture("HTTP_RECV_END", recv_end)
-                return await _infer_traced(request, dp, served, decoded, trace)
-        response = await dp.infer(decoded.request, protocol="http", model=served)
-        encoding = response_encoding(request.headers.get("Accept-Encoding"))
-        if heavy_response(response):
-            payload, headers = await asyncio.to_thread(
-                encode_answer, response, decoded, config, served.labels, encoding
-            )
-        else:
-            payload, headers = encode_answer(response, decoded, config, served.labels, encoding)
+        call = pipeline.admit(served, decoded, RequestHeaders(request), (recv_start, recv_end))
+        encoding = response_encoding(headers.get("Accept-Encoding"))
+        payload, answer_headers = await call.run(
+            functools.partial(
+                encode_answer,
+                decoded=decoded,
+                config=served.config,
+                labels=served.labels,
+                encoding=encoding,
+            ),
+            heavy_response,
+        )
     finally:
-        if connection is not None:
-            connection.on_lost(None)
-        if decoded.shm is not None:  # outputs are written: the regions may be unregistered
-            decoded.shm.release()
-    return web.Response(body=payload, headers=headers)
-
-
-async def _infer_traced(
-    request: web.Request, dp: DataPlane, served: Any, decoded: DecodedRequest, trace: Trace
-) -> web.StreamResponse:
-    """:func:`infer` for a sampled request: its trace gets the HTTP timestamps, and the
-    response is sent here so that HTTP_SEND_START/END frame the write."""
-    decoded.request.trace = trace.root
-    try:
-        response = await dp.infer(decoded.request, protocol="http", model=served)
-        encoding = response_encoding(request.headers.get("Accept-Encoding"))
-        payload, headers = encode_answer(response, decoded, served.config, served.labels, encoding)
-        trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-        reply = web.Response(body=payload, headers=headers)
-        trace.capture("HTTP_SEND_START", time.perf_counter_ns())
-        await reply.prepare(request)
-        await reply.write_eof()
-        trace.capture("HTTP_SEND_END", time.perf_counter_ns())
-        return reply
-    finally:
-        trace.finish()
-
-
-def encode_answer(
-    response: InferenceResponse,
-    decoded: DecodedRequest,
-    config: ModelConfig,
-    labels: Callable[[str], Sequence[str] | None],
-    encoding: str,
-) -> tuple[bytes | bytearray, dict[str, str]]:
-    """The body and headers of an ``/infer`` answer (compressed as ``encoding`` asks)."""
-    encoded = encode_infer_response(response, decoded, config, labels)
-    headers: dict[str, str] = {}
-    if encoded.header_length is not None:
-        headers[HEADER_LENGTH] = str(encoded.header_length)
-        headers["Content-Type"] = "application/octet-stream"
-    else:
-        headers["Content-Type"] = JSON_CONTENT_TYPE
-    payload: bytes | bytearray = join_parts(encoded.parts)
-    if encoding == "gzip":
-        payload = gzip.compress(payload, compresslevel=1)
-        headers["Content-Encoding"] = "gzip"
-    elif encoding == "deflate":
-        payload = zlib.compress(payload, 1)
-        headers["Content-Encoding"] = "deflate"
-    return payload, headers
+        if on_lost is not None:
+            on_lost(None)
+    reply = web.Response(body=payload, headers=answer_headers)
+    if call.trace is not None:
+        try:
+            await send_traced(request, reply, call.trace)
+        finally:
+            call.finish()
+    return reply
 
 
 # ---------------------------------------------------------------------------------- repository
