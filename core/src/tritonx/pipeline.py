@@ -78,6 +78,10 @@ class Offload(Exception):
     again, in a worker thread."""
 
 
+#: A client's correlation id for a request: echoed on its answer (HTTP header, gRPC
+#: trailing metadata) when sent.
+REQUEST_ID_HEADER = "x-request-id"
+
 #: The timestamps a transport records for a sampled request's arrival (Triton's names).
 RECEIVE_STAMPS = {
     "http": ("HTTP_RECV_START", "HTTP_RECV_END"),
@@ -161,7 +165,11 @@ class Pipeline:
         except BaseException:
             _release(decoded)
             raise
-        return Call(self, served, decoded, trace)
+        call = Call(self, served, decoded, trace)
+        request_id = headers.get(REQUEST_ID_HEADER) if headers is not None else None
+        if request_id is not None:
+            call.reply_headers = ((REQUEST_ID_HEADER, request_id),)
+        return call
 
 
 class Call(Generic[D]):
@@ -171,6 +179,7 @@ class Call(Generic[D]):
     :ivar decoded: the transport's decoded request.
     :ivar trace: its trace when sampled (the transport stamps its send times on it, then
         calls :meth:`finish`), else None.
+    :ivar reply_headers: ``(name, value)`` pairs every transport adds to the answer.
     """
 
     __slots__ = (
@@ -182,6 +191,7 @@ class Call(Generic[D]):
         "_pipeline",
         "_task",
         "decoded",
+        "reply_headers",
         "served",
         "trace",
     )
@@ -193,6 +203,8 @@ class Call(Generic[D]):
         self.served = served
         self.decoded = decoded
         self.trace = trace
+        #: headers (gRPC: trailing metadata) the transport adds to a successful answer
+        self.reply_headers: tuple[tuple[str, str], ...] = ()
         self._future: asyncio.Future[InferenceResponse] | None = None
         self._task: asyncio.Task[None] | None = None
         self._answer: Callable[[Any], None] | None = None

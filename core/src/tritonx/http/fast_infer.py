@@ -99,8 +99,11 @@ Send = Callable[[list[bytes | bytearray]], None]
 FastCall = Call[DecodedRequest]
 
 
-def _render_answer(answer: tuple[bytes | bytearray, dict[str, str]]) -> list[bytes | bytearray]:
+def _render_answer(
+    answer: tuple[bytes | bytearray, dict[str, str]], more: tuple[tuple[str, str], ...]
+) -> list[bytes | bytearray]:
     payload, headers = answer
+    headers.update(more)
     content_type = headers.pop("Content-Type")
     extra = "".join(f"{name}: {value}\r\n" for name, value in headers.items())
     return render(200, content_type, payload, extra)
@@ -193,7 +196,7 @@ class FastInfer:
             call.start(
                 encode,
                 heavy_response,
-                lambda answer: send(_render_answer(answer)),
+                lambda answer: send(_render_answer(answer, call.reply_headers)),
                 lambda error: send(answer_for(error)),
             )
         except Exception as exc:

@@ -449,7 +449,9 @@ async def _one_response(request: web.Request, call: Call[PlainDecoded]) -> web.S
     if first.error is not None:
         return response_for(first.error)
     payload, status = await _payload(call, first)
-    reply = web.Response(body=payload, status=status, content_type=JSON_CONTENT_TYPE)
+    reply = web.Response(
+        body=payload, status=status, content_type=JSON_CONTENT_TYPE, headers=call.reply_headers
+    )
     if call.trace is not None:
         await send_traced(request, reply, call.trace)
     return reply
@@ -469,7 +471,8 @@ async def _stream_events(request: web.Request, call: Call[PlainDecoded]) -> web.
         payload, status = b"", 200
         if first is not None and not first.empty:
             payload, status = await _payload(call, first)
-        answer = web.StreamResponse(status=status, headers={"Content-Type": SSE_CONTENT_TYPE})
+        headers = {"Content-Type": SSE_CONTENT_TYPE, **dict(call.reply_headers)}
+        answer = web.StreamResponse(status=status, headers=headers)
         try:
             await answer.prepare(request)
             if payload:

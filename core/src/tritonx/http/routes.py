@@ -447,6 +447,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     finally:
         if on_lost is not None:
             on_lost(None)
+    answer_headers.update(call.reply_headers)
     reply = web.Response(body=payload, headers=answer_headers)
     if call.trace is not None:
         try:
