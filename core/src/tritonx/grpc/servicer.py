@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from typing import Any, TypeAlias
 
 import grpc
@@ -33,7 +33,7 @@ from tritonx.grpc.receive import Received, Refusal
 from tritonx.header_forward import HeaderForward
 from tritonx.pipeline import Call, Headers, MetadataHeaders, Pipeline
 from tritonx.proto import service_pb2, service_pb2_grpc
-from tritonx.shared_memory import MemoryKind, SharedMemoryManager, disabled_error
+from tritonx.shared_memory import MemoryKind, RegionStatus, SharedMemoryManager, disabled_error
 from tritonx.stats import Duration, ModelStats
 from tritonx.trace import Trace
 from tritonx.types import InferenceResponse
@@ -219,87 +219,103 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: service_pb2.SystemSharedMemoryStatusRequest, context: Context
     ) -> service_pb2.SystemSharedMemoryStatusResponse:
         """The registered system regions (all, or the one named): name, key, offset, size."""
-        try:
-            rows = self.dataplane.shared_memory.status(MemoryKind.SYSTEM, request.name)
-        except TritonXError as exc:
-            return fail(context, exc)
-        response = service_pb2.SystemSharedMemoryStatusResponse()
-        for row in rows:
-            response.regions[row.name].CopyFrom(
-                response.RegionStatus(
-                    name=row.name, key=row.key, offset=row.offset, byte_size=row.byte_size
-                )
-            )
-        return response
+        return self._shm_status(
+            MemoryKind.SYSTEM,
+            request.name,
+            context,
+            service_pb2.SystemSharedMemoryStatusResponse(),
+            lambda row: {"key": row.key, "offset": row.offset},
+        )
 
     async def SystemSharedMemoryRegister(
         self, request: service_pb2.SystemSharedMemoryRegisterRequest, context: Context
     ) -> service_pb2.SystemSharedMemoryRegisterResponse:
         """Register a POSIX shared-memory object (needs ``--allow-client-shm``)."""
-        try:
-            shm = self._client_shm()
-            shm.register_system(request.name, request.key, request.offset, request.byte_size)
-        except TritonXError as exc:
-            return fail(context, exc)
-        return service_pb2.SystemSharedMemoryRegisterResponse()
+        return self._shm_change(
+            lambda shm: shm.register_system(
+                request.name, request.key, request.offset, request.byte_size
+            ),
+            context,
+            service_pb2.SystemSharedMemoryRegisterResponse(),
+        )
 
     async def SystemSharedMemoryUnregister(
         self, request: service_pb2.SystemSharedMemoryUnregisterRequest, context: Context
     ) -> service_pb2.SystemSharedMemoryUnregisterResponse:
         """Unregister one system region, or all of them with an empty name."""
-        try:
-            self._client_shm().unregister(MemoryKind.SYSTEM, request.name)
-        except TritonXError as exc:
-            return fail(context, exc)
-        return service_pb2.SystemSharedMemoryUnregisterResponse()
+        return self._shm_change(
+            lambda shm: shm.unregister(MemoryKind.SYSTEM, request.name),
+            context,
+            service_pb2.SystemSharedMemoryUnregisterResponse(),
+        )
 
     async def CudaSharedMemoryStatus(
         self, request: service_pb2.CudaSharedMemoryStatusRequest, context: Context
     ) -> service_pb2.CudaSharedMemoryStatusResponse:
         """The registered CUDA regions (all, or the one named): name, device, size."""
-        try:
-            rows = self.dataplane.shared_memory.status(MemoryKind.CUDA, request.name)
-        except TritonXError as exc:
-            return fail(context, exc)
-        response = service_pb2.CudaSharedMemoryStatusResponse()
-        for row in rows:
-            response.regions[row.name].CopyFrom(
-                response.RegionStatus(
-                    name=row.name, device_id=row.device_id, byte_size=row.byte_size
-                )
-            )
-        return response
+        return self._shm_status(
+            MemoryKind.CUDA,
+            request.name,
+            context,
+            service_pb2.CudaSharedMemoryStatusResponse(),
+            lambda row: {"device_id": row.device_id},
+        )
 
     async def CudaSharedMemoryRegister(
         self, request: service_pb2.CudaSharedMemoryRegisterRequest, context: Context
     ) -> service_pb2.CudaSharedMemoryRegisterResponse:
         """Open a CUDA IPC handle as a region (needs ``--allow-client-shm``, cuda-python and
         a GPU; else Triton's "GPUs not supported" error)."""
-        try:
-            shm = self._client_shm()
-            shm.register_cuda(
+        return self._shm_change(
+            lambda shm: shm.register_cuda(
                 request.name, request.raw_handle, request.device_id, request.byte_size
-            )
-        except TritonXError as exc:
-            return fail(context, exc)
-        return service_pb2.CudaSharedMemoryRegisterResponse()
+            ),
+            context,
+            service_pb2.CudaSharedMemoryRegisterResponse(),
+        )
 
     async def CudaSharedMemoryUnregister(
         self, request: service_pb2.CudaSharedMemoryUnregisterRequest, context: Context
     ) -> service_pb2.CudaSharedMemoryUnregisterResponse:
         """Unregister one CUDA region, or all of them with an empty name."""
+        return self._shm_change(
+            lambda shm: shm.unregister(MemoryKind.CUDA, request.name),
+            context,
+            service_pb2.CudaSharedMemoryUnregisterResponse(),
+        )
+
+    def _shm_status(
+        self,
+        kind: MemoryKind,
+        name: str,
+        context: Context,
+        response: Any,
+        fields: Callable[[RegionStatus], dict[str, Any]],
+    ) -> Any:
+        """``response`` with a row per registered region of ``kind`` (all, or ``name``):
+        its name and size, and the kind's own ``fields``."""
         try:
-            self._client_shm().unregister(MemoryKind.CUDA, request.name)
+            rows = self.dataplane.shared_memory.status(kind, name)
         except TritonXError as exc:
             return fail(context, exc)
-        return service_pb2.CudaSharedMemoryUnregisterResponse()
+        for row in rows:
+            response.regions[row.name].CopyFrom(
+                response.RegionStatus(name=row.name, byte_size=row.byte_size, **fields(row))
+            )
+        return response
 
-    def _client_shm(self) -> SharedMemoryManager:
-        """The registry, for register/unregister: refused unless ``--allow-client-shm``."""
+    def _shm_change(
+        self, change: Callable[[SharedMemoryManager], None], context: Context, response: Any
+    ) -> Any:
+        """Register or unregister (``change``): refused unless ``--allow-client-shm``."""
         shm = self.dataplane.shared_memory
-        if not shm.allow_client_shm:
-            raise disabled_error()
-        return shm
+        try:
+            if not shm.allow_client_shm:
+                raise disabled_error()
+            change(shm)
+        except TritonXError as exc:
+            return fail(context, exc)
+        return response
 
     # ------------------------------------------------------------------ trace and logging
 
