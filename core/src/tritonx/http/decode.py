@@ -456,28 +456,7 @@ def _decode_input(
         has_binary = True  # the usual binary input: nothing else to check in _content_fields
     else:
         has_binary, params = _content_fields(item)
-    name = item.get("name")
-    if not isinstance(name, str):
-        raise internal(
-            f"Unable to parse 'name': {NOT_STRING if 'name' in item else missing('name')}"
-        )
-    datatype = item.get("datatype")
-    if not isinstance(datatype, str):
-        raise internal(
-            f"Unable to parse 'datatype': {NOT_STRING if 'datatype' in item else missing('datatype')}"
-        )
-    shape = item.get("shape")
-    if not isinstance(shape, list):
-        raise internal(
-            f"Unable to parse 'shape': {NOT_ARRAY if 'shape' in item else missing('shape')}"
-        )
-    for dim in shape:
-        if type(dim) is not int or not 0 <= dim <= UINT64_MAX:
-            raise internal(f"Unable to parse 'shape': {NOT_UINT}")
-    if name in request.inputs:
-        raise invalid_arg(f"{request_prefix(request.id)}input '{name}' already exists in request")
-    dtype = _DATATYPES.get(datatype)
-
+    name, shape, dtype = _input_head(item, request)
     if has_binary:
         assert params is not None
         size = params["binary_data_size"]
@@ -508,6 +487,50 @@ def _decode_input(
         )
         return offset
 
+    request.inputs[name] = _json_input(
+        item, name, dtype, shape, request, model_name, max_input_size
+    )
+    return offset
+
+
+def _input_head(
+    item: dict[str, Any], request: InferenceRequest
+) -> tuple[str, list[int], DataType | None]:
+    """An input's name, shape and datatype (None: not one of the protocol's), checked in
+    Triton's order; a name already in ``request`` is refused."""
+    name = item.get("name")
+    if not isinstance(name, str):
+        raise internal(
+            f"Unable to parse 'name': {NOT_STRING if 'name' in item else missing('name')}"
+        )
+    datatype = item.get("datatype")
+    if not isinstance(datatype, str):
+        raise internal(
+            f"Unable to parse 'datatype': {NOT_STRING if 'datatype' in item else missing('datatype')}"
+        )
+    shape = item.get("shape")
+    if not isinstance(shape, list):
+        raise internal(
+            f"Unable to parse 'shape': {NOT_ARRAY if 'shape' in item else missing('shape')}"
+        )
+    for dim in shape:
+        if type(dim) is not int or not 0 <= dim <= UINT64_MAX:
+            raise internal(f"Unable to parse 'shape': {NOT_UINT}")
+    if name in request.inputs:
+        raise invalid_arg(f"{request_prefix(request.id)}input '{name}' already exists in request")
+    return name, shape, _DATATYPES.get(datatype)
+
+
+def _json_input(
+    item: dict[str, Any],
+    name: str,
+    dtype: DataType | None,
+    shape: list[int],
+    request: InferenceRequest,
+    model_name: str,
+    max_input_size: int,
+) -> np.ndarray:
+    """An input given as JSON ``data``, with Triton's size and datatype checks."""
     count = element_count(name, shape)
     data = item["data"]
     if dtype is None:
@@ -520,8 +543,7 @@ def _decode_input(
     if not isinstance(data, list):
         raise internal(f"Unable to parse 'data': {NOT_ARRAY}")
     if count == 0:
-        request.inputs[name] = np.empty(shape, dtype=dtype.numpy_dtype)
-        return offset
+        return np.empty(shape, dtype=dtype.numpy_dtype)
     itemsize = dtype.itemsize
     if dtype is not DataType.BYTES and itemsize > 1 and count > INT64_MAX // itemsize:
         raise invalid_arg(
@@ -534,8 +556,7 @@ def _decode_input(
             f"maximum allowed value of {max_input_size} bytes. Use --http-max-input-size to "
             "increase the limit."
         )
-    request.inputs[name] = json_tensor(name, dtype, shape, count, data, request, model_name)
-    return offset
+    return json_tensor(name, dtype, shape, count, data, request, model_name)
 
 
 def _decode_output(item: Any, decoded: DecodedRequest, shm: SharedMemoryManager | None) -> str:
