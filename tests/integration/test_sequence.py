@@ -363,6 +363,10 @@ async def test_direct_control_tensors_and_fillers(model_repository: ModelReposit
     assert stats["execution_count"] == 6
     assert stats["inference_stats"]["success"]["count"] == 9
     assert sorted(int(b["batch_size"]) for b in stats["batch_stats"]) == [1, 2, 3]
+    # an execution's batch size counts its fillers (rows a backend runs: Triton's backends'
+    # total_batch_size), its inferences do not: sizes 1, 3, 3, 2, 3, 1 above
+    runs = {int(b["batch_size"]): int(b["compute_infer"]["count"]) for b in stats["batch_stats"]}
+    assert runs == {1: 2, 2: 1, 3: 3}
 
 
 async def test_control_datatypes_and_non_batching_model(

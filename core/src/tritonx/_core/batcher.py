@@ -79,6 +79,10 @@ class Batcher(Protocol):
     ``get(instance)`` receives the index of the instance asking for work, so a batcher can
     pin requests to an instance (a sequence stays on the slot it started on); it blocks until
     a batch is due and returns None once the batcher is stopped.
+
+    A batcher may also have ``completed(batch, responses)`` (responses None for a decoupled
+    model): the scheduler calls it on the thread that ran each batch, before the batch is
+    answered (the sequence batcher keeps state outputs and issues its slots' next requests).
     """
 
     def put(self, pending: Pending) -> None: ...

@@ -1,11 +1,7 @@
-"""Ensembles (``platform: "ensemble"``): config validation and the scheduler that runs the
-steps of ``ensemble_scheduling`` as a data flow over other models.
-
-Semantics and messages follow Triton core: ``ValidateEnsembleSchedulingConfig``
-(``model_config_utils.cc``: the config alone), ``ValidateEnsembleConfig``
-(``ensemble_scheduler/ensemble_utils.cc``: against the completed configs of the composing
-models, once they are loaded) and ``EnsembleContext`` (``ensemble_scheduler.cc``: running a
-request).
+"""Ensembles (``platform: "ensemble"``): the scheduler that runs the steps of
+``ensemble_scheduling`` as a data flow over other models (Triton core's ``EnsembleContext``,
+``ensemble_scheduler.cc``). The config's validation is :mod:`tritonx._core.ensemble_config`
+(its names are importable from here too).
 
 An ensemble has no instances. Each step is an ordinary request to its composing model through
 the :class:`~tritonx.handle.ServerHandle`, so it goes through that model's validation,
@@ -22,16 +18,24 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tritonx._core.ensemble_config import (
+    ENSEMBLE,
+    composing_models,
+    dims_match,
+    is_ensemble,
+    validate_scheduling,
+    validate_with_composing,
+)
+from tritonx._core.inflight import InFlight
 from tritonx.config import ModelConfig
-from tritonx.errors import Code, TritonXError, invalid_arg
-from tritonx.proto import model_config_pb2
+from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import InferenceRequest, InferenceResponse
-from tritonx.wire import dims_str, request_prefix
+from tritonx.wire import request_prefix
 
 if TYPE_CHECKING:
     from tritonx.backend import ModelInstance
@@ -39,316 +43,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("tritonx.ensemble")
 
-ENSEMBLE = "ensemble"
-
 #: Seconds a step waits for a ``max_inflight_requests`` slot before it goes ahead anyway
 #: (Triton's ``kMutexTimeoutSeconds``: a pipeline never deadlocks on the limit).
 INFLIGHT_WAIT_S = 300.0
-
-
-def is_ensemble(config: Any) -> bool:
-    """Whether a config (protobuf) is an ensemble's."""
-    return bool(config.platform == ENSEMBLE)
-
-
-def composing_models(config: Any) -> tuple[str, ...]:
-    """The names of the models an ensemble's steps call, in step order, without repeats."""
-    seen: dict[str, None] = {}
-    for step in config.ensemble_scheduling.step:
-        seen.setdefault(step.model_name, None)
-    return tuple(seen)
-
-
-# ---------------------------------------------------------------------- the config alone
-
-
-class _Tensor:
-    """An ensemble tensor in the graph of ``validate_scheduling``."""
-
-    __slots__ = ("is_output", "name", "next", "prev", "ready")
-
-    def __init__(self, name: str, is_output: bool) -> None:
-        self.name = name
-        self.is_output = is_output
-        self.ready = False
-        self.prev: list[_Tensor] = []
-        self.next: list[_Tensor] = []
-
-
-def validate_scheduling(config: Any) -> None:
-    """Triton's ``ValidateEnsembleSchedulingConfig``: the platform, the fields an ensemble
-    may not set, every step complete, every ensemble input used, every output written and
-    no tensor left unused. Raises INVALID_ARG with Triton's messages."""
-    name = config.name
-    if config.platform != ENSEMBLE:
-        raise invalid_arg(
-            f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE}"
-        )
-    if len(config.instance_group):
-        raise invalid_arg(f"instance group should not be specified for ensemble '{name}'")
-    if config.HasField("optimization"):
-        raise invalid_arg(f"optimization should not be specified for ensemble '{name}'")
-    if len(config.model_warmup):
-        raise invalid_arg(f"model_warmup can not be specified for ensemble '{name}'")
-    steps = config.ensemble_scheduling.step
-    if not steps:
-        raise invalid_arg(f"must specify 'step' for ensemble '{name}'")
-
-    tensors: dict[str, _Tensor] = {}
-    for index, step in enumerate(steps):
-        for field_name, present in (
-            ("model_name", bool(step.model_name)),
-            ("input_map", len(step.input_map) > 0),
-            ("output_map", len(step.output_map) > 0),
-        ):
-            if not present:
-                raise invalid_arg(
-                    f"must specify '{field_name}' in step {index} of ensemble '{name}'"
-                )
-        written: list[_Tensor] = []
-        for tensor_name in step.output_map.values():
-            node = tensors.get(tensor_name)
-            if node is not None:
-                if node.is_output:
-                    raise invalid_arg(
-                        f"ensemble tensor '{tensor_name}' can appear in an output map only once "
-                        f"for ensemble '{name}' step {index}"
-                    )
-                node.is_output = True
-            else:
-                node = tensors[tensor_name] = _Tensor(tensor_name, True)
-            written.append(node)
-        for tensor_name in step.input_map.values():
-            node = tensors.get(tensor_name)
-            if node is None:
-                node = tensors[tensor_name] = _Tensor(tensor_name, False)
-            for out in written:
-                out.prev.append(node)
-                node.next.append(out)
-
-    queue: list[_Tensor] = []
-    for tensor in config.input:
-        node = tensors.get(tensor.name)
-        if node is None:
-            raise invalid_arg(f"ensemble input '{tensor.name}' for ensemble {name}' is not used")
-        node.ready = True
-        queue.append(node)
-    while queue:
-        current = queue.pop(0)
-        for nxt in current.next:
-            if nxt.ready:
-                continue
-            nxt.ready = all(p.ready for p in nxt.prev)
-            if nxt.ready:
-                queue.append(nxt)
-
-    outputs: set[str] = set()
-    for tensor in config.output:
-        node = tensors.get(tensor.name)
-        if node is None:
-            raise invalid_arg(f"ensemble output '{tensor.name}' for ensemble {name}' is not used")
-        if not node.ready:
-            message = f"output '{tensor.name}' for ensemble '{name}' is not written"
-            # walk back to a source that is not connected
-            last, prev, seen = node, node.prev, set[str]()
-            while prev:
-                nodes, prev = prev, []
-                for candidate in nodes:
-                    if not candidate.ready and candidate.name not in seen:
-                        seen.add(candidate.name)
-                        last, prev = candidate, candidate.prev
-                        break
-            if last is not node:
-                message += (
-                    f": at least one of its depending tensors, '{last.name}', is not connected"
-                )
-            raise invalid_arg(message)
-        outputs.add(tensor.name)
-    for tensor_name, node in tensors.items():
-        if tensor_name in outputs:
-            continue
-        if not node.ready or not node.next:
-            raise invalid_arg(f"ensemble tensor '{tensor_name}' is unused in ensemble '{name}'")
-
-
-# ---------------------------------------------------------------------- against composing models
-
-
-def _type_name(data_type: int) -> str:
-    return str(model_config_pb2.DataType.Name(data_type))
-
-
-def _dims_match(lhs: Sequence[int], rhs: Sequence[int]) -> bool:
-    """Triton's ``CompareDimsWithWildcard``: same rank, each dim equal or either -1."""
-    return len(lhs) == len(rhs) and all(
-        a == b or a == -1 or b == -1 for a, b in zip(lhs, rhs, strict=True)
-    )
-
-
-class _Node:
-    """An ensemble tensor as ``ValidateEnsembleConfig`` sees it: its type and shape, the
-    model that fixes them, and its place in the data flow (with the decoupled label)."""
-
-    __slots__ = (
-        "decoupled",
-        "dims",
-        "full_dims",
-        "label",
-        "model",
-        "next",
-        "prev",
-        "sibling",
-        "type",
-        "visited",
-    )
-
-    def __init__(
-        self, model: str, batching: bool = False, data_type: int = 0, dims: Sequence[int] = ()
-    ) -> None:
-        self.model = model
-        self.type = data_type
-        self.dims = tuple(dims)
-        self.full_dims = ((-1,) if batching else ()) + self.dims
-        self.decoupled = False
-        self.label = 0
-        self.visited = False
-        self.prev: list[_Node] = []
-        self.next: list[_Node] = []
-        self.sibling: _Node | None = None
-
-
-def _consistent(lhs: _Node, rhs: _Node, prefix: str) -> None:
-    if lhs.type != rhs.type:
-        raise invalid_arg(
-            f"{prefix}inconsistent data type: {_type_name(lhs.type)} is inferred from model "
-            f"{lhs.model} while {_type_name(rhs.type)} is inferred from model {rhs.model}"
-        )
-    if not _dims_match(lhs.dims, rhs.dims) and not _dims_match(lhs.full_dims, rhs.full_dims):
-        raise invalid_arg(
-            f"{prefix}inconsistent shape: {dims_str(lhs.full_dims)} is inferred from model "
-            f"{lhs.model} while {dims_str(rhs.full_dims)} is inferred from model {rhs.model}"
-        )
-
-
-def _map_step(ensemble: str, step: Any, model: Any, tensors: dict[str, _Node]) -> None:
-    """Triton's ``ValidateTensorMapping`` for one step."""
-    model_name = step.model_name
-    batching = model.max_batch_size > 0
-    input_names = {t.name for t in model.input}
-    for model_input, tensor in step.input_map.items():
-        if model_input not in input_names:
-            raise invalid_arg(
-                f"in ensemble {ensemble}, ensemble tensor {tensor} is mapping to non-existing "
-                f"input {model_input} in model {model_name}"
-            )
-    for model_input in model.input:
-        tensor = step.input_map.get(model_input.name)
-        if tensor is None:
-            if model_input.optional:
-                continue
-            raise invalid_arg(
-                f"in ensemble {ensemble}, input {model_input.name} in model {model_name} is not "
-                "mapped to any ensemble tensors"
-            )
-        node = _Node(model_name, batching, model_input.data_type, model_input.dims)
-        known = tensors.get(tensor)
-        if known is not None:
-            _consistent(known, node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-        else:
-            tensors[tensor] = node
-    output_names = {t.name for t in model.output}
-    for model_output, tensor in step.output_map.items():
-        if model_output not in output_names:
-            raise invalid_arg(
-                f"in ensemble {ensemble}, ensemble tensor {tensor} is mapped from non-existing "
-                f"output {model_output} in model {model_name}"
-            )
-    sibling = _Node(model_name)
-    for model_output, tensor in step.output_map.items():
-        config = next(t for t in model.output if t.name == model_output)
-        node = _Node(model_name, batching, config.data_type, config.dims)
-        known = tensors.get(tensor)
-        if known is not None:
-            _consistent(known, node, f"in ensemble {ensemble}, ensemble tensor {tensor}: ")
-        else:
-            known = tensors[tensor] = node
-        known.sibling = sibling
-    decoupled = bool(model.model_transaction_policy.decoupled)
-    for tensor in step.output_map.values():
-        node = tensors[tensor]
-        node.decoupled = decoupled
-        for source in step.input_map.values():
-            prev = tensors[source]
-            node.prev.append(prev)
-            prev.next.append(node)
-
-
-def validate_with_composing(config: Any, composing: Mapping[str, Any]) -> bool:
-    """Triton's ``ValidateEnsembleConfig``: batch sizes, every step's input and output maps
-    against its model's completed config (``composing``: model name → config protobuf),
-    consistent types and shapes, and decoupled branches that never merge. Returns whether the
-    ensemble is decoupled (some path goes through a decoupled model) and records it in the
-    config's ``model_transaction_policy``, as Triton does."""
-    name = config.name
-    batching = config.max_batch_size > 0
-    tensors: dict[str, _Node] = {}
-    for tensor in config.input:
-        dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
-        tensors[tensor.name] = _Node(name, batching, tensor.data_type, dims)
-    sink = _Node(name)
-    for tensor in config.output:
-        dims = tensor.reshape.shape if tensor.HasField("reshape") else tensor.dims
-        node = tensors.setdefault(tensor.name, _Node(name, batching, tensor.data_type, dims))
-        sink.prev.append(node)
-        node.next.append(sink)
-
-    for step in config.ensemble_scheduling.step:
-        model = composing[step.model_name]
-        if model.max_batch_size != 0 and model.max_batch_size < config.max_batch_size:
-            raise invalid_arg(
-                f"ensemble {name} allows maximum batch size {config.max_batch_size}, but it "
-                f"contains model {step.model_name} which only allows maximum batch size to be "
-                f"{model.max_batch_size}"
-            )
-        _map_step(name, step, model, tensors)
-
-    label = 0
-    queue: list[_Node] = []
-    for tensor in config.input:
-        node = tensors[tensor.name]
-        node.visited = True
-        queue.append(node)
-    while queue:
-        current = queue.pop(0)
-        for nxt in current.next:
-            if nxt.visited or not all(p.visited for p in nxt.prev):
-                continue
-            prev_label = nxt.prev[0].label
-            if any(p.label != prev_label for p in nxt.prev):
-                raise invalid_arg(
-                    f"in ensemble {name}, step of model '{nxt.model}' receives inputs "
-                    "originated from different decoupled models"
-                )
-            sibling = nxt.sibling
-            if sibling is not None and sibling.visited:
-                nxt.label = sibling.label
-            else:
-                if nxt.decoupled:
-                    label += 1
-                    nxt.label = label
-                else:
-                    nxt.label = prev_label
-                if sibling is not None:
-                    sibling.label = nxt.label
-                    sibling.visited = True
-            nxt.visited = True
-            queue.append(nxt)
-    decoupled = label != 0
-    config.model_transaction_policy.decoupled = decoupled
-    return decoupled
-
-
-# ---------------------------------------------------------------------- the scheduler
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,10 +82,10 @@ def _reshaped(
     if batching == (batch_size != 0):
         return array
     if batching:
-        if _dims_match(dims, array.shape):
+        if dims_match(dims, array.shape):
             return array.reshape((1, *array.shape))
         return array
-    if not _dims_match(dims, array.shape) and batch_size == 1 and array.ndim > 0:
+    if not dims_match(dims, array.shape) and batch_size == 1 and array.ndim > 0:
         return array.reshape(array.shape[1:])
     return array
 
@@ -479,9 +176,7 @@ class EnsembleScheduler:
         self.limiters = tuple(_Limiter(limit) for _ in self.steps) if limit > 0 else ()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: set[_Run] = set()
-        self._inflight = 0
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._inflight = InFlight()
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -491,13 +186,7 @@ class EnsembleScheduler:
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
-        if self._inflight == 0:
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await self._inflight.drain(timeout)
 
     async def stop(self, timeout: float | None = None, error: TritonXError | None = None) -> bool:
         """Fail the requests still running (after :meth:`drain`, there are none) with
@@ -525,7 +214,7 @@ class EnsembleScheduler:
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._inflight.count
 
     # ------------------------------------------------------------------ requests
 
@@ -536,8 +225,8 @@ class EnsembleScheduler:
         if request.trace is not None:
             request.trace.report("QUEUE_START", time.perf_counter_ns())
         task = loop.create_task(self._unary(request))
-        self._track()
-        task.add_done_callback(self._untrack)
+        self._inflight.track()
+        task.add_done_callback(self._inflight.untrack)
         return task
 
     async def _unary(self, request: InferenceRequest) -> InferenceResponse:
@@ -563,7 +252,7 @@ class EnsembleScheduler:
         responses: asyncio.Queue[InferenceResponse] = asyncio.Queue()
         run = _Run(self, request, responses.put_nowait)
         self._runs.add(run)
-        self._track()
+        self._inflight.track()
         failed = True
         try:
             task = asyncio.ensure_future(run.execute())
@@ -581,7 +270,7 @@ class EnsembleScheduler:
             failed = run.error is not None
         finally:
             self._runs.discard(run)
-            self._untrack()
+            self._inflight.untrack()
             if failed:
                 self.stats.record_failure("OTHER", time.perf_counter_ns() - start)
             else:
@@ -620,15 +309,6 @@ class EnsembleScheduler:
                 duration.ns += ns
         if run.request.compute_sink is not None:
             run.request.compute_sink(*phases)
-
-    def _track(self) -> None:
-        self._inflight += 1
-        self._idle.clear()
-
-    def _untrack(self, _: object = None) -> None:
-        self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
 
 
 @dataclass(eq=False)
@@ -983,3 +663,13 @@ class _Run:
                 result = InferenceResponse(model_name=sched.name, model_version=sched.version)
             result.final = True
             self._done.set_result(result)
+
+
+__all__ = [
+    "ENSEMBLE",
+    "EnsembleScheduler",
+    "composing_models",
+    "is_ensemble",
+    "validate_scheduling",
+    "validate_with_composing",
+]

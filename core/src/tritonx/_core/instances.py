@@ -6,32 +6,19 @@ next batch, waits for the rate limiter if it is on, calls the backend's ``execut
 the responses back to the loop with one ``call_soon_threadsafe`` per batch. Backends are
 synchronous and never see two concurrent ``execute`` calls on one instance.
 
-**Inline execution** (``--inline-execution-us``, tritonx only): for a tiny model the two
-thread hand-offs (loop to instance thread and back) cost more than the execution itself.
-When the instances allow it (:attr:`~tritonx.backend.ModelInstance.inline_execution`), the
-queue forms batches at once (:attr:`~tritonx._core.batcher.Batcher.immediate`), the model's
-recent executions averaged under the limit and nothing is queued, requests are held on the
-loop until the end of its current round and their batches run there, on an idle instance
-(its lock keeps its thread out meanwhile); what cannot run so goes to the queue as before.
-Batches are the ones the queue would form of requests that arrived together.
-
-**Asynchronous instances** (:attr:`~tritonx.backend.ModelInstance.async_execution`, e.g. a
-python model's worker process): with the same queue conditions (and no decoupled model),
-requests wait on the loop and each batch starts there on an idle instance through
-``execute_async``; its answer comes back as a loop callback, which starts the next batch.
-No instance thread is woken; what the loop cannot start (no instance ready and none
-running) goes to the queue and the threads.
+How requests reach the instances (the queue and its threads, batches run inline on the loop,
+or started there on asynchronous instances) is the execution mode
+(:mod:`tritonx._core.execution`); every batch, however it ran, is answered and counted by one
+completion path (:meth:`InstanceScheduler._complete`), which the sequence scheduler shares.
 """
 
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
@@ -40,14 +27,24 @@ from tritonx._core.batcher import (
     CANCELED,
     REJECTED,
     Batcher,
-    DirectQueue,
     Pending,
     Reject,
     cancelled_error,
 )
+from tritonx._core.execution import (
+    Async,
+    Execution,
+    Inline,
+    Queued,
+    Times,
+    run_execute,
+    trace_compute,
+    trace_queued,
+)
+from tritonx._core.inflight import InFlight
 from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx._core.watchdog import format_stack
-from tritonx.backend import Backend, LoadContext, ModelInstance, compute_timer
+from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
@@ -65,63 +62,18 @@ ABORT_GRACE_S = 5.0
 #: How often an instance thread checks whether its not-ready instance recovered.
 NOT_READY_POLL_S = 0.02
 
-#: Inline execution: executions measured before the average may allow it, the weight of
-#: the latest in the average, and the most input bytes a batch run inline may carry.
-INLINE_WARMUP = 8
-INLINE_WEIGHT = 1 / 8
-INLINE_MAX_BYTES = 256 * 1024
-
-#: One execution's (start, compute input end, compute output start, end), perf_counter ns.
-Times = tuple[int, int, int, int]
-
-
-def run_execute(
-    instance: ModelInstance, requests: list[InferenceRequest]
-) -> tuple[Sequence[InferenceResponse] | None, TritonXError | None, Times]:
-    """Call ``instance.execute(requests)`` and time it, with the phases the backend marked
-    on its :func:`~tritonx.backend.compute_timer` (unmarked: all compute infer)."""
-    timer = compute_timer()
-    timer.reset()
-    error: TritonXError | None = None
-    responses: Sequence[InferenceResponse] | None = None
-    start = time.perf_counter_ns()
-    try:
-        responses = instance.execute(requests)
-    except BaseException as exc:
-        error = TritonXError.wrap(exc)
-    end = time.perf_counter_ns()
-    input_end = timer.input_end_ns
-    if not start <= input_end <= end:
-        input_end = start
-    output_start = timer.output_start_ns
-    if not input_end <= output_start <= end:
-        output_start = end
-    return responses, error, (start, input_end, output_start, end)
-
-
-def trace_queued(request: InferenceRequest, ns: int) -> None:
-    """A traced request entered a queue: QUEUE_START (and its inputs at level TENSORS)."""
-    trace = request.trace
-    if trace is not None:
-        trace.report("QUEUE_START", ns)
-        trace.report_tensors("TENSOR_QUEUE_INPUT", request.inputs)
-
-
-def trace_compute(request: InferenceRequest, times: Times) -> None:
-    """A traced request was executed: the four COMPUTE timestamps."""
-    trace = request.trace
-    if trace is not None:
-        start, input_end, output_start, end = times
-        trace.report("COMPUTE_START", start)
-        trace.report("COMPUTE_INPUT_END", input_end)
-        trace.report("COMPUTE_OUTPUT_START", output_start)
-        trace.report("COMPUTE_END", end)
+#: What runs after each batch executed: ``(batch, responses or None)``.
+Executed = Callable[[list[Pending], Sequence[InferenceResponse] | None], None]
 
 
 class InstanceScheduler:
     """Runs one model version's requests on its instances: a worker thread per instance
     pulls batches from a :class:`~tritonx._core.batcher.Batcher` (the direct queue or the
     dynamic batcher, chosen by :func:`tritonx._core.scheduler.make_scheduler`)."""
+
+    #: a batch's requests cancelled since they were queued are dropped before it runs (the
+    #: sequence scheduler runs every row of a batch: its batcher ends cancelled sequences)
+    drops_cancelled = True
 
     def __init__(
         self,
@@ -145,7 +97,12 @@ class InstanceScheduler:
         self.instances: list[ModelInstance | None] = [None] * len(self.contexts)
         self.rate_limiter = rate_limiter or RateLimiter()
         self.batcher = batcher(self._reject)
-        self.preserve_ordering = bool(config.raw.dynamic_batching.preserve_ordering)
+        raw = config.raw
+        #: responses leave in arrival order (dynamic batching's or the sequence batcher's
+        #: oldest strategy's ``preserve_ordering``: one scheduling choice is set at most)
+        self.preserve_ordering = bool(
+            raw.dynamic_batching.preserve_ordering or raw.sequence_batching.oldest.preserve_ordering
+        )
         #: one per instance, by index
         self._threads: list[threading.Thread] = []
         self._stopping = threading.Event()
@@ -154,11 +111,9 @@ class InstanceScheduler:
         #: the batch each instance is executing (on its thread or through execute_async)
         self._running: list[list[Pending] | None] = [None] * len(self.contexts)
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._inflight = 0
+        self._inflight = InFlight()
         #: whether each instance is executing now (each flag set by its own thread only)
         self._busy = [False] * len(self.contexts)
-        self._idle = asyncio.Event()
-        self._idle.set()
         self._outputs = tuple(config.output_map)
         self._seq = 0
         self._next_seq = 0
@@ -169,26 +124,13 @@ class InstanceScheduler:
         #: held by an instance's thread, or by the loop running a batch inline on it
         self._locks = [threading.Lock() for _ in self.contexts]
         self._inline_limit_ns = int(inline_execution_us * 1000)
-        #: inline execution possible (set at start: the instances and the queue allow it)
-        self._inline = False
-        #: requests held on the loop for inline execution at the end of its round
-        self._held_inline: list[Pending] = []
-        #: average execution time (ns) and executions measured
-        self._exec_ns = 0.0
-        self._exec_count = 0
-        #: batches start on the loop through ``execute_async`` (set at start)
-        self._async = False
-        #: requests waiting on the loop for an instance (asynchronous instances)
-        self._waiting: deque[Pending] = deque()
-        #: a dispatch of the waiting requests is due at the end of the loop's round
-        self._dispatching = False
-        #: batches started through ``execute_async`` and not answered yet
-        self._async_running = 0
-        #: each batch is one request (the direct queue): nothing is gained by waiting for the
-        #: end of the loop's round to start it
-        self._singles = isinstance(self.batcher, DirectQueue)
-        #: requests the first waiting batch is formed from
-        self._window = 1 if self._singles else max(1, int(config.max_batch_size))
+        #: how accepted requests reach the instances (chosen at start)
+        self.execution: Execution = Queued(self.batcher)
+        self._route = self.execution.submit
+        #: the batcher's ``completed(batch, responses or None)``, if it has one: called on the
+        #: thread that ran a batch, before it is answered (the sequence batcher keeps the
+        #: states and issues its slots' next requests)
+        self._executed: Executed | None = getattr(self.batcher, "completed", None)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -231,15 +173,15 @@ class InstanceScheduler:
             and not self.rate_limiter.enabled
             and self.batcher.immediate
         )
-        self._async = immediate and all(
-            instance is not None and instance.async_execution for instance in active
-        )
-        self._inline = (
+        if immediate and all(i is not None and i.async_execution for i in active):
+            self.execution = Async(self, loop)
+        elif (
             immediate
-            and not self._async
             and self._inline_limit_ns > 0
-            and all(instance is not None and instance.inline_execution for instance in active)
-        )
+            and all(i is not None and i.inline_execution for i in active)
+        ):
+            self.execution = Inline(self, loop, self._inline_limit_ns)
+        self._route = self.execution.submit
 
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
         if not self.rate_limiter.enabled:
@@ -270,8 +212,7 @@ class InstanceScheduler:
         self._steady = False
         active = sum(1 for p in self.passive if not p)
         left = self.batcher.stop(active)
-        left.extend(self._waiting)
-        self._waiting.clear()
+        left.extend(self.execution.stop())
         if self._loop is not None:
             self._fail_stopped(left)
         threads, self._threads = self._threads, []
@@ -329,22 +270,16 @@ class InstanceScheduler:
 
     async def drain(self, timeout: float | None = None) -> bool:
         """Wait until no request is in flight; False if ``timeout`` passed first."""
-        if self._inflight == 0:
-            return True
-        try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
-        except TimeoutError:
-            return False
-        return True
+        return await self._inflight.drain(timeout)
 
     @property
     def inflight(self) -> int:
-        return self._inflight
+        return self._inflight.count
 
     @property
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (``nv_inference_pending_request_count``)."""
-        return self.batcher.pending_count + len(self._waiting)
+        return self.batcher.pending_count + self.execution.waiting
 
     def is_ready(self) -> bool:
         """Every instance loaded, and at least one that takes requests ready (the others may
@@ -376,32 +311,15 @@ class InstanceScheduler:
         assert self._loop is not None
         future: asyncio.Future[InferenceResponse] = self._loop.create_future()
         pending = Pending(request, future, self._seq)
-        start_now = False
-        if self._async and not self.batcher.pending_count:
-            self._waiting.append(pending)
-            if self._singles:
-                start_now = True
-            elif not self._dispatching:
-                self._dispatching = True
-                self._loop.call_soon(self._dispatch)
-        elif (
-            self._inline
-            and self._exec_count >= INLINE_WARMUP
-            and self._exec_ns <= self._inline_limit_ns
-            and not self.batcher.pending_count
-        ):
-            if not self._held_inline:
-                self._loop.call_soon(self._run_inline)
-            self._held_inline.append(pending)
-        else:
-            self.batcher.put(pending)
+        start = self._route(pending)
         if request.trace is not None:
             trace_queued(request, pending.enqueue_ns)
         self._seq += 1
-        self._track()
-        future.add_done_callback(self._untrack)
-        if start_now:
-            self._dispatch()
+        inflight = self._inflight
+        inflight.track()
+        future.add_done_callback(inflight.untrack)
+        if start:  # (once the request is counted: it may be answered at once)
+            self.execution.start()
         return future
 
     async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
@@ -432,7 +350,7 @@ class InstanceScheduler:
         trace = request.trace
         if trace is not None:
             trace_queued(request, pending.enqueue_ns)
-        self._track()
+        self._inflight.track()
         failed: str | None = None
         ended = False
         try:
@@ -450,7 +368,7 @@ class InstanceScheduler:
                 if ended:
                     return
         finally:
-            self._untrack()
+            self._inflight.untrack()
             if not ended:  # the consumer left before the final response: cancel the request
                 listening = False
                 request.cancel()
@@ -462,15 +380,6 @@ class InstanceScheduler:
                 self.stats.record_failure(failed, elapsed)
 
     # ------------------------------------------------------------------ internals
-
-    def _track(self) -> None:
-        self._inflight += 1
-        self._idle.clear()
-
-    def _untrack(self, _: object = None) -> None:
-        self._inflight -= 1
-        if self._inflight == 0:
-            self._idle.set()
 
     def _reject(self, pending: Pending, error: TritonXError, reason: str = REJECTED) -> None:
         """Fail a request that never ran (queue timeout, shutdown, cancelled request or
@@ -490,126 +399,6 @@ class InstanceScheduler:
         "Server exiting", or the not-ready answer of a model being unloaded)."""
         for pending in pendings:
             self._reject(pending, self._stop_error)
-
-    def _run_inline(self) -> None:
-        """Run the held requests' batches on the loop, each on an idle instance; the rest
-        (no instance idle, a large batch) go to the queue; all fail when the scheduler
-        stopped meanwhile."""
-        held, self._held_inline = self._held_inline, []
-        if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            self._fail_stopped(held)
-            return
-        try:
-            batches = self.batcher.split(held)
-        except Exception:  # a bug: the instance threads take them as always
-            log.exception("forming inline batches of %s failed", self.config.name)
-            self._queue_all([held])
-            return
-        for at, batch in enumerate(batches):
-            index = -1
-            if _input_bytes(batch) <= INLINE_MAX_BYTES:
-                index = self._claim()
-            if index < 0:
-                self._queue_all(batches[at:])
-                return
-            instance = self.instances[index]
-            assert instance is not None
-            self._busy[index] = True
-            try:
-                self._execute(instance, batch, _call_now)
-            except Exception as exc:
-                self._fail_batch(batch, exc)
-            finally:
-                self._busy[index] = False
-                self._locks[index].release()
-
-    def _dispatch(self) -> None:
-        """Start the waiting requests' batches on idle instances (asynchronous instances); when
-        none is idle and none is running, hand them to the queue and the threads. (At the end
-        of the loop's round, so that requests arriving together are batched together; at once
-        for the direct queue.)"""
-        self._dispatching = False
-        waiting = self._waiting
-        if self._stopping.is_set():  # stop() has failed the queued ones: these too
-            self._fail_stopped(list(waiting))
-            waiting.clear()
-            return
-        while waiting:
-            index = self._claim()
-            if index < 0:
-                break
-            first = [waiting[at] for at in range(min(len(waiting), self._window))]
-            try:
-                batch = self.batcher.split(first)[0]
-            except Exception:  # a bug: the instance threads take them as always
-                log.exception("forming a batch of %s failed", self.config.name)
-                self._locks[index].release()
-                break
-            for _ in batch:
-                waiting.popleft()
-            self._start_async(index, batch)
-        if waiting and not self._async_running:  # nothing will come back for them
-            left = list(waiting)
-            waiting.clear()
-            self._queue_all([left])
-
-    def _start_async(self, index: int, batch: list[Pending]) -> None:
-        """Start ``batch`` on instance ``index`` (claimed) through ``execute_async``."""
-        if any(p.request.cancelled for p in batch):  # cancelled while waiting
-            batch = self._drop_cancelled(batch)
-            if not batch:
-                self._locks[index].release()
-                return
-        instance = self.instances[index]
-        assert instance is not None
-        self._busy[index] = True
-        self._running[index] = batch
-        self._async_running += 1
-        start = time.perf_counter_ns()
-        try:
-            future = instance.execute_async([p.request for p in batch])
-        except BaseException as exc:
-            self._async_done(index, batch, start, None, TritonXError.wrap(exc))
-            return
-        future.add_done_callback(functools.partial(self._collect, index, batch, start))
-
-    def _collect(
-        self,
-        index: int,
-        batch: list[Pending],
-        start: int,
-        future: asyncio.Future[Sequence[InferenceResponse] | None],
-    ) -> None:
-        if future.cancelled():
-            self._async_done(index, batch, start, None, cancelled_error())
-            return
-        exc = future.exception()
-        if exc is not None:
-            self._async_done(index, batch, start, None, TritonXError.wrap(exc))
-        else:
-            self._async_done(index, batch, start, future.result(), None)
-
-    def _async_done(
-        self,
-        index: int,
-        batch: list[Pending],
-        start: int,
-        responses: Sequence[InferenceResponse] | None,
-        error: TritonXError | None,
-    ) -> None:
-        """An asynchronous batch is over: free its instance, start the next batch (so the
-        instance works while the loop answers this one), answer it."""
-        end = time.perf_counter_ns()
-        self._busy[index] = False
-        self._running[index] = None
-        self._async_running -= 1
-        self._locks[index].release()
-        if self._waiting and not self._dispatching:
-            self._dispatch()
-        try:
-            self._complete(batch, responses, error, (start, start, end, end), _call_now)
-        except Exception as exc:
-            self._fail_batch(batch, exc)
 
     def _claim(self) -> int:
         """The index of an idle, ready instance, its lock taken; -1 when none is."""
@@ -710,13 +499,11 @@ class InstanceScheduler:
     ) -> None:
         """Run ``batch`` on ``instance``; ``post(callback, *args)`` runs a callback on the
         loop (``call_soon_threadsafe`` from an instance thread, at once when inline)."""
-        requests = [p.request for p in batch]
-        if any(r.cancelled for r in requests):  # cancelled since it was queued
-            batch = self._drop_cancelled(batch)
+        if self.drops_cancelled and any(p.request.cancelled for p in batch):
+            batch = self._drop_cancelled(batch)  # (cancelled since it was queued)
             if not batch:
                 return
-            requests = [p.request for p in batch]
-        responses, error, times = run_execute(instance, requests)
+        responses, error, times = run_execute(instance, [p.request for p in batch])
         self._complete(batch, responses, error, times, post)
 
     def _complete(
@@ -727,28 +514,36 @@ class InstanceScheduler:
         times: Times,
         post: Callable[..., object],
     ) -> None:
-        """Hand an execution's responses (or its error) back through ``post``."""
-        requests = [p.request for p in batch]
+        """Hand an execution's responses (or its error) back through ``post``: the one
+        completion path of every batch, whichever mode ran it. Rows without a client
+        (``deliver`` None: the sequence batcher's fillers) ran but are not answered."""
+        executed = self._executed
         if self.decoupled:
             if error is not None:
-                for request in requests:
-                    sender = request.response_sender
-                    if sender is not None and not sender.is_closed:
+                for pending in batch:
+                    sender = pending.request.response_sender
+                    if pending.deliver is not None and sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
+            if executed is not None:
+                executed(batch, None)
             post(self._record, batch, times)
             return
-        if error is None and (responses is None or len(responses) != len(requests)):
+        if error is None and (responses is None or len(responses) != len(batch)):
             got = "None" if responses is None else str(len(responses))
             error = TritonXError(
-                f"model '{self.config.name}' returned {got} responses for {len(requests)} requests",
+                f"model '{self.config.name}' returned {got} responses for {len(batch)} requests",
                 Code.INTERNAL,
             )
         if error is not None:
-            responses = [InferenceResponse.failed(error) for _ in requests]
+            responses = [InferenceResponse.failed(error) for _ in batch]
         assert responses is not None
+        if executed is not None:
+            executed(batch, responses)
         name, version = self.config.name, self.version
-        for request, response in zip(requests, responses, strict=True):
-            self._finish(response, name, version, request.id, request.requested_outputs)
+        for pending, response in zip(batch, responses, strict=True):
+            if pending.deliver is not None:
+                request = pending.request
+                self._finish(response, name, version, request.id, request.requested_outputs)
         post(self._resolve, batch, responses, times)
 
     def _fail_batch(self, batch: list[Pending], exc: Exception) -> None:
@@ -794,30 +589,33 @@ class InstanceScheduler:
         times: Times,
         responses: Sequence[InferenceResponse] | None = None,
     ) -> None:
-        """Statistics of one execution: the batch counts whatever its responses; a request's
-        queue and compute times only when it succeeded (Triton's failure statistics have
-        neither). ``responses``: None for a decoupled model (its requests count alike)."""
+        """Statistics of one execution, as Triton counts them: the execution's batch size is
+        every row it ran (each request's batch size, fillers included: a backend's
+        ``total_batch_size``); only requests with a client count as inferences (fillers are
+        Triton's null requests, which collect no statistics); a request's queue and compute
+        times count only when it succeeded (Triton's failure statistics have neither).
+        ``responses``: None for a decoupled model (its requests count alike)."""
         stats = self.stats
-        size = 0
         start, input_end, output_start, end = times
-        compute_input = input_end - start
-        compute_infer = output_start - input_end
-        compute_output = end - output_start
-        for at, p in enumerate(batch):
-            size += max(p.request.batch_size, 1)
+        phases = (input_end - start, output_start - input_end, end - output_start)
+        size = 0
+        fillers = 0
+        for at, pending in enumerate(batch):
+            request = pending.request
+            rows = max(request.batch_size, 1)
+            size += rows
+            if pending.deliver is None:
+                fillers += rows
+                continue
             if responses is None or responses[at].error is None:
-                record_request(stats, p, start, (compute_input, compute_infer, compute_output))
-            if p.request.trace is not None:
-                trace_compute(p.request, times)
-        stats.record_execution(size, compute_input, compute_infer, compute_output)
+                record_request(stats, pending, start, phases)
+            if request.trace is not None:
+                trace_compute(request, times)
+        stats.record_execution(size, *phases)
+        if fillers:
+            stats.inference_count -= fillers
         stats.last_inference_ms = int(time.time() * 1000)
-        if self._inline:
-            took = end - start
-            count = self._exec_count
-            self._exec_ns = (
-                took if not count else self._exec_ns + (took - self._exec_ns) * INLINE_WEIGHT
-            )
-            self._exec_count = count + 1
+        self.execution.executed(end - start)
 
     def _resolve(
         self,
@@ -827,7 +625,8 @@ class InstanceScheduler:
     ) -> None:
         self._record(batch, times, responses)
         for pending, response in zip(batch, responses, strict=True):
-            self._resolve_one(pending, response)
+            if pending.deliver is not None:
+                self._resolve_one(pending, response)
 
     def _resolve_one(self, pending: Pending, response: InferenceResponse) -> None:
         elapsed = time.perf_counter_ns() - pending.enqueue_ns
@@ -859,14 +658,6 @@ def record_request(
     sink = pending.request.compute_sink
     if sink is not None:
         sink(*phases)
-
-
-def _call_now(callback: Callable[..., object], *args: Any) -> None:
-    callback(*args)
-
-
-def _input_bytes(batch: list[Pending]) -> int:
-    return sum(array.nbytes for p in batch for array in p.request.inputs.values())
 
 
 def _deliver(pending: Pending, response: InferenceResponse) -> None:

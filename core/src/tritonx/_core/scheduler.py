@@ -3,7 +3,7 @@ factory that picks the implementation from the model's config.
 
 * no scheduling block: Triton's default scheduler (each free instance takes one request);
 * ``dynamic_batching``: the dynamic batcher;
-* ``sequence_batching``: the sequence batcher (``_core/sequence_batcher.py``);
+* ``sequence_batching``: the sequence batcher (``_core/sequence_scheduler.py``);
 * ``platform: "ensemble"``: the ensemble scheduler (``_core/ensemble.py``), which calls the
   composing models through the ``ServerHandle``.
 
@@ -21,7 +21,7 @@ from tritonx._core.batcher import DirectQueue, DynamicBatcher
 from tritonx._core.ensemble import EnsembleScheduler, is_ensemble
 from tritonx._core.instances import InstanceScheduler
 from tritonx._core.rate_limiter import RateLimiter
-from tritonx._core.sequence_batcher import SequenceScheduler
+from tritonx._core.sequence_scheduler import SequenceScheduler, sequence_batcher
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
@@ -106,7 +106,16 @@ def make_scheduler(
     if backend is None:
         raise TritonXError(f"model '{config.name}' has no backend", Code.INTERNAL)
     if config.raw.HasField("sequence_batching"):
-        return SequenceScheduler(config, version, backend, contexts, passive, rate_limiter, latency)
+        return SequenceScheduler(
+            config,
+            version,
+            backend,
+            contexts,
+            sequence_batcher(config, contexts, passive),
+            passive,
+            rate_limiter,
+            latency,
+        )
     if config.raw.HasField("dynamic_batching"):
         return InstanceScheduler(
             config,

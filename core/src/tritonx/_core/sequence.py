@@ -13,6 +13,7 @@ are shared, read-only arrays: the batcher adds the same objects to every request
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,66 +63,66 @@ def _check_names(sb: Any, model: str) -> None:
         seen.add(control_input.name)
 
 
-def boolean_control(sb: Any, model: str, kind: int) -> tuple[str, DataType, Any, Any] | None:
-    """The (tensor name, datatype, false value, true value) of a START/END/READY control,
-    None when the config has none; raises INVALID_ARG with Triton's messages."""
+def _controls(sb: Any, model: str, kind: int) -> Iterator[tuple[str, Any]]:
+    """The (tensor name, control) pairs of ``kind``, in config order: one at most, as
+    INVALID_ARG (Triton's message) for a second says once the first was checked."""
     _check_names(sb, model)
-    found: tuple[str, DataType, Any, Any] | None = None
-    name = _kind(kind)
+    seen = False
     for control_input in sb.control_input:
         for c in control_input.control:
             if c.kind != kind:
                 continue
-            if found is not None:
+            if seen:
                 raise invalid_arg(
-                    f"sequence batching specifies multiple {name} tensors for {model}"
+                    f"sequence batching specifies multiple {_kind(kind)} tensors for {model}"
                 )
-            lists = [
-                (len(c.int32_false_true), "int32_false_true", DataType.INT32),
-                (len(c.fp32_false_true), "fp32_false_true", DataType.FP32),
-                (len(c.bool_false_true), "bool_false_true", DataType.BOOL),
-            ]
-            given = [item for item in lists if item[0]]
-            if not given:
-                raise invalid_arg(
-                    "sequence batching must specify either 'int32_false_true', "
-                    f"'fp32_false_true' or 'bool_false_true' for {name} for {model}"
-                )
-            if len(given) > 1:
-                raise invalid_arg(
-                    "sequence batching specifies more than one from 'int32_false_true', "
-                    f"'fp32_false_true' and 'bool_false_true' for {name} for {model}"
-                )
-            count, field_name, datatype = given[0]
-            if count != 2:
-                raise invalid_arg(
-                    f"sequence batching control '{field_name}' must have exactly 2 entries for "
-                    f"{name} for {model}"
-                )
-            values = getattr(c, field_name)
-            found = (control_input.name, datatype, values[0], values[1])
+            seen = True
+            yield control_input.name, c
+
+
+def boolean_control(sb: Any, model: str, kind: int) -> tuple[str, DataType, Any, Any] | None:
+    """The (tensor name, datatype, false value, true value) of a START/END/READY control,
+    None when the config has none; raises INVALID_ARG with Triton's messages."""
+    found: tuple[str, DataType, Any, Any] | None = None
+    name = _kind(kind)
+    for tensor, c in _controls(sb, model, kind):
+        lists = [
+            (len(c.int32_false_true), "int32_false_true", DataType.INT32),
+            (len(c.fp32_false_true), "fp32_false_true", DataType.FP32),
+            (len(c.bool_false_true), "bool_false_true", DataType.BOOL),
+        ]
+        given = [item for item in lists if item[0]]
+        if not given:
+            raise invalid_arg(
+                "sequence batching must specify either 'int32_false_true', "
+                f"'fp32_false_true' or 'bool_false_true' for {name} for {model}"
+            )
+        if len(given) > 1:
+            raise invalid_arg(
+                "sequence batching specifies more than one from 'int32_false_true', "
+                f"'fp32_false_true' and 'bool_false_true' for {name} for {model}"
+            )
+        count, field_name, datatype = given[0]
+        if count != 2:
+            raise invalid_arg(
+                f"sequence batching control '{field_name}' must have exactly 2 entries for "
+                f"{name} for {model}"
+            )
+        values = getattr(c, field_name)
+        found = (tensor, datatype, values[0], values[1])
     return found
 
 
 def typed_control(sb: Any, model: str, kind: int) -> tuple[str, str] | None:
     """The (tensor name, config datatype name) of the CORRID control, None when absent."""
-    _check_names(sb, model)
     found: tuple[str, str] | None = None
-    name = _kind(kind)
-    for control_input in sb.control_input:
-        for c in control_input.control:
-            if c.kind != kind:
-                continue
-            if found is not None:
-                raise invalid_arg(
-                    f"sequence batching specifies multiple {name} tensors for {model}"
-                )
-            found = (control_input.name, model_config_pb2.DataType.Name(c.data_type))
-            if len(c.int32_false_true) or len(c.fp32_false_true) or len(c.bool_false_true):
-                raise invalid_arg(
-                    "sequence batching must not specify either 'int32_false_true', "
-                    f"'fp32_false_true' or 'bool_false_true' for {name} for {model}"
-                )
+    for tensor, c in _controls(sb, model, kind):
+        found = (tensor, model_config_pb2.DataType.Name(c.data_type))
+        if len(c.int32_false_true) or len(c.fp32_false_true) or len(c.bool_false_true):
+            raise invalid_arg(
+                "sequence batching must not specify either 'int32_false_true', "
+                f"'fp32_false_true' or 'bool_false_true' for {_kind(kind)} for {model}"
+            )
     return found
 
 

@@ -15,7 +15,9 @@ state outputs a model returns for the sequence's next request.
   fraction of slots is ready or the oldest request waited that long.
 * **oldest**: each instance has ``max_candidate_sequences`` slots and a dynamic batcher over
   the next request of each (one request per sequence in flight, so a batch never holds two
-  requests of one sequence), with the strategy's preferred sizes, delay and ordering.
+  requests of one sequence), with the strategy's preferred sizes, delay and ordering
+  (:class:`~tritonx._core.sequence_scheduler.OldestSequenceBatcher`, beside the
+  :class:`~tritonx._core.sequence_scheduler.SequenceScheduler` that runs both).
 
 Idle sequences are released by a reaper thread (later requests without START then fail with
 Triton's START message); cancelling a queued request (client cancel or disconnect) ends its
@@ -24,37 +26,21 @@ sequence: its queued requests fail CANCELLED and the slot is released.
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import logging
 import os
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 
-from tritonx._core.batcher import DynamicBatcher, Pending, cancelled_error
-from tritonx._core.instances import (
-    BACKEND,
-    CANCELED,
-    REJECTED,
-    InstanceScheduler,
-    Times,
-    record_request,
-    run_execute,
-    trace_compute,
-)
-from tritonx._core.rate_limiter import RateLimiter
-from tritonx._core.sequence import SequenceSettings, sequence_settings
-from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx._core.batcher import CANCELED, REJECTED, Pending, cancelled_error
+from tritonx._core.sequence import SequenceSettings
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError, invalid_arg
-from tritonx.proto import model_config_pb2
-from tritonx.stats import LatencyStats
 from tritonx.types import (
     SEQUENCE_END,
     SEQUENCE_START,
@@ -67,7 +53,7 @@ log = logging.getLogger("tritonx.scheduler.sequence")
 
 #: Queued after a sequence's requests to release its slot once they ran (idle timeout,
 #: cancellation): Triton's "null request".
-_RELEASE: Any = object()
+RELEASE: Any = object()
 
 #: How often an idle sequence still waiting in the backlog is looked at again (Triton's).
 BACKLOG_IDLE_RECHECK_NS = 50_000_000
@@ -83,14 +69,14 @@ class _Sequence:
     def __init__(self, corrid: int | str, corrid_array: np.ndarray | None) -> None:
         self.corrid = corrid
         self.corrid_array = corrid_array
-        self.slot: _Slot | None = None
+        self.slot: Slot | None = None
         #: a release marker is queued after its requests (idle timeout, cancellation)
         self.ending = False
         #: implicit state by state input name (None until the first request runs)
         self.state: dict[str, np.ndarray] | None = None
 
 
-class _Slot:
+class Slot:
     """One batch slot of one instance and the queue of the sequence that holds it."""
 
     __slots__ = ("in_flight", "index", "instance", "queue", "sequence")
@@ -141,8 +127,6 @@ class SequenceBatcher:
         self._reject = reject
         self._idle_ns = int(sb.max_sequence_idle_microseconds) * 1000
         self._max_batch = max(1, config.max_batch_size)
-        self._delay_ns = int(sb.direct.max_queue_delay_microseconds) * 1000
-        self._utilization = float(sb.direct.minimum_slot_utilization)
         # direct batches must not mix shapes of inputs with variable dimensions (Triton's
         # enforce_equal_shape_tensors): rows of other shapes wait for a later batch
         self._check_shapes = any(
@@ -152,8 +136,8 @@ class SequenceBatcher:
         self._cvs = [threading.Condition(self._lock) for _ in active]
         self._reaper_cv = threading.Condition(self._lock)
         count = self._slot_count(config)
-        self._slots: list[list[_Slot]] = [
-            [_Slot(i, s) for s in range(count)] if on else [] for i, on in enumerate(active)
+        self._slots: list[list[Slot]] = [
+            [Slot(i, s) for s in range(count)] if on else [] for i, on in enumerate(active)
         ]
         # free slots, lowest slot number first so every instance's batches stay small
         self._free: list[tuple[int, int]] = [
@@ -171,10 +155,7 @@ class SequenceBatcher:
         self._stopped = False
         #: filler inputs by the shapes of the requests they stand beside
         self._fillers: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
-        # Triton's test knobs: hold batches until this many requests are queued in slots
-        # (and this many in the backlog)
-        self._hold = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
-        self._backlog_hold = int(os.environ.get("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "0") or 0)
+        self._strategy(config, active, reject)
         self._reaper = threading.Thread(
             target=self._reap_loop, name=f"tritonx-{self.model}-sequence-reaper", daemon=True
         )
@@ -182,6 +163,17 @@ class SequenceBatcher:
 
     def _slot_count(self, config: ModelConfig) -> int:
         return self._max_batch
+
+    def _strategy(self, config: ModelConfig, active: Sequence[bool], reject: Reject) -> None:
+        """The strategy's own settings, before the reaper starts (direct: the slot
+        utilization a batch waits for, and Triton's test knobs)."""
+        direct = config.raw.sequence_batching.direct
+        self._delay_ns = int(direct.max_queue_delay_microseconds) * 1000
+        self._utilization = float(direct.minimum_slot_utilization)
+        # Triton's test knobs: hold batches until this many requests are queued in slots
+        # (and this many in the backlog)
+        self._hold = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
+        self._backlog_hold = int(os.environ.get("TRITONSERVER_BACKLOG_DELAY_SCHEDULER", "0") or 0)
 
     @property
     def pending_count(self) -> int:
@@ -284,7 +276,7 @@ class SequenceBatcher:
         if self._hold:
             self._notify_all()
 
-    def _enqueue(self, slot: _Slot, pending: Pending) -> None:
+    def _enqueue(self, slot: Slot, pending: Pending) -> None:
         slot.queue.append(pending)
         self._queued += 1
         if self._hold:
@@ -320,7 +312,7 @@ class SequenceBatcher:
                     queue = slot.queue
                     while queue:
                         head = queue[0]
-                        if head is _RELEASE:
+                        if head is RELEASE:
                             queue.popleft()
                             self._release(slot)
                         elif head.request.cancelled and (
@@ -351,7 +343,7 @@ class SequenceBatcher:
     def _signature(self, pending: Pending) -> tuple[Any, ...]:
         return tuple((n, a.shape) for n, a in pending.request.inputs.items())
 
-    def _form(self, slots: list[_Slot], top: int, representative: Pending) -> list[Pending]:
+    def _form(self, slots: list[Slot], top: int, representative: Pending) -> list[Pending]:
         """Take one request per slot 0..top (fillers where a slot has none)."""
         check = self._check_shapes
         signature = self._signature(representative) if check else None
@@ -445,7 +437,7 @@ class SequenceBatcher:
 
     # ------------------------------------------------------------------ slots (lock held)
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         """Give the slot to the oldest backlogged sequence, or mark it free (Triton's
         ``ReleaseSequenceSlot``)."""
         if slot.queue:
@@ -483,10 +475,10 @@ class SequenceBatcher:
         if slot is None or slot.sequence is not sequence or sequence.ending:
             return
         sequence.ending = True
-        slot.queue.append(_RELEASE)
+        slot.queue.append(RELEASE)
         self._wake(slot)
 
-    def _wake(self, slot: _Slot) -> None:
+    def _wake(self, slot: Slot) -> None:
         self._cvs[slot.instance].notify()
 
     def cancel(self, request: InferenceRequest) -> None:
@@ -542,7 +534,7 @@ class SequenceBatcher:
             keep: deque[Any] = deque()
             while queue:
                 item = queue.popleft()
-                if item is not _RELEASE and (cancelled or item.request is request):
+                if item is not RELEASE and (cancelled or item.request is request):
                     cancelled.append(item)
                 else:
                     keep.append(item)
@@ -623,7 +615,7 @@ class SequenceBatcher:
             self._stopped = True
             for slots in self._slots:
                 for slot in slots:
-                    left.extend(p for p in slot.queue if p is not _RELEASE)
+                    left.extend(p for p in slot.queue if p is not RELEASE)
                     slot.queue.clear()
             for backlog in self._backlog:
                 left.extend(backlog.queue)
@@ -636,224 +628,8 @@ class SequenceBatcher:
         return left
 
 
-class OldestSequenceBatcher(SequenceBatcher):
-    """The oldest strategy: ``max_candidate_sequences`` slots per instance, whose next
-    requests an instance's own dynamic batcher batches together."""
-
-    def __init__(
-        self,
-        config: ModelConfig,
-        settings: SequenceSettings,
-        active: Sequence[bool],
-        reject: Reject,
-    ) -> None:
-        oldest = config.raw.sequence_batching.oldest
-        dynamic = model_config_pb2.ModelDynamicBatching(
-            preferred_batch_size=list(oldest.preferred_batch_size),
-            max_queue_delay_microseconds=oldest.max_queue_delay_microseconds,
-            preserve_ordering=oldest.preserve_ordering,
-        )
-        self._batchers = [
-            DynamicBatcher(config, reject, dynamic, drop_cancelled=False) if on else None
-            for on in active
-        ]
-        super().__init__(config, settings, active, reject)
-        self._hold = self._backlog_hold = 0  # the dynamic batchers hold, as Triton's
-
-    def _slot_count(self, config: ModelConfig) -> int:
-        candidates = int(config.raw.sequence_batching.oldest.max_candidate_sequences)
-        return candidates if candidates > 0 else max(1, config.max_batch_size)
-
-    @property
-    def pending_count(self) -> int:
-        return (
-            self._queued
-            + self._backlogged
-            + sum(b.pending_count for b in self._batchers if b is not None)
-        )
-
-    def _enqueue(self, slot: _Slot, pending: Pending) -> None:
-        slot.queue.append(pending)
-        self._queued += 1
-        if not slot.in_flight:
-            self._issue(slot)
-
-    def _wake(self, slot: _Slot) -> None:
-        if not slot.in_flight:
-            self._issue(slot)
-
-    def _issue(self, slot: _Slot) -> None:
-        """Send the slot's next request to its instance's dynamic batcher, unless one is in
-        flight (Triton's ``CompleteAndNext``)."""
-        batcher = self._batchers[slot.instance]
-        assert batcher is not None
-        while slot.queue and not slot.in_flight and not self._stopped:
-            pending = slot.queue[0]
-            if pending is not _RELEASE and pending.request.cancelled:
-                # Triton: a cancelled request cancels its sequence (the slot is released)
-                dropped = self._cancel_locked(pending.request)
-                if dropped:
-                    self._reject_cancelled(dropped)
-                    continue
-            slot.queue.popleft()
-            if pending is _RELEASE:
-                self._release(slot)
-                continue
-            self._queued -= 1
-            self._inject(pending)
-            slot.in_flight = True
-            if pending.request.flags & SEQUENCE_END:
-                self._release(slot)
-            batcher.put(pending)
-
-    def get(self, instance: int) -> list[Pending] | None:
-        batcher = self._batchers[instance]
-        assert batcher is not None
-        return batcher.get(instance)
-
-    def completed(
-        self, batch: Sequence[Pending], responses: Sequence[InferenceResponse] | None
-    ) -> None:
-        super().completed(batch, responses)
-        with self._lock:
-            for pending in batch:
-                slot = pending.sequence.slot
-                slot.in_flight = False
-                self._issue(slot)
-
-    def stop(self, workers: int) -> list[Pending]:
-        left = super().stop(workers)
-        for batcher in self._batchers:
-            if batcher is not None:
-                left.extend(batcher.stop(1))
-        return left
-
-
 def _holds(queue: deque[Any], request: InferenceRequest) -> bool:
-    return any(item is not _RELEASE and item.request is request for item in queue)
+    return any(item is not RELEASE and item.request is request for item in queue)
 
 
-class SequenceScheduler(InstanceScheduler):
-    """The instance threads of a model with ``sequence_batching``, fed by a
-    :class:`SequenceBatcher` (direct) or :class:`OldestSequenceBatcher` (oldest)."""
-
-    def __init__(
-        self,
-        config: ModelConfig,
-        version: int,
-        backend: Backend,
-        contexts: Sequence[LoadContext],
-        passive: Sequence[bool] | None = None,
-        rate_limiter: RateLimiter | None = None,
-        latency: LatencyStats | None = None,
-    ) -> None:
-        raw = config.raw
-        model_dir = contexts[0].model_dir if contexts else None
-        settings = sequence_settings(raw, model_dir)
-        active = [not p for p in (passive or [False] * len(contexts))]
-        oldest = raw.sequence_batching.HasField("oldest")
-        kind = OldestSequenceBatcher if oldest else SequenceBatcher
-        sequences: list[SequenceBatcher] = []
-
-        def make(reject: Reject) -> SequenceBatcher:
-            sequences.append(kind(config, settings, active, reject))
-            return sequences[0]
-
-        super().__init__(config, version, backend, contexts, make, passive, rate_limiter, latency)
-        self.sequences = sequences[0]
-        self.preserve_ordering = oldest and bool(raw.sequence_batching.oldest.preserve_ordering)
-
-    # ------------------------------------------------------------------ requests
-
-    def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:
-        future = super().submit(request)
-        future.add_done_callback(partial(self._on_done, request))
-        return future
-
-    def _on_done(self, request: InferenceRequest, future: asyncio.Future[Any]) -> None:
-        if future.cancelled():
-            self.sequences.cancel(request)
-
-    async def stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        try:
-            async for response in super().stream(request):
-                yield response
-        except asyncio.CancelledError:
-            self.sequences.cancel(request)
-            raise
-
-    # ------------------------------------------------------------------ execution
-
-    def _execute(
-        self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
-    ) -> None:
-        requests = [p.request for p in batch]
-        responses, error, times = run_execute(instance, requests)
-        if self.decoupled:
-            if error is not None:
-                for pending in batch:
-                    sender = pending.request.response_sender
-                    if pending.deliver is not None and sender is not None and not sender.is_closed:
-                        sender.send(InferenceResponse.failed(error), final=True)
-            self.sequences.completed(batch, None)
-            post(self._record, batch, times)
-            return
-        if error is None and (responses is None or len(responses) != len(requests)):
-            got = "None" if responses is None else str(len(responses))
-            error = TritonXError(
-                f"model '{self.config.name}' returned {got} responses for {len(requests)} requests",
-                Code.INTERNAL,
-            )
-        if error is not None:
-            responses = [InferenceResponse.failed(error) for _ in requests]
-        assert responses is not None
-        self.sequences.completed(batch, responses)
-        name, version = self.config.name, self.version
-        for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None:
-                request = pending.request
-                self._finish(response, name, version, request.id, request.requested_outputs)
-        post(self._resolve, batch, responses, times)
-
-    def _record(
-        self,
-        batch: list[Pending],
-        times: Times,
-        responses: Sequence[InferenceResponse] | None = None,
-    ) -> None:
-        """Statistics of one execution: every row counts in the batch size it ran with,
-        only real requests (not fillers) in ``inference_count``, and per-request times only
-        for real requests that succeeded."""
-        stats = self.stats
-        start, input_end, output_start, end = times
-        phases = (input_end - start, output_start - input_end, end - output_start)
-        real = 0
-        for at, pending in enumerate(batch):
-            if pending.deliver is not None:
-                real += 1
-                if responses is None or responses[at].error is None:
-                    record_request(stats, pending, start, phases)
-                if pending.request.trace is not None:
-                    trace_compute(pending.request, times)
-        stats.record_execution(len(batch), *phases)
-        stats.inference_count -= len(batch) - real
-        stats.last_inference_ms = int(time.time() * 1000)
-
-    def _resolve(
-        self,
-        batch: list[Pending],
-        responses: Sequence[InferenceResponse],
-        times: Times,
-    ) -> None:
-        self._record(batch, times, responses)
-        for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None:
-                self._resolve_one(pending, response)
-
-
-__all__ = [
-    "BACKEND",
-    "OldestSequenceBatcher",
-    "SequenceBatcher",
-    "SequenceScheduler",
-]
+__all__ = ["RELEASE", "SequenceBatcher", "Slot"]
