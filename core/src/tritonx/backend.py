@@ -274,3 +274,15 @@ class Backend(abc.ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Called once when the server shuts down, after every instance is unloaded."""
+
+
+__all__ = [
+    "GLOBAL_CONFIG_KEYS",
+    "AutoCompleteContext",
+    "Backend",
+    "ComputeTimer",
+    "InstanceSpec",
+    "LoadContext",
+    "ModelInstance",
+    "compute_timer",
+]

@@ -36,3 +36,9 @@ def split_outputs(
         responses.append(InferenceResponse(outputs={n: a[start:end] for n, a in outputs.items()}))
         start = end
     return responses
+
+
+__all__ = [
+    "concat_inputs",
+    "split_outputs",
+]

@@ -21,6 +21,7 @@ class ResponseCache(abc.ABC):
 
     :cvar name: the name used in ``--cache-config`` (Triton's built-in one is ``local``).
     Methods are async because they run on the event loop (a remote cache awaits the network).
+    A complete example: ``docs/examples/cache_lru`` (an LRU cache bounded by entry count).
     """
 
     name: ClassVar[str]
@@ -51,3 +52,9 @@ class ResponseCache(abc.ABC):
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections; called at shutdown."""
+
+
+__all__ = [
+    "SCOPE_BYTES",
+    "ResponseCache",
+]

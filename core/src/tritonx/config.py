@@ -8,6 +8,8 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import json_format
+
 from tritonx.datatypes import DataType
 from tritonx.proto import model_config_pb2
 from tritonx.types import TensorSpec
@@ -224,10 +226,7 @@ class ModelConfig:
 
     @cached_property
     def input_map(self) -> dict[str, IOConfig]:
-        out: dict[str, IOConfig] = {}
-        for t in self.inputs:  # Triton keeps the first of duplicate names
-            out.setdefault(t.name, t)
-        return out
+        return _by_name(self.inputs)
 
     @cached_property
     def required_inputs(self) -> tuple[str, ...]:
@@ -236,10 +235,7 @@ class ModelConfig:
 
     @cached_property
     def output_map(self) -> dict[str, IOConfig]:
-        out: dict[str, IOConfig] = {}
-        for t in self.outputs:
-            out.setdefault(t.name, t)
-        return out
+        return _by_name(self.outputs)
 
     @cached_property
     def parameters(self) -> dict[str, str]:
@@ -255,13 +251,19 @@ class ModelConfig:
         )
 
     def to_json_dict(self) -> dict[str, Any]:
-        """The config as Triton's ``/config`` endpoint prints it (see ``_core.model_config``)."""
-        from tritonx._core.model_config import config_to_json_dict
-
+        """The config as Triton's ``/config`` endpoint prints it (:func:`config_to_json_dict`)."""
         return config_to_json_dict(self.raw)
 
     def __repr__(self) -> str:
         return f"ModelConfig(name={self.name!r}, backend={self.backend!r})"
+
+
+def _by_name(tensors: tuple[IOConfig, ...]) -> dict[str, IOConfig]:
+    """Tensors by name; Triton keeps the first of duplicate names."""
+    out: dict[str, IOConfig] = {}
+    for t in tensors:
+        out.setdefault(t.name, t)
+    return out
 
 
 def _io(t: Any, optional: bool = False) -> IOConfig:
@@ -275,6 +277,58 @@ def _io(t: Any, optional: bool = False) -> IOConfig:
         reshape=tuple(t.reshape.shape) if t.HasField("reshape") else None,
         label_filename=getattr(t, "label_filename", ""),
     )
+
+
+# The 64-bit fields Triton's ModelConfigToJson turns back into JSON numbers (exactly these).
+_INT64_PATHS: tuple[tuple[str, ...], ...] = (
+    ("input", "*", "dims"),
+    ("input", "*", "reshape", "shape"),
+    ("output", "*", "dims"),
+    ("output", "*", "reshape", "shape"),
+    ("version_policy", "specific", "versions"),
+    ("dynamic_batching", "max_queue_delay_microseconds"),
+    ("dynamic_batching", "priority_levels"),
+    ("dynamic_batching", "default_priority_level"),
+    ("dynamic_batching", "default_queue_policy", "default_timeout_microseconds"),
+    ("dynamic_batching", "priority_queue_policy", "*", "default_timeout_microseconds"),
+    ("sequence_batching", "max_sequence_idle_microseconds"),
+    ("sequence_batching", "oldest", "max_queue_delay_microseconds"),
+    ("sequence_batching", "direct", "max_queue_delay_microseconds"),
+    ("sequence_batching", "state", "*", "dims"),
+    ("ensemble_scheduling", "step", "*", "model_version"),
+    ("model_warmup", "*", "inputs", "*", "dims"),
+)
+
+
+def config_to_json_dict(config: model_config_pb2.ModelConfig) -> dict[str, Any]:
+    """The config as Triton's ``ModelConfigToJson`` prints it: proto field names, every
+    scalar and repeated field printed, enums as names, and Triton's list of 64-bit fields as
+    JSON numbers (protobuf's JSON mapping prints 64-bit integers as strings)."""
+    out = json_format.MessageToDict(
+        config,
+        preserving_proto_field_name=True,
+        always_print_fields_with_no_presence=True,
+    )
+    for path in _INT64_PATHS:
+        _to_numbers(out, path)
+    return out
+
+
+def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
+    key, rest = path[0], path[1:]
+    if key == "*":
+        children = node.values() if isinstance(node, dict) else node
+        for child in children:
+            _to_numbers(child, rest)
+        return
+    if not isinstance(node, dict) or key not in node:
+        return
+    if rest:
+        _to_numbers(node[key], rest)
+    elif isinstance(node[key], list):
+        node[key] = [int(v) for v in node[key]]
+    else:
+        node[key] = int(node[key])
 
 
 class EditableModelConfig:
@@ -366,8 +420,6 @@ class EditableModelConfig:
 
         :raises TritonXError: INVALID_ARG when ``config`` does not fit Triton's schema.
         """
-        from google.protobuf import json_format
-
         from tritonx.errors import invalid_arg
 
         replaced = model_config_pb2.ModelConfig()
@@ -387,3 +439,13 @@ def _config_type(datatype: str | DataType) -> int:
     else:
         name = datatype if datatype.startswith("TYPE_") else DataType(datatype).config_name
     return int(model_config_pb2.DataType.Value(name))
+
+
+__all__ = [
+    "EXAMPLE_REPOSITORY",
+    "EditableModelConfig",
+    "IOConfig",
+    "ModelConfig",
+    "ServerSettings",
+    "config_to_json_dict",
+]

@@ -152,3 +152,11 @@ def bytes_tensor_byte_size(array: np.ndarray) -> int:
         else:
             total += len(str(item).encode("utf-8"))
     return total + 4 * array.size
+
+
+__all__ = [
+    "DataType",
+    "bytes_tensor_byte_size",
+    "deserialize_bytes_tensor",
+    "serialize_bytes_tensor",
+]

@@ -85,3 +85,14 @@ class PluginError(TritonXError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, Code.INTERNAL)
+
+
+__all__ = [
+    "Code",
+    "PluginError",
+    "TritonXError",
+    "invalid_arg",
+    "not_found",
+    "unavailable",
+    "unsupported",
+]

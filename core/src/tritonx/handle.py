@@ -100,3 +100,8 @@ def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:
         trace = parent.trace
         if trace is not None:
             request.trace = trace.spawn_child()
+
+
+__all__ = [
+    "ServerHandle",
+]

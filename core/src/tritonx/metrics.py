@@ -16,6 +16,8 @@ class MetricSink:
     """Adds collectors to the server's registry and/or exports it periodically.
 
     :cvar name: the sink's name.
+
+    A complete example: ``docs/examples/metric_sink_textfile`` (metrics written to a file).
     """
 
     name: ClassVar[str]
@@ -30,3 +32,8 @@ class MetricSink:
 
     def export(self, registry: CollectorRegistry) -> None:
         """Push a snapshot of ``registry`` somewhere; called periodically from a thread."""
+
+
+__all__ = [
+    "MetricSink",
+]

@@ -37,3 +37,11 @@ def parse_int(key: str, value: str) -> int:
         return int(value.strip())
     except ValueError:
         raise invalid_arg(f"failed to convert '{key}' value '{value}' to an integer") from None
+
+
+__all__ = [
+    "FALSE_VALUES",
+    "TRUE_VALUES",
+    "parse_bool",
+    "parse_int",
+]

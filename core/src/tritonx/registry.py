@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from functools import lru_cache
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from tritonx.backend import GLOBAL_CONFIG_KEYS, Backend
 from tritonx.cache import ResponseCache
@@ -36,9 +36,11 @@ class Registry(Generic[T]):
     """Name → class registry; a second class under a taken name is a :class:`PluginError`."""
 
     kind: str = "item"
+    #: the class every registered class must subclass (subclasses set it; or pass ``base``)
+    base: ClassVar[type] = object
 
-    def __init__(self, base: type) -> None:
-        self._base = base
+    def __init__(self, base: type | None = None) -> None:
+        self._base = base if base is not None else self.base
         self._items: dict[str, type[T]] = {}
         #: name -> plugin name that registered it (set by the plugin manager while it calls hooks)
         self.owners: dict[str, str] = {}
@@ -83,29 +85,51 @@ class Registry(Generic[T]):
         return sorted(self._items.items())
 
 
+class _Aliases:
+    """Other keys a registered class serves (a backend's platforms, a repository's URL
+    schemes), each owned by one registered name.
+
+    :param what: the key's kind, for errors (``platform``).
+    :param owner_kind: what an owner is called in errors, with a trailing space, or ``""``.
+    """
+
+    def __init__(self, what: str, owner_kind: str = "") -> None:
+        self.what, self.owner_kind = what, owner_kind
+        self._owners: dict[str, str] = {}
+
+    def claim(self, keys: Iterable[str], name: str) -> None:
+        """Give ``keys`` to ``name``; a key another name owns is a :class:`PluginError`."""
+        for key in keys:
+            owner = self._owners.get(key)
+            if owner is not None and owner != name:
+                raise PluginError(
+                    f"duplicate {self.what} '{key}': served by {self.owner_kind}'{owner}' "
+                    f"and '{name}'"
+                )
+            self._owners[key] = name
+
+    def owner(self, key: str) -> str | None:
+        return self._owners.get(key)
+
+
 class BackendRegistry(Registry[Backend]):
     """Backends by ``backend:`` name, and by the ``platform:`` strings they also serve."""
 
     kind = "backend"
+    base = Backend
 
     def __init__(self) -> None:
-        super().__init__(Backend)
-        self._platforms: dict[str, str] = {}
+        super().__init__()
+        self._platforms = _Aliases("platform", "backend ")
 
     def add(self, cls: type[Backend]) -> type[Backend]:
         super().add(cls)
-        for platform in cls.platforms:
-            owner = self._platforms.get(platform)
-            if owner is not None and owner != cls.name:
-                raise PluginError(
-                    f"duplicate platform '{platform}': served by backend '{owner}' and '{cls.name}'"
-                )
-            self._platforms[platform] = cls.name
+        self._platforms.claim(cls.platforms, cls.name)
         return cls
 
     def backend_for_platform(self, platform: str) -> str | None:
         """The backend name serving ``platform``, if a registered backend declared it."""
-        return self._platforms.get(platform)
+        return self._platforms.owner(platform)
 
     def check_config(self, backend_config: Mapping[str, Mapping[str, str]]) -> None:
         """Refuse ``--backend-config=<name>,<key>=...`` keys that backend ``<name>`` does not
@@ -151,50 +175,50 @@ class BackendRegistry(Registry[Backend]):
 
 class RepoAgentRegistry(Registry[RepoAgent]):
     kind = "repository agent"
-
-    def __init__(self) -> None:
-        super().__init__(RepoAgent)
+    base = RepoAgent
 
 
 class CacheRegistry(Registry[ResponseCache]):
     kind = "cache"
-
-    def __init__(self) -> None:
-        super().__init__(ResponseCache)
+    base = ResponseCache
 
 
 class MetricSinkRegistry(Registry[MetricSink]):
     kind = "metric sink"
-
-    def __init__(self) -> None:
-        super().__init__(MetricSink)
+    base = MetricSink
 
 
 class RepositoryRegistry(Registry[Repository]):
     """Repository implementations by name, and by the URL schemes they serve."""
 
     kind = "repository"
+    base = Repository
 
     def __init__(self) -> None:
-        super().__init__(Repository)
-        self._schemes: dict[str, str] = {}
+        super().__init__()
+        self._schemes = _Aliases("repository scheme")
 
     def add(self, cls: type[Repository]) -> type[Repository]:
         super().add(cls)
-        for scheme in cls.schemes:
-            owner = self._schemes.get(scheme)
-            if owner is not None and owner != cls.name:
-                raise PluginError(
-                    f"duplicate repository scheme '{scheme}': served by '{owner}' and '{cls.name}'"
-                )
-            self._schemes[scheme] = cls.name
+        self._schemes.claim(cls.schemes, cls.name)
         return cls
 
     def for_url(self, url: str) -> type[Repository] | None:
         """The implementation serving ``url``'s scheme, if one is registered."""
-        name = self._schemes.get(url_scheme(url))
+        name = self._schemes.owner(url_scheme(url))
         return self.get(name) if name is not None else None
 
     def schemes_of(self, name: str) -> tuple[str, ...]:
         cls = self.get(name)
         return tuple(cls.schemes) if cls else ()
+
+
+__all__ = [
+    "BackendRegistry",
+    "CacheRegistry",
+    "MetricSinkRegistry",
+    "Registry",
+    "RepoAgentRegistry",
+    "RepositoryRegistry",
+    "distribution_of",
+]

@@ -41,6 +41,8 @@ class RepoAgent:
     """Base class of repository agents; override the actions you need.
 
     :cvar name: the agent name used in ``model_repository_agents``.
+
+    A complete example: ``docs/examples/repoagent_config`` (an agent that rewrites the config).
     """
 
     name: ClassVar[str]
@@ -63,3 +65,9 @@ class RepoAgent:
 
     def on_unload_complete(self, ctx: AgentContext) -> None:
         """After the model unloaded."""
+
+
+__all__ = [
+    "AgentContext",
+    "RepoAgent",
+]

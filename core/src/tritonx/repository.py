@@ -10,7 +10,8 @@ model into a local folder that backends read.
 from __future__ import annotations
 
 import abc
-from collections.abc import Hashable, Mapping
+import os
+from collections.abc import Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import ClassVar
 
@@ -20,6 +21,8 @@ class Repository(abc.ABC):
 
     :cvar name: the implementation's name (for ``tritonx plugins`` and errors).
     :cvar schemes: the URL schemes it serves (``""`` is a plain local path).
+
+    A complete example: ``docs/examples/repository_zip`` (models served from a zip archive).
     """
 
     name: ClassVar[str]
@@ -60,3 +63,20 @@ def url_scheme(url: str) -> str:
     if not sep or "/" in head or not head.replace("+", "").replace("-", "").isalnum():
         return ""
     return head.lower()
+
+
+def walk_files(folder: Path) -> Iterator[tuple[str, str, os.stat_result]]:
+    """(path relative to ``folder``, full path, ``os.stat`` result) of every entry below
+    ``folder`` that is not a folder, unsorted; entries that vanish while it walks are
+    skipped. For :meth:`Repository.stamp` implementations and load fingerprints."""
+    for dirpath, _dirs, filenames in os.walk(folder):
+        for filename in filenames:
+            path = os.path.join(dirpath, filename)
+            try:
+                st = os.stat(path)
+            except OSError:
+                continue
+            yield os.path.relpath(path, folder), path, st
+
+
+__all__ = ["Repository", "url_scheme", "walk_files"]

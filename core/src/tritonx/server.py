@@ -119,7 +119,7 @@ class Server:
         for sink in sinks:
             for collector in sink.collectors():
                 dataplane.metrics_registry.register(collector)
-        triton = TritonMetrics(self.settings, dataplane)
+        triton = TritonMetrics(self.settings, dataplane.loaded_versions)
         if sinks:
             self._exporter = SinkExporter(
                 sinks,

@@ -442,23 +442,18 @@ class TraceManager:
         self.config = config
         self._files: dict[str, TraceFile] = {}
         file = self._file(config.file)
-        self._default = TraceSetting(
-            config.level,
-            config.rate,
-            config.count,
-            config.log_frequency,
-            file,
-            config.mode,
-            config.options,
-        )
-        self._global = TraceSetting(
-            config.level,
-            config.rate,
-            config.count,
-            config.log_frequency,
-            file,
-            config.mode,
-            config.options,
+        # the start-up setting (what a cleared global setting returns to) and the global one
+        self._default, self._global = (
+            TraceSetting(
+                config.level,
+                config.rate,
+                config.count,
+                config.log_frequency,
+                file,
+                config.mode,
+                config.options,
+            )
+            for _ in range(2)
         )
         self._models: dict[str, TraceSetting] = {}
         self._fallback: set[str] = set()

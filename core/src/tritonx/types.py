@@ -207,3 +207,18 @@ class ServerMetadata:
     name: str
     version: str
     extensions: tuple[str, ...]
+
+
+__all__ = [
+    "SEQUENCE_END",
+    "SEQUENCE_START",
+    "InferenceRequest",
+    "InferenceResponse",
+    "ModelEvent",
+    "ModelMetadata",
+    "ModelState",
+    "RepositoryEntry",
+    "ResponseSender",
+    "ServerMetadata",
+    "TensorSpec",
+]

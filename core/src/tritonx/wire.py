@@ -33,3 +33,10 @@ def request_prefix(request_id: str) -> str:
 def dims_str(shape: Iterable[int]) -> str:
     """Triton's ``DimsListToString``: ``[-1,16]``."""
     return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+__all__ = [
+    "dims_str",
+    "parse_version",
+    "request_prefix",
+]

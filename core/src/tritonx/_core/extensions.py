@@ -13,6 +13,7 @@ from tritonx.cache import ResponseCache
 from tritonx.errors import PluginError
 from tritonx.metrics import MetricSink
 from tritonx.plugins import Registries
+from tritonx.registry import Registry, T
 
 log = logging.getLogger("tritonx.extensions")
 
@@ -32,31 +33,31 @@ def build_cache(
             "only one response cache can be used"
         )
     name = names[0]
-    cls = registries.caches.get(name)
-    if cls is None:
-        known = ", ".join(registries.caches) or "none installed"
-        raise PluginError(
-            f"unknown cache '{name}' in --cache-config (available: {known}); install a "
-            "tritonx plugin that provides it"
-        )
-    return cls(cache_config[name])
+    return _registered(registries.caches, name, "cache", "--cache-config")(cache_config[name])
 
 
 def build_metric_sinks(
     registries: Registries, sink_config: Mapping[str, Mapping[str, str]]
 ) -> list[MetricSink]:
     """The sinks ``--metric-sink <name>[,<key>=<value>]`` names, in name order."""
-    sinks: list[MetricSink] = []
-    for name in sorted(sink_config):
-        cls = registries.metric_sinks.get(name)
-        if cls is None:
-            known = ", ".join(registries.metric_sinks) or "none installed"
-            raise PluginError(
-                f"unknown metric sink '{name}' in --metric-sink (available: {known}); "
-                "install a tritonx plugin that provides it"
-            )
-        sinks.append(cls(sink_config[name]))
-    return sinks
+    return [
+        _registered(registries.metric_sinks, name, "metric sink", "--metric-sink")(
+            sink_config[name]
+        )
+        for name in sorted(sink_config)
+    ]
+
+
+def _registered(registry: Registry[T], name: str, what: str, flag: str) -> type[T]:
+    """The class registered as ``name``; PluginError naming what is installed otherwise."""
+    cls = registry.get(name)
+    if cls is None:
+        known = ", ".join(registry) or "none installed"
+        raise PluginError(
+            f"unknown {what} '{name}' in {flag} (available: {known}); install a tritonx "
+            "plugin that provides it"
+        )
+    return cls
 
 
 class SinkExporter:

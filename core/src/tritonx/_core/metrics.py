@@ -10,21 +10,20 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from tritonx.errors import invalid_arg
-from tritonx.stats import Histogram, LatencyStats, LatencyWindow, ModelStats
+from tritonx.stats import Histogram, LatencyStats, LatencyWindow, LoadedVersion, ModelStats
 
 if TYPE_CHECKING:
     from tritonx._core.watchdog import LoopWatchdog
     from tritonx.config import ModelConfig, ServerSettings
-    from tritonx.dataplane import DataPlane
 
 FAILURE_REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
@@ -36,11 +35,17 @@ DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
 )
 DEFAULT_BUCKETS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
 
+#: Per-model counts: name, help, the :class:`~tritonx.stats.ModelStats` attribute.
 _COUNTERS = (
-    ("nv_inference_count", "Number of inferences performed (does not include cached requests)"),
+    (
+        "nv_inference_count",
+        "Number of inferences performed (does not include cached requests)",
+        "inference_count",
+    ),
     (
         "nv_inference_exec_count",
         "Number of model executions performed (does not include cached requests)",
+        "execution_count",
     ),
 )
 _LATENCY_COUNTERS = (
@@ -263,180 +268,199 @@ def memory() -> tuple[int, int] | None:
     return total, total - available
 
 
-class TritonMetrics:
-    """Renders the ``nv_*`` families for every loaded model version."""
+class _Version(NamedTuple):
+    """One loaded version as the families read it."""
 
-    def __init__(self, settings: ServerSettings, dataplane: DataPlane) -> None:
+    labels: tuple[tuple[str, str], ...]
+    stats: ModelStats
+    pending: int
+    load_seconds: float
+    cached: bool
+
+
+class _Exposition:
+    """The text being rendered: families with at least one sample, in call order."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+
+    def family(self, name: str, help_text: str, kind: str, samples: Iterable[str]) -> None:
+        rows = list(samples)
+        if rows:
+            self.parts.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
+            self.parts.extend(rows)
+
+
+class TritonMetrics:
+    """Renders the ``nv_*`` families for every loaded model version.
+
+    :param loaded_versions: returns the versions with running instances at scrape time
+        (:meth:`tritonx.dataplane.DataPlane.loaded_versions`).
+    """
+
+    def __init__(
+        self, settings: ServerSettings, loaded_versions: Callable[[], Iterable[LoadedVersion]]
+    ) -> None:
         self.settings = settings
-        self.dataplane = dataplane
+        self.loaded_versions = loaded_versions
         self.options = MetricsOptions.from_config(settings.metrics_config)
         self.cpu = CpuSampler(settings.metrics_interval_ms) if settings.allow_cpu_metrics else None
 
-    def _versions(
-        self,
-    ) -> Iterator[tuple[str, tuple[tuple[str, str], ...], ModelStats, int, float, bool]]:
-        for v in self.dataplane.loaded_versions():
+    def _versions(self) -> list[_Version]:
+        out = []
+        for v in self.loaded_versions():
             labels = [("model", v.name), ("version", str(v.version))]
             labels += [(f"_{k}", val) for k, val in v.metric_tags]
-            yield (v.name, tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached)
+            out.append(_Version(tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached))
+        return out
 
     def render(self) -> str:
         """The Prometheus text exposition of Triton's metrics."""
-        out: list[str] = []
-        full = list(self._versions())
-        versions = [v[:5] for v in full]
-        cached = [(lb, s) for _, lb, s, _, _, on in full if on]
-
-        def family(name: str, help_text: str, kind: str, samples: Iterable[str]) -> None:
-            rows = list(samples)
-            if rows:
-                out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
-                out.extend(rows)
-
-        family(
-            "nv_inference_request_success",
-            "Number of successful inference requests, all batch sizes",
-            "counter",
-            (
-                f"nv_inference_request_success{_labels(lb)} {s.success.count}\n"
-                for _, lb, s, _, _ in versions
-            ),
-        )
-        family(
-            "nv_inference_request_failure",
-            "Number of failed inference requests, all batch sizes",
-            "counter",
-            (
-                f"nv_inference_request_failure{_labels((*lb, ('reason', r)))} {s.fail_reasons.get(r, 0)}\n"
-                for _, lb, s, _, _ in versions
-                for r in FAILURE_REASONS
-            ),
-        )
-        family(
-            _COUNTERS[0][0],
-            _COUNTERS[0][1],
-            "counter",
-            (
-                f"nv_inference_count{_labels(lb)} {s.inference_count}\n"
-                for _, lb, s, _, _ in versions
-            ),
-        )
-        family(
-            _COUNTERS[1][0],
-            _COUNTERS[1][1],
-            "counter",
-            (
-                f"nv_inference_exec_count{_labels(lb)} {s.execution_count}\n"
-                for _, lb, s, _, _ in versions
-            ),
-        )
-        if self.options.counter_latencies:
-            for name, help_text, attr in _LATENCY_COUNTERS:
-                source = "success" if attr == "request" else attr
-                family(
-                    name,
-                    help_text,
-                    "counter",
-                    (
-                        f"{name}{_labels(lb)} {_request_us(s, source)}\n"
-                        for _, lb, s, _, _ in versions
-                    ),
-                )
-            for name, help_text, attr, what in _CACHE_COUNTERS:
-                family(
-                    name,
-                    help_text,
-                    "counter",
-                    (f"{name}{_labels(lb)} {_cache_value(s, attr, what)}\n" for lb, s in cached),
-                )
-        family(
-            "nv_inference_pending_request_count",
-            "Instantaneous number of pending requests awaiting execution per-model.",
-            "gauge",
-            (
-                f"nv_inference_pending_request_count{_labels(lb)} {pending}\n"
-                for _, lb, _, pending, _ in versions
-            ),
-        )
-        family(
-            "nv_model_load_duration_secs",
-            "Model load time in seconds",
-            "gauge",
-            (
-                f"nv_model_load_duration_secs{_labels(lb)} {_num(round(load, 6))}\n"
-                for _, lb, _, _, load in versions
-            ),
-        )
-        now = time.monotonic_ns()
-        cached_labels = {lb for lb, _ in cached}
-        summaries = [(name, help_text, attr, versions) for name, help_text, attr in _SUMMARIES]
-        summaries += [
-            (name, help_text, attr, [v[:5] for v in full if v[5]])
-            for name, help_text, attr in _CACHE_SUMMARIES
-        ]
-        for name, help_text, attr, rendered in summaries:
-            rows: list[str] = []
-            for _, lb, s, _, _ in rendered:
-                window = getattr(s.latency, attr, None) if s.latency else None
-                if window is None:
-                    continue
-                if attr == "request" and lb in cached_labels:
-                    # Triton leaves the request summary out for versions with the cache on
-                    # (metric_model_reporter.cc: it would mix hits and executions).
-                    continue
-                for q, value in window.quantiles(tuple(q for q, _ in self.options.quantiles), now):
-                    rows.append(f"{name}{_labels((*lb, ('quantile', _num(q))))} {_num(value)}\n")
-                rows.append(f"{name}_sum{_labels(lb)} {_num(window.total)}\n")
-                rows.append(f"{name}_count{_labels(lb)} {window.count}\n")
-            family(name, help_text, "summary", rows)
-        hist_rows: list[str] = []
-        for _, lb, s, _, _ in versions:
-            hist = s.latency.first_response if s.latency else None
-            if hist is None:
-                continue
-            for bound, count in zip(hist.buckets, hist.counts, strict=True):
-                hist_rows.append(
-                    f"nv_inference_first_response_histogram_ms_bucket{_labels((*lb, ('le', _num(bound))))} {count}\n"
-                )
-            hist_rows.append(
-                f"nv_inference_first_response_histogram_ms_bucket{_labels((*lb, ('le', '+Inf')))} {hist.count}\n"
-            )
-            hist_rows.append(
-                f"nv_inference_first_response_histogram_ms_sum{_labels(lb)} {_num(hist.total)}\n"
-            )
-            hist_rows.append(
-                f"nv_inference_first_response_histogram_ms_count{_labels(lb)} {hist.count}\n"
-            )
-        family(
-            "nv_inference_first_response_histogram_ms",
-            "Duration from request to first response in milliseconds",
-            "histogram",
-            hist_rows,
-        )
+        out = _Exposition()
+        versions = self._versions()
+        _request_families(out, versions, counter_latencies=self.options.counter_latencies)
+        _gauge_families(out, versions)
+        _summary_families(out, versions, tuple(q for q, _ in self.options.quantiles))
+        _histogram_family(out, versions)
         if self.cpu is not None:
-            family(
-                "nv_cpu_utilization",
-                "CPU utilization rate [0.0 - 1.0]",
-                "gauge",
-                [f"nv_cpu_utilization {_num(self.cpu.sample())}\n"],
-            )
-            mem = memory()
-            if mem is not None:
-                family(
-                    "nv_cpu_memory_total_bytes",
-                    "CPU total memory (RAM), in bytes",
-                    "gauge",
-                    [f"nv_cpu_memory_total_bytes {mem[0]}\n"],
-                )
-                family(
-                    "nv_cpu_memory_used_bytes",
-                    "CPU used memory (RAM), in bytes",
-                    "gauge",
-                    [f"nv_cpu_memory_used_bytes {mem[1]}\n"],
-                )
+            _host_families(out, self.cpu)
         if self.settings.allow_gpu_metrics:
-            out.extend(_gpu_families())
-        return "".join(out)
+            out.parts.extend(_gpu_families())
+        return "".join(out.parts)
+
+
+def _request_families(
+    out: _Exposition, versions: list[_Version], *, counter_latencies: bool
+) -> None:
+    """Request outcomes, inference and execution counts and (with ``counter_latencies``)
+    the cumulative durations, cache ones for versions with the cache in front of them."""
+    out.family(
+        "nv_inference_request_success",
+        "Number of successful inference requests, all batch sizes",
+        "counter",
+        (
+            f"nv_inference_request_success{_labels(v.labels)} {v.stats.success.count}\n"
+            for v in versions
+        ),
+    )
+    out.family(
+        "nv_inference_request_failure",
+        "Number of failed inference requests, all batch sizes",
+        "counter",
+        (
+            f"nv_inference_request_failure{_labels((*v.labels, ('reason', r)))} {v.stats.fail_reasons.get(r, 0)}\n"
+            for v in versions
+            for r in FAILURE_REASONS
+        ),
+    )
+    for name, help_text, attr in _COUNTERS:
+        out.family(
+            name,
+            help_text,
+            "counter",
+            (f"{name}{_labels(v.labels)} {getattr(v.stats, attr)}\n" for v in versions),
+        )
+    if not counter_latencies:
+        return
+    for name, help_text, attr in _LATENCY_COUNTERS:
+        source = "success" if attr == "request" else attr
+        out.family(
+            name,
+            help_text,
+            "counter",
+            (f"{name}{_labels(v.labels)} {_request_us(v.stats, source)}\n" for v in versions),
+        )
+    for name, help_text, attr, what in _CACHE_COUNTERS:
+        out.family(
+            name,
+            help_text,
+            "counter",
+            (
+                f"{name}{_labels(v.labels)} {_cache_value(v.stats, attr, what)}\n"
+                for v in versions
+                if v.cached
+            ),
+        )
+
+
+def _gauge_families(out: _Exposition, versions: list[_Version]) -> None:
+    """Pending requests and load durations."""
+    out.family(
+        "nv_inference_pending_request_count",
+        "Instantaneous number of pending requests awaiting execution per-model.",
+        "gauge",
+        (f"nv_inference_pending_request_count{_labels(v.labels)} {v.pending}\n" for v in versions),
+    )
+    out.family(
+        "nv_model_load_duration_secs",
+        "Model load time in seconds",
+        "gauge",
+        (
+            f"nv_model_load_duration_secs{_labels(v.labels)} {_num(round(v.load_seconds, 6))}\n"
+            for v in versions
+        ),
+    )
+
+
+def _summary_families(
+    out: _Exposition, versions: list[_Version], quantiles: tuple[float, ...]
+) -> None:
+    """The latency summaries of versions that keep them (``summary_latencies``)."""
+    now = time.monotonic_ns()
+    summaries = [(name, help_text, attr, versions) for name, help_text, attr in _SUMMARIES]
+    summaries += [
+        (name, help_text, attr, [v for v in versions if v.cached])
+        for name, help_text, attr in _CACHE_SUMMARIES
+    ]
+    for name, help_text, attr, rendered in summaries:
+        rows: list[str] = []
+        for v in rendered:
+            window = getattr(v.stats.latency, attr, None) if v.stats.latency else None
+            if window is None:
+                continue
+            if attr == "request" and v.cached:
+                # Triton leaves the request summary out for versions with the cache on
+                # (metric_model_reporter.cc: it would mix hits and executions).
+                continue
+            for q, value in window.quantiles(quantiles, now):
+                rows.append(f"{name}{_labels((*v.labels, ('quantile', _num(q))))} {_num(value)}\n")
+            rows.append(f"{name}_sum{_labels(v.labels)} {_num(window.total)}\n")
+            rows.append(f"{name}_count{_labels(v.labels)} {window.count}\n")
+        out.family(name, help_text, "summary", rows)
+
+
+def _histogram_family(out: _Exposition, versions: list[_Version]) -> None:
+    """The first-response histogram of versions that keep it (``histogram_latencies``)."""
+    name = "nv_inference_first_response_histogram_ms"
+    rows: list[str] = []
+    for v in versions:
+        hist = v.stats.latency.first_response if v.stats.latency else None
+        if hist is None:
+            continue
+        for bound, count in zip(hist.buckets, hist.counts, strict=True):
+            rows.append(f"{name}_bucket{_labels((*v.labels, ('le', _num(bound))))} {count}\n")
+        rows.append(f"{name}_bucket{_labels((*v.labels, ('le', '+Inf')))} {hist.count}\n")
+        rows.append(f"{name}_sum{_labels(v.labels)} {_num(hist.total)}\n")
+        rows.append(f"{name}_count{_labels(v.labels)} {hist.count}\n")
+    out.family(name, "Duration from request to first response in milliseconds", "histogram", rows)
+
+
+def _host_families(out: _Exposition, cpu: CpuSampler) -> None:
+    """CPU utilization and RAM (``--allow-cpu-metrics``)."""
+    out.family(
+        "nv_cpu_utilization",
+        "CPU utilization rate [0.0 - 1.0]",
+        "gauge",
+        [f"nv_cpu_utilization {_num(cpu.sample())}\n"],
+    )
+    mem = memory()
+    if mem is None:
+        return
+    for name, help_text, value in (
+        ("nv_cpu_memory_total_bytes", "CPU total memory (RAM), in bytes", mem[0]),
+        ("nv_cpu_memory_used_bytes", "CPU used memory (RAM), in bytes", mem[1]),
+    ):
+        out.family(name, help_text, "gauge", [f"{name} {value}\n"])
 
 
 class LoopMetrics:

@@ -2,13 +2,14 @@
 auto-complete, normalization, validation, and the JSON form the ``/config`` endpoint returns.
 
 Rules follow Triton core's ``model_config_utils.cc`` (``AutoCompleteBackendFields``,
-``NormalizeModelConfig``, ``NormalizeInstanceGroup``, ``ValidateModelConfig``,
-``ModelConfigToJson``).
+``NormalizeModelConfig``, ``NormalizeInstanceGroup``, ``ValidateModelConfig``); the JSON form
+(``ModelConfigToJson``) is :func:`tritonx.config.config_to_json_dict`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
@@ -17,6 +18,7 @@ from google.protobuf import json_format, text_format
 from tritonx._core.devices import gpu_count
 from tritonx._core.ensemble import ENSEMBLE, validate_scheduling
 from tritonx._core.sequence import validate_sequence_batching
+from tritonx.config import config_to_json_dict as config_to_json_dict  # re-exported (check.py)
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.proto import model_config_pb2
 
@@ -64,18 +66,6 @@ PLATFORM_BACKENDS: dict[str, str] = {
     "tensorflow_graphdef": "tensorflow",
 }
 
-#: File (or folder) in a version directory → (backend, platform), in Triton's probe order.
-_FILE_BACKENDS: tuple[tuple[str, str, str], ...] = (
-    ("model.savedmodel", "tensorflow", "tensorflow_savedmodel"),
-    ("model.graphdef", "tensorflow", "tensorflow_graphdef"),
-    ("model.plan", "tensorrt", "tensorrt_plan"),
-    ("model.onnx", "onnxruntime", "onnxruntime_onnx"),
-    ("model.xml", "openvino", ""),
-    ("model.pt", "pytorch", "pytorch_libtorch"),
-    ("model.pt2", "pytorch", "torch_aoti"),
-    ("model.py", "python", ""),
-)
-
 
 def read_config_file(path: Path) -> ModelConfigPb:
     """Parse a ``config.pbtxt``; syntax errors name the file, line and column."""
@@ -121,98 +111,13 @@ def auto_complete_backend_fields(
         config.name = model_name
     if config.platform == ENSEMBLE:
         return
-    filename = config.default_model_filename
-    platform = config.platform
-
-    def exists(name: str, kind: str = "any") -> bool:
-        if version_dir is None:
-            return False
-        path = version_dir / name
-        return (
-            path.is_file() if kind == "file" else path.is_dir() if kind == "dir" else path.exists()
-        )
-
-    untyped = not platform and not filename
-    # TensorFlow
-    if not platform and config.backend in ("", "tensorflow"):
-        if filename == "model.savedmodel" or (not filename and exists("model.savedmodel", "dir")):
-            platform = config.platform = "tensorflow_savedmodel"
-        elif filename == "model.graphdef" or (not filename and exists("model.graphdef", "file")):
-            platform = config.platform = "tensorflow_graphdef"
-    if platform in ("tensorflow_savedmodel", "tensorflow_graphdef"):
-        config.backend = config.backend or "tensorflow"
-        if not filename:
-            config.default_model_filename = (
-                "model.savedmodel" if platform == "tensorflow_savedmodel" else "model.graphdef"
-            )
+    # Each rule either completes the config and answers True, or leaves it untouched.
+    folder = _VersionFolder(version_dir)
+    for rule in _RULES:
+        if rule(config, folder):
+            return
+    if backends is not None and _installed_backend(config, folder, backends):
         return
-    # TensorRT
-    if not config.backend and (
-        platform == "tensorrt_plan"
-        or filename == "model.plan"
-        or (untyped and exists("model.plan", "file"))
-    ):
-        config.backend = "tensorrt"
-    if config.backend == "tensorrt":
-        config.platform = config.platform or "tensorrt_plan"
-        config.default_model_filename = filename or "model.plan"
-        return
-    # ONNX Runtime
-    if not config.backend and (
-        platform == "onnxruntime_onnx"
-        or filename == "model.onnx"
-        or (untyped and exists("model.onnx"))
-    ):
-        config.backend = "onnxruntime"
-    if config.backend == "onnxruntime":
-        config.platform = config.platform or "onnxruntime_onnx"
-        config.default_model_filename = filename or "model.onnx"
-        return
-    # OpenVINO
-    if not config.backend and (filename == "model.xml" or (untyped and exists("model.xml"))):
-        config.backend = "openvino"
-    if config.backend == "openvino":
-        config.default_model_filename = filename or "model.xml"
-        return
-    # PyTorch (TorchScript and AOTInductor)
-    if not config.backend:
-        if platform in ("pytorch_libtorch", "libtorch", "torch_aoti") or filename in (
-            "model.pt",
-            "model.pt2",
-        ):
-            config.backend = "pytorch"
-        elif untyped and exists("model.pt", "file"):
-            config.backend, config.platform = "pytorch", "pytorch_libtorch"
-        elif untyped and exists("model.pt2", "file"):
-            config.backend, config.platform = "pytorch", "torch_aoti"
-    if config.backend == "pytorch":
-        if not config.platform:
-            config.platform = "torch_aoti" if filename == "model.pt2" else "pytorch_libtorch"
-        if not config.default_model_filename:
-            config.default_model_filename = (
-                "model.pt2" if config.platform == "torch_aoti" else "model.pt"
-            )
-        return
-    # Python
-    if not config.backend and (filename == "model.py" or (untyped and exists("model.py"))):
-        config.backend = "python"
-    if config.backend == "python":
-        config.default_model_filename = filename or "model.py"
-        return
-    # Installed backends Triton does not know: by a platform they declare, then by their
-    # default model filename.
-    if not config.backend and platform and backends is not None:
-        owner = backends.backend_for_platform(platform)
-        if owner is not None:
-            config.backend = owner
-    if not config.backend and untyped and backends is not None:
-        for backend, cls in backends.items():
-            custom_file = cls.default_model_filename
-            if custom_file and exists(custom_file):
-                config.backend = backend
-                config.default_model_filename = custom_file
-                return
-
     if not config.backend and not config.platform and not config.default_model_filename:
         if "." not in model_name:
             raise invalid_arg(
@@ -223,6 +128,130 @@ def auto_complete_backend_fields(
         backend = model_name.split(".", 1)[1]
         config.backend = backend
         config.default_model_filename = f"model.{backend}"
+
+
+class _VersionFolder:
+    """The version folder auto-complete probes for model files (None: the model has none)."""
+
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+
+    def has(self, name: str, kind: str = "any") -> bool:
+        """Whether ``name`` exists in it (``kind``: ``file``, ``dir`` or ``any``)."""
+        if self.path is None:
+            return False
+        path = self.path / name
+        return (
+            path.is_file() if kind == "file" else path.is_dir() if kind == "dir" else path.exists()
+        )
+
+
+def _untyped(config: ModelConfigPb) -> bool:
+    """Neither a platform nor a model filename: the folder's files decide."""
+    return not config.platform and not config.default_model_filename
+
+
+def _tensorflow(config: ModelConfigPb, folder: _VersionFolder) -> bool:
+    filename, platform = config.default_model_filename, config.platform
+    if not platform and config.backend in ("", "tensorflow"):
+        if filename == "model.savedmodel" or (
+            not filename and folder.has("model.savedmodel", "dir")
+        ):
+            platform = "tensorflow_savedmodel"
+        elif filename == "model.graphdef" or (
+            not filename and folder.has("model.graphdef", "file")
+        ):
+            platform = "tensorflow_graphdef"
+    if platform not in ("tensorflow_savedmodel", "tensorflow_graphdef"):
+        return False
+    config.platform = platform
+    config.backend = config.backend or "tensorflow"
+    if not filename:
+        config.default_model_filename = (
+            "model.savedmodel" if platform == "tensorflow_savedmodel" else "model.graphdef"
+        )
+    return True
+
+
+@dataclass(frozen=True)
+class _FileRule:
+    """A backend chosen by its ``platform:``, its model filename, or (config naming neither)
+    that file in the version folder; completes the platform and model filename."""
+
+    backend: str
+    platform: str
+    filename: str
+    kind: str = "any"
+
+    def __call__(self, config: ModelConfigPb, folder: _VersionFolder) -> bool:
+        filename = config.default_model_filename
+        if not config.backend and (
+            (self.platform and config.platform == self.platform)
+            or filename == self.filename
+            or (_untyped(config) and folder.has(self.filename, self.kind))
+        ):
+            config.backend = self.backend
+        if config.backend != self.backend:
+            return False
+        if self.platform:
+            config.platform = config.platform or self.platform
+        config.default_model_filename = filename or self.filename
+        return True
+
+
+def _pytorch(config: ModelConfigPb, folder: _VersionFolder) -> bool:
+    """TorchScript (``model.pt``) and AOTInductor (``model.pt2``)."""
+    filename, untyped = config.default_model_filename, _untyped(config)
+    if not config.backend:
+        if config.platform in ("pytorch_libtorch", "libtorch", "torch_aoti") or filename in (
+            "model.pt",
+            "model.pt2",
+        ):
+            config.backend = "pytorch"
+        elif untyped and folder.has("model.pt", "file"):
+            config.backend, config.platform = "pytorch", "pytorch_libtorch"
+        elif untyped and folder.has("model.pt2", "file"):
+            config.backend, config.platform = "pytorch", "torch_aoti"
+    if config.backend != "pytorch":
+        return False
+    if not config.platform:
+        config.platform = "torch_aoti" if filename == "model.pt2" else "pytorch_libtorch"
+    if not config.default_model_filename:
+        config.default_model_filename = (
+            "model.pt2" if config.platform == "torch_aoti" else "model.pt"
+        )
+    return True
+
+
+#: Triton's rules, in its order.
+_RULES: tuple[Callable[[ModelConfigPb, _VersionFolder], bool], ...] = (
+    _tensorflow,
+    _FileRule("tensorrt", "tensorrt_plan", "model.plan", "file"),
+    _FileRule("onnxruntime", "onnxruntime_onnx", "model.onnx"),
+    _FileRule("openvino", "", "model.xml"),
+    _pytorch,
+    _FileRule("python", "", "model.py"),
+)
+
+
+def _installed_backend(
+    config: ModelConfigPb, folder: _VersionFolder, backends: BackendRegistry
+) -> bool:
+    """Installed backends Triton does not know: the one declaring the config's platform,
+    else the first whose default model filename is in the folder."""
+    if not config.backend and config.platform:
+        owner = backends.backend_for_platform(config.platform)
+        if owner is not None:
+            config.backend = owner
+            return True
+    if config.backend or not _untyped(config):
+        return False
+    for backend, cls in backends.items():
+        if cls.default_model_filename and folder.has(cls.default_model_filename):
+            config.backend = backend
+            config.default_model_filename = cls.default_model_filename
+            return True
+    return False
 
 
 def normalize(config: ModelConfigPb) -> None:
@@ -605,58 +634,6 @@ def _validate_instance_groups(config: ModelConfigPb) -> None:
             raise TritonXError(
                 f"instance group {g} of model {m} has unexpected kind KIND_AUTO", Code.INTERNAL
             )
-
-
-# The 64-bit fields Triton's ModelConfigToJson turns back into JSON numbers (exactly these).
-_INT64_PATHS: tuple[tuple[str, ...], ...] = (
-    ("input", "*", "dims"),
-    ("input", "*", "reshape", "shape"),
-    ("output", "*", "dims"),
-    ("output", "*", "reshape", "shape"),
-    ("version_policy", "specific", "versions"),
-    ("dynamic_batching", "max_queue_delay_microseconds"),
-    ("dynamic_batching", "priority_levels"),
-    ("dynamic_batching", "default_priority_level"),
-    ("dynamic_batching", "default_queue_policy", "default_timeout_microseconds"),
-    ("dynamic_batching", "priority_queue_policy", "*", "default_timeout_microseconds"),
-    ("sequence_batching", "max_sequence_idle_microseconds"),
-    ("sequence_batching", "oldest", "max_queue_delay_microseconds"),
-    ("sequence_batching", "direct", "max_queue_delay_microseconds"),
-    ("sequence_batching", "state", "*", "dims"),
-    ("ensemble_scheduling", "step", "*", "model_version"),
-    ("model_warmup", "*", "inputs", "*", "dims"),
-)
-
-
-def config_to_json_dict(config: ModelConfigPb) -> dict[str, Any]:
-    """The config as Triton's ``ModelConfigToJson`` prints it: proto field names, every
-    scalar and repeated field printed, enums as names, and Triton's list of 64-bit fields as
-    JSON numbers (protobuf's JSON mapping prints 64-bit integers as strings)."""
-    out = json_format.MessageToDict(
-        config,
-        preserving_proto_field_name=True,
-        always_print_fields_with_no_presence=True,
-    )
-    for path in _INT64_PATHS:
-        _to_numbers(out, path)
-    return out
-
-
-def _to_numbers(node: Any, path: tuple[str, ...]) -> None:
-    key, rest = path[0], path[1:]
-    if key == "*":
-        children = node.values() if isinstance(node, dict) else node
-        for child in children:
-            _to_numbers(child, rest)
-        return
-    if not isinstance(node, dict) or key not in node:
-        return
-    if rest:
-        _to_numbers(node[key], rest)
-    elif isinstance(node[key], list):
-        node[key] = [int(v) for v in node[key]]
-    else:
-        node[key] = int(node[key])
 
 
 def check_model_files(config: ModelConfigPb, model_dir: Path) -> None:

@@ -40,6 +40,7 @@ import numpy as np
 
 from tritonx.cache import SCOPE_BYTES, ResponseCache
 from tritonx.datatypes import serialize_bytes_tensor
+from tritonx.repository import walk_files
 from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
@@ -70,17 +71,12 @@ def load_stamp(prepared: Prepared) -> bytes:
         return h.digest()
     h.update(f"\0{backend.name}\0{sorted(backend.config.items())!r}\0".encode())
     root = Path(prepared.model_dir)
-    files: list[tuple[str, str, int, int]] = []
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for filename in filenames:
-            path = os.path.join(dirpath, filename)
-            try:
-                st = os.stat(path)
-            except OSError:
-                continue
-            if not stat.S_ISREG(st.st_mode):  # a FIFO or device: never opened (it could block)
-                continue
-            files.append((os.path.relpath(path, root), path, st.st_size, st.st_mtime_ns))
+    files = [
+        (relpath, path, st.st_size, st.st_mtime_ns)
+        for relpath, path, st in walk_files(root)
+        # a FIFO or device is never opened (it could block)
+        if stat.S_ISREG(st.st_mode)
+    ]
     for relpath, path, size, mtime_ns in sorted(files):
         h.update(f"{relpath}\0{size}\0".encode())
         content = _small_file_digest(path, size)

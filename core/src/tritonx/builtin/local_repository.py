@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Hashable, Mapping
 from pathlib import Path
 
 from tritonx.errors import TritonXError, invalid_arg
 from tritonx.hookspecs import hookimpl
 from tritonx.registry import RepositoryRegistry
-from tritonx.repository import Repository
+from tritonx.repository import Repository, walk_files
 
 
 @hookimpl
@@ -37,17 +36,9 @@ class LocalRepository(Repository):
 
     def stamp(self, name: str) -> Hashable:
         """(relative path, mtime, size) of every file of the model."""
-        path = self.root / name
-        stamp: list[tuple[str, int, int]] = []
-        for dirpath, _dirs, filenames in os.walk(path):
-            for filename in filenames:
-                full = os.path.join(dirpath, filename)
-                try:
-                    st = os.stat(full)
-                except OSError:
-                    continue
-                stamp.append((os.path.relpath(full, path), st.st_mtime_ns, st.st_size))
-        return tuple(sorted(stamp))
+        return tuple(
+            sorted((rel, st.st_mtime_ns, st.st_size) for rel, _, st in walk_files(self.root / name))
+        )
 
     def localize(self, name: str) -> Path:
         path = self.root / name

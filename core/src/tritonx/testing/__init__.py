@@ -25,6 +25,7 @@ And :class:`BackendContract`, the test suite every backend inherits.
 from __future__ import annotations
 
 import contextlib
+import importlib
 import importlib.metadata
 import json
 import logging
@@ -316,28 +317,28 @@ def server_thread(
         thread.stop()
 
 
-@pytest.fixture
-async def http_client(server: Server) -> AsyncIterator[Any]:
-    """``tritonclient.http.aio.InferenceServerClient`` connected to ``server``."""
-    import tritonclient.http.aio as httpclient
-
-    client = httpclient.InferenceServerClient(server.http_url)
+@contextlib.asynccontextmanager
+async def _aio_client(module: str, url: str) -> AsyncIterator[Any]:
+    """``<module>.InferenceServerClient(url)`` (a tritonclient aio module), closed after."""
+    client = importlib.import_module(module).InferenceServerClient(url)
     try:
         yield client
     finally:
         await client.close()
+
+
+@pytest.fixture
+async def http_client(server: Server) -> AsyncIterator[Any]:
+    """``tritonclient.http.aio.InferenceServerClient`` connected to ``server``."""
+    async with _aio_client("tritonclient.http.aio", server.http_url) as client:
+        yield client
 
 
 @pytest.fixture
 async def grpc_client(server: Server) -> AsyncIterator[Any]:
     """``tritonclient.grpc.aio.InferenceServerClient`` connected to ``server``."""
-    import tritonclient.grpc.aio as grpcclient
-
-    client = grpcclient.InferenceServerClient(server.grpc_url)
-    try:
+    async with _aio_client("tritonclient.grpc.aio", server.grpc_url) as client:
         yield client
-    finally:
-        await client.close()
 
 
 def installed_plugins() -> set[str]:

@@ -1,0 +1,64 @@
+"""The ``zip://`` example repository: a server loads a model out of an archive, reloads it
+when the archive's members change, and removes its extracted copies once they are unused."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
+import pluggy
+import pytest
+
+import tritonx
+from tritonx.testing import ModelRepositoryBuilder, loopback_settings
+
+
+def archive(tmp_path: Path, versions: tuple[int, ...]) -> Path:
+    """A zip of a repository holding the identity model ``echo`` with these versions."""
+    source = ModelRepositoryBuilder(tmp_path / f"src{len(versions)}")
+    source.add_identity("echo", datatype="INT32", dims=[1], versions=versions)
+    return Path(shutil.make_archive(str(tmp_path / "models"), "zip", source.root))
+
+
+async def test_serves_and_reloads_models_from_an_archive(
+    example: ModuleType,
+    register_plugin: Callable[[object], None],
+    plugin_manager: pluggy.PluginManager,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    extracted = tmp_path / "extracted"
+    extracted.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(extracted))
+    path = archive(tmp_path, versions=(1,))
+    register_plugin(example)
+    settings = loopback_settings(
+        f"zip://{path}",
+        model_control_mode="explicit",
+        load_model=("echo",),
+        allow_http=False,
+        allow_grpc=False,
+        allow_metrics=False,
+    )
+    async with tritonx.Server(settings, plugin_manager=plugin_manager) as server:
+        request = tritonx.InferenceRequest("echo", {"INPUT0": np.array([7], np.int32)})
+        response = await server.infer(request)
+        assert (response.model_version, response.outputs["OUTPUT0"].tolist()) == (1, [7])
+        assert [(r.name, r.version) for r in server.repository_index()] == [("echo", 1)]
+
+        archive(tmp_path, versions=(1, 2))  # the same archive, now with version 2
+        await server.load_model("echo")
+        assert (await server.infer(request)).model_version == 2
+        assert len(list(extracted.iterdir())) == 1  # the first copy was released
+    assert list(extracted.iterdir()) == []
+
+
+def test_unreadable_archive_is_refused(example: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "models.zip").write_text("not a zip")
+    repo = example.ZipRepository(f"zip://{tmp_path / 'models.zip'}", {})
+    with pytest.raises(tritonx.TritonXError, match="cannot read model repository"):
+        repo.list_models()
