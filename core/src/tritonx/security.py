@@ -213,3 +213,16 @@ def load_tls_files(
             ) from None
     context.verify_mode = ssl.CERT_REQUIRED if mutual else ssl.CERT_NONE
     return TlsFiles(cert=cert, key=key, root=root, mutual=mutual, context=context)
+
+
+def listener_tls_files(settings: Any, prefix: str) -> TlsFiles | None:
+    """:func:`load_tls_files` of listener ``prefix`` (``http`` or ``grpc``): its
+    ``<prefix>_use_ssl[_mutual]`` and PEM file settings."""
+    return load_tls_files(
+        prefix,
+        use_ssl=getattr(settings, f"{prefix}_use_ssl"),
+        mutual=getattr(settings, f"{prefix}_use_ssl_mutual"),
+        server_cert=getattr(settings, f"{prefix}_server_cert"),
+        server_key=getattr(settings, f"{prefix}_server_key"),
+        root_cert=getattr(settings, f"{prefix}_root_cert"),
+    )

@@ -28,9 +28,10 @@ from tritonx._core.metrics_app import export_registry, make_metrics_app
 from tritonx._core.watchdog import LoopWatchdog
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.errors import Code, TritonXError
 from tritonx.plugins import collect, make_plugin_manager
 from tritonx.security import open_repository_api_warnings
+from tritonx.settings_check import validate_settings
 from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
@@ -101,11 +102,14 @@ class Server:
         await self.stop()
 
     async def start(self) -> None:
-        """Register plugins, build the configured cache and metric sinks, start the event-loop
-        watchdog, load models, then bind the enabled listeners."""
+        """Check the settings (:func:`~tritonx.settings_check.validate_settings`), register
+        plugins, build the configured cache and metric sinks, start the event-loop watchdog,
+        load models, then bind the enabled listeners.
+
+        :raises tritonx.settings_check.SettingsError: a setting refused, before anything starts.
+        """
+        validate_settings(self.settings)
         threshold = self.settings.event_loop_watchdog_secs
-        if not threshold >= 0:
-            raise invalid_arg(f"--event-loop-watchdog-secs must be 0 or more, got {threshold}")
         pm = self.plugin_manager or make_plugin_manager()
         self.plugin_manager = pm
         registries = collect(pm)
@@ -304,10 +308,12 @@ class Server:
     # ------------------------------------------------------------------ in-process API
 
     def server_live(self) -> bool:
-        return self.dataplane.server_live()
+        """Whether the server is live (False before it starts, or when its start failed
+        before the models: a setting refused)."""
+        return self._dataplane is not None and self._dataplane.server_live()
 
     def server_ready(self) -> bool:
-        return self.dataplane.server_ready()
+        return self._dataplane is not None and self._dataplane.server_ready()
 
     def server_metadata(self) -> ServerMetadata:
         return self.dataplane.server_metadata()

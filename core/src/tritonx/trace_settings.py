@@ -12,10 +12,11 @@ updates for those fields.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from tritonx.errors import Code, TritonXError, invalid_arg
@@ -351,6 +352,39 @@ class DeprecatedTraceFlags:
     warnings: list[str] = field(default_factory=list)
 
 
+@dataclass
+class _TraceArgs:
+    """What tritonserver's ``PostProcessTraceArgs`` accumulates while it reads the flags."""
+
+    old: DeprecatedTraceFlags
+    config: TraceConfig = field(default_factory=TraceConfig)
+    #: a level of OFF was given: tracing is off whatever else was
+    explicit_off: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    def set(self, **changes: Any) -> None:
+        self.config = replace(self.config, **changes)
+
+    def add_level(self, text: str) -> None:
+        parsed = parse_level_option(text)
+        self.explicit_off |= parsed == 0
+        self.set(level=self.config.level | parsed)
+
+    def deprecated(self, flag: str, replacement: str) -> None:
+        self.warnings.append(
+            f"Warning: '--{flag}' has been deprecated and will be removed in future "
+            f"releases. Please use '--trace-config {replacement} instead."
+        )
+
+    def overriding(self, given: object, flag: str, what: str) -> None:
+        """The deprecated ``--<flag>`` (``given``, None or empty: not given) gives way."""
+        if given:
+            self.warnings.append(
+                f"Warning: Overriding deprecated '--{flag}' in favor of provided {what} in "
+                "--trace-config!"
+            )
+
+
 def build_trace_config(
     values: Sequence[str], deprecated: DeprecatedTraceFlags | None = None
 ) -> tuple[TraceConfig, list[str]]:
@@ -361,170 +395,161 @@ def build_trace_config(
 
     :raises TraceConfigError: with tritonserver's message (``Bad option: ...``).
     """
-    old = deprecated or DeprecatedTraceFlags()
-    warnings: list[str] = []
-    level, rate, count, log_frequency, file, mode = 0, 1000, -1, 0, "", TRITON
-    explicit_off = False
+    args = _TraceArgs(deprecated or DeprecatedTraceFlags())
+    _read_deprecated(args)
+    groups = _group_trace_config(values)
+    for setting, value in groups[""]:
+        with _bad_option(f"--trace-config {setting}"):
+            _read_global(args, setting, value)
+    if args.config.mode == OPENTELEMETRY:
+        _read_opentelemetry(args, groups)
+    else:
+        _read_triton(args, groups)
+    if args.explicit_off:
+        args.set(level=0)
+    return args.config, args.warnings
 
-    def deprecated_flag(flag: str, replacement: str) -> None:
-        warnings.append(
-            f"Warning: '--{flag}' has been deprecated and will be removed in future "
-            f"releases. Please use '--trace-config {replacement} instead."
-        )
 
+@contextlib.contextmanager
+def _bad_option(option: str) -> Iterator[None]:
+    """A :class:`TraceConfigError` inside becomes tritonserver's ``Bad option`` for
+    ``option``."""
+    try:
+        yield
+    except TraceConfigError as exc:
+        raise TraceConfigError(f'Bad option: "{option}".\n{exc}') from None
+
+
+def _read_deprecated(args: _TraceArgs) -> None:
+    """``--trace-file``, ``--trace-level``, ``--trace-rate``, ``--trace-count`` and
+    ``--trace-log-frequency``, each with its deprecation warning."""
+    old = args.old
     if old.file is not None:
-        deprecated_flag("trace-file", "triton,file=<filepath>")
-        file = old.file
+        args.deprecated("trace-file", "triton,file=<filepath>")
+        args.set(file=old.file)
     for text in old.level:
-        deprecated_flag("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>")
-        try:
-            parsed = parse_level_option(text)
-        except TraceConfigError as exc:
-            raise TraceConfigError(f'Bad option: "--trace-level".\n{exc}') from None
-        explicit_off |= parsed == 0
-        level |= parsed
-    for flag, given, replacement in (
-        ("trace-rate", old.rate, "rate=<rate value>"),
-        ("trace-count", old.count, "count=<count value>"),
-        ("trace-log-frequency", old.log_frequency, "triton,log-frequency=<log frequency value>"),
+        args.deprecated("trace-level", "level=<OFF|TIMESTAMPS|TENSORS>")
+        with _bad_option("--trace-level"):
+            args.add_level(text)
+    for flag, given, name, lowest, replacement in (
+        ("trace-rate", old.rate, "rate", 0, "rate=<rate value>"),
+        ("trace-count", old.count, "count", MIN_TRACE_COUNT, "count=<count value>"),
+        (
+            "trace-log-frequency",
+            old.log_frequency,
+            "log_frequency",
+            0,
+            "triton,log-frequency=<log frequency value>",
+        ),
     ):
         if given is None:
             continue
-        deprecated_flag(flag, replacement)
-        try:
-            if flag == "trace-rate":
-                rate = _cli_int(given, 0)
-            elif flag == "trace-count":
-                count = _cli_int(given, MIN_TRACE_COUNT)
-            else:
-                log_frequency = _cli_int(given, 0)
-        except TraceConfigError as exc:
-            raise TraceConfigError(f'Bad option: "--{flag}".\n{exc}') from None
+        args.deprecated(flag, replacement)
+        with _bad_option(f"--{flag}"):
+            args.set(**{name: _cli_int(given, lowest)})
 
+
+def _group_trace_config(values: Sequence[str]) -> dict[str, list[tuple[str, str]]]:
+    """The ``--trace-config`` values by mode ("" for the global settings), each setting
+    checked against the mode's known names."""
     groups: dict[str, list[tuple[str, str]]] = {"": [], TRITON: [], OPENTELEMETRY: []}
+    known = {"": GLOBAL_KEYS, TRITON: TRITON_KEYS, OPENTELEMETRY: OPENTELEMETRY_KEYS}
     for arg in values:
-        try:
+        with _bad_option("--trace-config"):
             group, setting, value = split_trace_config(arg)
-        except TraceConfigError as exc:
-            raise TraceConfigError(f'Bad option: "--trace-config".\n{exc}') from None
-        known = {"": GLOBAL_KEYS, TRITON: TRITON_KEYS, OPENTELEMETRY: OPENTELEMETRY_KEYS}[group]
-        if setting not in known:
+        if setting not in known[group]:
             where = f"{group} " if group else "global "
             raise TraceConfigError(
                 f'Bad option: "--trace-config {arg}".\nunknown {where}trace setting '
-                f"'{setting}' (known: {', '.join(known)})"
+                f"'{setting}' (known: {', '.join(known[group])})"
             )
         groups[group].append((setting, value))
+    return groups
 
-    for setting, value in groups[""]:
-        try:
-            if setting == "rate":
-                if old.rate is not None:
-                    warnings.append(
-                        "Warning: Overriding deprecated '--trace-rate' in favor of provided "
-                        "rate value in --trace-config!"
-                    )
-                rate = _cli_int(value, 0)
-            elif setting == "level":
-                if old.level:
-                    warnings.append(
-                        "Warning: Overriding deprecated '--trace-level' in favor of provided "
-                        "level in --trace-config!"
-                    )
-                parsed = parse_level_option(value)
-                explicit_off |= parsed == 0
-                level |= parsed
-            elif setting == "mode":
-                mode = parse_mode_option(value)
-            elif setting == "count":
-                if old.count is not None:
-                    warnings.append(
-                        "Warning: Overriding deprecated '--trace-count' in favor of provided "
-                        "count in --trace-config!"
-                    )
-                count = _cli_int(value, MIN_TRACE_COUNT)
-        except TraceConfigError as exc:
-            raise TraceConfigError(f'Bad option: "--trace-config {setting}".\n{exc}') from None
 
+def _read_global(args: _TraceArgs, setting: str, value: str) -> None:
+    """One global ``--trace-config <setting>=<value>``."""
+    old = args.old
+    if setting == "rate":
+        args.overriding(old.rate is not None, "trace-rate", "rate value")
+        args.set(rate=_cli_int(value, 0))
+    elif setting == "level":
+        args.overriding(old.level, "trace-level", "level")
+        args.add_level(value)
+    elif setting == "mode":
+        args.set(mode=parse_mode_option(value))
+    elif setting == "count":
+        args.overriding(old.count is not None, "trace-count", "count")
+        args.set(count=_cli_int(value, MIN_TRACE_COUNT))
+
+
+def _read_opentelemetry(args: _TraceArgs, groups: dict[str, list[tuple[str, str]]]) -> None:
+    """``opentelemetry`` mode: its settings (the batch span processor's from the environment
+    unless given); the ``triton`` ones and the deprecated file flags are ignored."""
+    old = args.old
+    if old.file is not None:
+        args.warnings.append(
+            "Warning: '--trace-file' is deprecated and will be ignored with opentelemetry "
+            "tracing mode. "
+        )
+    if old.log_frequency is not None:
+        args.warnings.append(
+            "Warning: '--trace-log-frequency' is deprecated and will be ignored with "
+            "opentelemetry tracing mode."
+        )
+    for setting, _ in groups[TRITON]:
+        args.warnings.append(
+            f"Warning: '--trace-config triton,{setting}' is ignored in opentelemetry tracing mode."
+        )
     options: list[tuple[str, str]] = []
-    if mode == OPENTELEMETRY:
-        if old.file is not None:
-            warnings.append(
-                "Warning: '--trace-file' is deprecated and will be ignored with opentelemetry "
-                "tracing mode. "
+    for setting, value in groups[OPENTELEMETRY]:
+        if setting.startswith("bsp_"):
+            with _bad_option(f"--trace-config opentelemetry,{setting}"):
+                value = str(_cli_uint32(value))
+        elif setting == "resource" and "=" not in value:
+            raise TraceConfigError(
+                f'Bad option: "--trace-config opentelemetry,resource".\nexpected '
+                f"resource=<key>=<value>, got {value}"
             )
-        if old.log_frequency is not None:
-            warnings.append(
-                "Warning: '--trace-log-frequency' is deprecated and will be ignored with "
-                "opentelemetry tracing mode."
-            )
-        for setting, _ in groups[TRITON]:
-            warnings.append(
-                f"Warning: '--trace-config triton,{setting}' is ignored in opentelemetry "
-                "tracing mode."
-            )
-        bsp_given: set[str] = set()
-        for setting, value in groups[OPENTELEMETRY]:
-            if setting.startswith("bsp_"):
-                try:
-                    value = str(_cli_uint32(value))
-                except TraceConfigError as exc:
-                    raise TraceConfigError(
-                        f'Bad option: "--trace-config opentelemetry,{setting}".\n{exc}'
-                    ) from None
-                bsp_given.add(setting)
-            elif setting == "resource" and "=" not in value:
-                raise TraceConfigError(
-                    f'Bad option: "--trace-config opentelemetry,resource".\nexpected '
-                    f"resource=<key>=<value>, got {value}"
-                )
-            options.append((setting, value))
-        for setting, env, default in BSP_DEFAULTS:
-            if setting in bsp_given:
-                continue
-            env_value = os.environ.get(env, default)
-            try:
-                options.append((setting, str(_cli_uint32(env_value))))
-            except TraceConfigError as exc:
-                raise TraceConfigError(f'Bad option: "{env}".\n{exc}') from None
-    else:
-        for setting, _ in groups[OPENTELEMETRY]:
-            warnings.append(
-                f"Warning: '--trace-config opentelemetry,{setting}' is ignored in triton "
-                "tracing mode."
-            )
-        for setting, value in groups[TRITON]:
-            try:
-                if setting == "file":
-                    if old.file is not None:
-                        warnings.append(
-                            "Warning: Overriding deprecated '--trace-file' in favor of "
-                            "provided file in --trace-config!"
-                        )
-                    file = value
-                else:
-                    if old.log_frequency is not None:
-                        warnings.append(
-                            "Warning: Overriding deprecated '--trace-log-frequency' in favor "
-                            "of provided log-frequency in --trace-config!"
-                        )
-                    log_frequency = _cli_int(value, 0)
-            except TraceConfigError as exc:
-                raise TraceConfigError(
-                    f'Bad option: "--trace-config triton,{setting}".\n{exc}'
-                ) from None
-    if explicit_off:
-        level = 0
-    config = TraceConfig(
-        level=level,
-        rate=rate,
-        count=count,
-        log_frequency=log_frequency,
-        file=file,
-        mode=mode,
-        options=tuple(options),
-    )
-    return config, warnings
+        options.append((setting, value))
+    given = {setting for setting, _ in options}
+    for setting, env, default in BSP_DEFAULTS:
+        if setting not in given:
+            with _bad_option(env):
+                options.append((setting, str(_cli_uint32(os.environ.get(env, default)))))
+    args.set(options=tuple(options))
+
+
+def _read_triton(args: _TraceArgs, groups: dict[str, list[tuple[str, str]]]) -> None:
+    """``triton`` mode: its ``file`` and ``log-frequency``; the ``opentelemetry`` settings
+    are ignored."""
+    old = args.old
+    for setting, _ in groups[OPENTELEMETRY]:
+        args.warnings.append(
+            f"Warning: '--trace-config opentelemetry,{setting}' is ignored in triton tracing mode."
+        )
+    for setting, value in groups[TRITON]:
+        with _bad_option(f"--trace-config triton,{setting}"):
+            if setting == "file":
+                args.overriding(old.file is not None, "trace-file", "file")
+                args.set(file=value)
+            else:
+                args.overriding(old.log_frequency is not None, "trace-log-frequency", setting)
+                args.set(log_frequency=_cli_int(value, 0))
+
+
+#: :class:`TraceConfig` fields a ``ServerSettings`` holds as ``trace_<name>``
+SETTINGS_FIELDS = ("rate", "count", "log_frequency", "file", "mode")
+
+
+def settings_fields(config: TraceConfig) -> dict[str, Any]:
+    """The ``trace_*`` fields of a ``ServerSettings`` for ``config`` (the inverse of
+    :func:`config_from_settings`)."""
+    names = level_names(config.level)
+    fields = {f"trace_{name}": getattr(config, name) for name in SETTINGS_FIELDS}
+    fields["trace_level"] = () if names == ["OFF"] else tuple(names)
+    fields["trace_opentelemetry"] = config.options
+    return fields
 
 
 def check_trace_config(config: TraceConfig) -> None:

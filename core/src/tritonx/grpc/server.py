@@ -8,7 +8,6 @@ import grpc
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.errors import invalid_arg
 from tritonx.grpc.health import health_handler
 from tritonx.grpc.memory import measuring
 from tritonx.grpc.receive import Limit, deserializer, receiving
@@ -16,7 +15,7 @@ from tritonx.grpc.restricted import RestrictedProtocolInterceptor
 from tritonx.grpc.servicer import GRPCInferenceServicer
 from tritonx.header_forward import HeaderForward
 from tritonx.proto import service_pb2_grpc
-from tritonx.security import check_restrictions, load_tls_files
+from tritonx.security import listener_tls_files
 
 #: Triton's ``MAX_GRPC_MESSAGE_SIZE`` (INT32_MAX) for both directions.
 MAX_GRPC_MESSAGE_SIZE = 2**31 - 1
@@ -33,14 +32,9 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags, the connection
     age ``--grpc-max-connection-age[-grace]`` (ms) when set.
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
-    one response message per call.
+    one response message per call. The values are checked by
+    :func:`tritonx.settings_check.validate_settings`.
     """
-    for flag, value in (
-        ("--grpc-max-connection-age", settings.grpc_max_connection_age),
-        ("--grpc-max-connection-age-grace", settings.grpc_max_connection_age_grace),
-    ):
-        if value < 0:
-            raise invalid_arg(f"{flag} must be 0 or more milliseconds, got {value}")
     max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
     return [
         ("grpc.max_send_message_length", max_size),
@@ -82,17 +76,10 @@ COMPRESSION_OF_LEVEL = {
 
 
 def response_compression(level: str) -> grpc.Compression | None:
-    """The algorithm of ``--grpc-infer-response-compression-level`` (None: not compressed).
-
-    :raises TritonXError: INVALID_ARG for another level.
-    """
-    try:
-        return COMPRESSION_OF_LEVEL[level.lower()]
-    except KeyError:
-        raise invalid_arg(
-            f"invalid argument for --grpc-infer-response-compression-level: '{level}' "
-            "(none, low, medium or high)"
-        ) from None
+    """The algorithm of ``--grpc-infer-response-compression-level`` (None: not compressed;
+    the level is one of :data:`COMPRESSION_OF_LEVEL`'s, checked by
+    :func:`tritonx.settings_check.validate_settings`)."""
+    return COMPRESSION_OF_LEVEL[level.lower()]
 
 
 def listen_address(address: str, port: int) -> str:
@@ -112,14 +99,7 @@ def grpc_server_credentials(settings: ServerSettings) -> grpc.ServerCredentials 
 
     :raises TritonXError: INVALID_ARG when a file is missing or not valid PEM.
     """
-    files = load_tls_files(
-        "grpc",
-        use_ssl=settings.grpc_use_ssl,
-        mutual=settings.grpc_use_ssl_mutual,
-        server_cert=settings.grpc_server_cert,
-        server_key=settings.grpc_server_key,
-        root_cert=settings.grpc_root_cert,
-    )
+    files = listener_tls_files(settings, "grpc")
     if files is None:
         return None
     return grpc.ssl_server_credentials(
@@ -136,13 +116,10 @@ MEASURED_RPCS = ("ModelInfer", "ModelStreamInfer")
 
 def decompression_limit(settings: ServerSettings) -> Limit:
     """The size compressed request messages may inflate to: ``--grpc-max-decompressed-
-    message-size``, or ``--grpc-max-message-size`` when that is smaller.
-
-    :raises TritonXError: INVALID_ARG for a size below 1.
+    message-size``, or ``--grpc-max-message-size`` when that is smaller (both at least 1:
+    :func:`tritonx.settings_check.validate_settings`).
     """
     size = int(settings.grpc_max_decompressed_message_size)
-    if size < 1:
-        raise invalid_arg(f"--grpc-max-decompressed-message-size must be 1 or more, got {size}")
     max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
     if max_size < size:
         return Limit(max_size, "--grpc-max-message-size")
@@ -195,9 +172,9 @@ async def start_grpc_server(
     (:mod:`tritonx.grpc.receive`); inference responses are compressed as
     ``--grpc-infer-response-compression-level`` says (default "none", as Triton), others not.
     TLS follows ``--grpc-use-ssl*``; ``--grpc-restricted-protocol`` adds an interceptor (none
-    when nothing is restricted).
+    when nothing is restricted). The settings are checked by
+    :func:`tritonx.settings_check.validate_settings` (``Server.start``).
     """
-    check_restrictions(settings.grpc_restricted_protocol, "grpc_restricted_protocol")
     forward = HeaderForward.of(
         settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
     )

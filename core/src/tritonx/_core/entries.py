@@ -1,0 +1,163 @@
+"""What the model manager keeps about models: a version's state (:class:`VersionEntry`), a
+model's versions and load history (:class:`ModelEntry`), a load prepared up to its instances
+(:class:`Prepared`), one load operation (:class:`LoadSession`) and the swap of a load's
+versions for the old ones (:func:`merge_versions`)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tritonx._core.agents import AgentChain
+from tritonx._core.response_cache import CacheScope
+from tritonx._core.scheduler import Scheduler
+from tritonx.backend import Backend
+from tritonx.classification import LabelCache
+from tritonx.config import ModelConfig
+from tritonx.errors import TritonXError
+from tritonx.repository import Repository
+from tritonx.types import ModelState
+
+log = logging.getLogger("tritonx.lifecycle")
+
+
+@dataclass
+class VersionEntry:
+    """One version of a model and its state."""
+
+    version: int
+    state: ModelState = ModelState.UNKNOWN
+    reason: str = ""
+    config: ModelConfig | None = None
+    scheduler: Scheduler | None = None
+    #: seconds the last successful load took (``nv_model_load_duration_secs``)
+    load_seconds: float = 0.0
+    #: the folder the version was loaded from (after the repository agents)
+    model_dir: Path | None = None
+    #: whether the response cache sits in front of this version
+    cached: bool = False
+    #: the response cache's key scope for this load of the version (None: not cached)
+    cache_scope: CacheScope | None = None
+    _labels: LabelCache | None = field(default=None, repr=False)
+
+    @property
+    def ready(self) -> bool:
+        return (
+            self.state is ModelState.READY
+            and self.scheduler is not None
+            and self.scheduler.is_ready()
+        )
+
+    def labels(self, output: str) -> list[str] | None:
+        """The classification labels of ``output`` from its ``label_filename``."""
+        if self.config is None or self.model_dir is None:
+            return None
+        io = self.config.output_map.get(output)
+        filename = io.label_filename if io is not None else ""
+        if not filename:
+            return None
+        if self._labels is None:
+            self._labels = LabelCache(self.model_dir)
+        return self._labels.get(filename)
+
+
+@dataclass
+class ModelEntry:
+    """A model the manager was asked to load, with its versions (or a model-level error)."""
+
+    name: str
+    versions: dict[int, VersionEntry] = field(default_factory=dict)
+    #: a failure that concerns the whole model (config error, duplicate, no versions)
+    error: str = ""
+    #: the repository's change stamp when the model was last loaded (None: not loaded)
+    stamp: Hashable | None = None
+    agents: AgentChain | None = None
+    #: where the served files came from: (repository, localized folder)
+    localized: tuple[Repository, Path] | None = None
+    #: a folder holding load-API file overrides (removed when replaced or unloaded)
+    override_dir: Path | None = None
+    #: a config override given with the last load (kept until a plain load)
+    override: bool = False
+    #: versions the last load attempt failed to load (an old version may still serve)
+    last_failures: list[VersionEntry] = field(default_factory=list)
+    #: loaded by name (start-up or the load API), not only as an ensemble's composing model
+    explicit: bool = False
+    #: ``error`` comes from the dependency graph (Triton's "not valid" ensembles)
+    invalid: bool = False
+
+    @property
+    def known(self) -> bool:
+        return bool(self.versions) or bool(self.error) or self.stamp is not None
+
+    def ready_versions(self) -> list[int]:
+        return sorted(v for v, e in self.versions.items() if e.ready)
+
+
+@dataclass
+class Prepared:
+    """A model's config read, passed through the agents and completed; versions not loaded."""
+
+    config: Any  # inference.ModelConfig
+    model_dir: Path
+    versions: dict[int, Path]
+    selected: list[int]
+    missing: list[int]
+    #: None for ensembles
+    backend: Backend | None
+    agents: AgentChain | None = None
+    #: ensembles: the composing models' configs it was validated against
+    composing: dict[str, ModelConfig] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class LoadSession:
+    """One load operation (start-up, a repository poll, a load API call): each model it
+    touches is loaded once, ensembles after their composing models."""
+
+    tasks: dict[str, asyncio.Task[ModelEntry | None]] = field(default_factory=dict)
+    every: list[asyncio.Task[ModelEntry | None]] = field(default_factory=list)
+    #: models this operation loaded or reloaded (not the no-op loads)
+    changed: set[str] = field(default_factory=set)
+
+    async def wait(self) -> None:
+        """Wait for every load started in this operation (including reloads it caused)."""
+        while True:
+            pending = [t for t in self.every if not t.done()]
+            if not pending:
+                break
+            await asyncio.wait(pending)
+        for task in self.every:
+            if not task.cancelled() and task.exception() is not None:
+                exc = task.exception()
+                if not isinstance(exc, TritonXError):
+                    log.error("model load failed", exc_info=exc)
+
+
+def merge_versions(
+    name: str, old: dict[int, VersionEntry], new: dict[int, VersionEntry]
+) -> tuple[dict[int, VersionEntry], list[VersionEntry]]:
+    """Swap the versions a load produced (``new``) in for the ``old`` ones: a new ready version
+    replaces the old one, a failed one keeps an old ready version serving. Returns the merged
+    versions and the old ones to retire (replaced, or no longer selected)."""
+    retired: list[VersionEntry] = []
+    merged: dict[int, VersionEntry] = {}
+    for v, entry in new.items():
+        prev = old.get(v)
+        if not entry.ready and prev is not None and prev is not entry and prev.ready:
+            log.error(
+                "failed to reload '%s' version %d: %s (keeping the loaded version)",
+                name,
+                v,
+                entry.reason,
+            )
+            merged[v] = prev
+            continue
+        merged[v] = entry
+        if prev is not None and prev is not entry:
+            retired.append(prev)
+    retired.extend(prev for v, prev in old.items() if v not in merged)
+    return merged, retired

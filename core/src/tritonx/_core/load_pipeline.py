@@ -1,0 +1,335 @@
+"""The load pipeline, in Triton's order: a model's steps 1-4 (the repository localizes its
+folder, the raw config is read, the repository agents' LOAD actions run, core and backend
+auto-complete, normalization and validation run on the folder the agents returned:
+:meth:`LoadPipeline.prepare`) and each version's step 5 (its instances created, started and
+warmed up behind a scheduler: :meth:`LoadPipeline.load_version`).
+
+The pipeline owns what every load shares: the backend objects (one per backend name), the
+rate limiter, the latency metrics options and the ``--model-load-thread-count`` slots. The
+model manager (:mod:`tritonx._core.lifecycle`) decides what to load and swaps the results in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from tritonx._core import model_config as cfg
+from tritonx._core.agents import AgentChain
+from tritonx._core.ensemble import is_ensemble
+from tritonx._core.entries import Prepared, VersionEntry
+from tritonx._core.metrics import MetricsOptions
+from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.scheduler import Scheduler, make_scheduler
+from tritonx._core.warmup import warm_up
+from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
+from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
+from tritonx.errors import Code, PluginError, TritonXError, invalid_arg
+from tritonx.plugins import Registries
+from tritonx.proto import model_config_pb2
+from tritonx.repository import Repository
+from tritonx.types import ModelState
+
+if TYPE_CHECKING:
+    from tritonx.handle import ServerHandle
+
+log = logging.getLogger("tritonx.lifecycle")
+
+#: an ensemble's step 4b: load its composing models and validate it against their configs
+#: (``(name, config) -> composing configs``, :meth:`ModelManager._link_ensemble`)
+LinkEnsemble = Callable[[str, Any], Awaitable[dict[str, ModelConfig]]]
+
+
+def open_repository(url: str | Path, registries: Registries) -> Repository:
+    """The repository implementation for ``url``, chosen by its scheme."""
+    text = str(url)
+    cls = registries.repositories.for_url(text)
+    if cls is None:
+        raise PluginError(
+            f"no repository plugin serves '{text}': install a tritonx plugin that registers "
+            "its URL scheme"
+        )
+    return cls(text, {})
+
+
+class LoadPipeline:
+    """The steps of a load, with what every load shares."""
+
+    def __init__(
+        self,
+        settings: ServerSettings,
+        registries: Registries,
+        *,
+        server: ServerHandle | None = None,
+        cache_enabled: bool = False,
+    ) -> None:
+        self.settings = settings
+        self.registries = registries
+        self.server = server
+        self.cache_enabled = cache_enabled
+        self.backends: dict[str, Backend] = {}
+        self._load_slots = asyncio.Semaphore(max(1, settings.model_load_thread_count))
+        self.rate_limiter = RateLimiter.from_settings(
+            settings.rate_limit, settings.rate_limit_resource
+        )
+        self.metrics_options = MetricsOptions.from_config(settings.metrics_config)
+
+    def close(self) -> None:
+        """Close every backend the loads created."""
+        for backend in self.backends.values():
+            try:
+                backend.close()
+            except Exception:
+                log.exception("closing backend '%s' failed", backend.name)
+        self.backends.clear()
+
+    # ------------------------------------------------------------------ steps 1-4
+
+    async def prepare(
+        self,
+        name: str,
+        repo: Repository | None,
+        override_dir: Path | None,
+        override: Any,
+        link: LinkEnsemble,
+    ) -> tuple[Prepared, tuple[Repository, Path] | None]:
+        """Steps 1-4 of a load: localize, read the raw config, run the agents' LOAD actions,
+        complete and validate the config on the folder the agents returned; an ensemble is
+        then linked to its composing models (``link``)."""
+        localized: tuple[Repository, Path] | None = None
+        if override_dir is not None:
+            folder = override_dir
+        else:
+            assert repo is not None
+            folder = await asyncio.to_thread(repo.localize, name)
+            localized = (repo, folder)
+        raw = await asyncio.to_thread(self.read_config, name, folder, override)
+        agents = AgentChain.resolve(name, raw, self.registries.repoagents)
+        loaded_from = await agents.load(folder) if agents else folder
+        try:
+            if loaded_from != folder:
+                if override is None:
+                    raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
+                    agents.config = raw
+                folder = loaded_from
+            prepared = await asyncio.to_thread(self.complete, name, raw, folder)
+            if is_ensemble(prepared.config):
+                prepared.composing = await link(name, prepared.config)
+        except BaseException:
+            if agents:
+                await agents.load_failed()
+            raise
+        prepared.agents = agents if agents else None
+        return prepared, localized
+
+    def read_config(self, name: str, folder: Path, override: Any) -> Any:
+        if override is not None:
+            config = model_config_pb2.ModelConfig()
+            config.CopyFrom(override)
+            return config
+        path = cfg.config_path(folder, self.settings.model_config_name)
+        if path.exists():
+            return cfg.read_config_file(path)
+        if self.settings.disable_auto_complete_config:
+            raise TritonXError(
+                f"model configuration is not provided for model '{name}' (no {path})",
+                Code.NOT_FOUND,
+            )
+        return model_config_pb2.ModelConfig()
+
+    def complete(self, name: str, raw: Any, folder: Path) -> Prepared:
+        """Core and backend auto-complete, normalization and validation (worker thread)."""
+        config = model_config_pb2.ModelConfig()
+        config.CopyFrom(raw)
+        versions = cfg.version_folders(folder)
+        first = versions[min(versions)] if versions else None
+        cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
+        cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
+        selected, missing = cfg.versions_to_load(config, versions)
+        backend = None if is_ensemble(config) else self.backend(config.backend, name, folder)
+        if backend is not None and not self.settings.disable_auto_complete_config:
+            filename = config.default_model_filename or backend.default_model_filename
+            ctx = AutoCompleteContext(
+                config=EditableModelConfig(config),
+                model_dir=folder,
+                version_path=first if first is not None else folder,
+                model_path=first / filename if first is not None and filename else None,
+                backend_config=backend.config,
+            )
+            try:
+                backend.auto_complete_config(ctx)
+            except TritonXError:
+                raise
+            except Exception as exc:
+                raise invalid_arg(f"auto-complete of model '{name}' failed: {exc}") from exc
+        cfg.normalize(config)
+        cfg.normalize_instance_groups(
+            config, type(backend).default_cpu_instance_count if backend is not None else 1
+        )
+        cfg.validate(config, name)
+        cfg.check_model_files(config, folder)
+        if config.response_cache.enable and not self.cache_enabled:
+            log.warning(
+                "model '%s' enables response_cache but the server has no cache "
+                "(--cache-config <cache>,<key>=<value>): responses are not cached",
+                name,
+            )
+        return Prepared(config, folder, versions, selected, missing, backend)
+
+    async def check(self, name: str, repo: Repository) -> Prepared:
+        """Steps 1-4 of a load and no more (``tritonx check``): localize, read the config,
+        run the repository agents' LOAD actions (a checksum is verified, a decrypt agent
+        decrypts), complete and validate on the folder they returned. No instance is loaded;
+        the agents then get LOAD_FAIL (nothing will serve: a decrypt agent wipes its folder)
+        and the localized copy is released."""
+        folder = await asyncio.to_thread(repo.localize, name)
+        try:
+            raw = await asyncio.to_thread(self.read_config, name, folder, None)
+            agents = AgentChain.resolve(name, raw, self.registries.repoagents)
+            loaded_from = await agents.load(folder) if agents else folder
+            try:
+                if loaded_from != folder:
+                    raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
+                return await asyncio.to_thread(self.complete, name, raw, loaded_from)
+            finally:
+                if agents:
+                    await agents.load_failed()
+        finally:
+            await asyncio.to_thread(repo.release, name, folder)
+
+    def backend(self, name: str, model: str, folder: Path) -> Backend:
+        backend = self.backends.get(name)
+        if backend is not None:
+            return backend
+        cls = self.registries.backends.get(name)
+        if cls is None:
+            raise invalid_arg(
+                f"unable to find backend library for backend '{name}' (model '{model}' at "
+                f"{folder}); install a tritonx plugin that provides it"
+            )
+        settings = dict(self.settings.backend_config.get("", {}))
+        settings.update(self.settings.backend_config.get(name, {}))
+        backend = self.backends[name] = cls(settings)
+        return backend
+
+    # ------------------------------------------------------------------ step 5
+
+    async def load_version(
+        self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
+    ) -> None:
+        name, v = config.name, ventry.version
+        log.info("loading: %s:%d", name, v)
+        attempts = 1 + self.settings.model_load_retry_count
+        for attempt in range(1, attempts + 1):
+            try:
+                scheduler = await self.create_version(ventry, config, prepared, version_path)
+            except Exception as exc:
+                err = TritonXError.wrap(exc)
+                if attempt < attempts:  # --model-load-retry-count: Triton creates it again
+                    log.warning(
+                        "failed to load '%s' version %d (attempt %d of %d), retrying: %s",
+                        name,
+                        v,
+                        attempt,
+                        attempts,
+                        err.as_string(),
+                    )
+                    continue
+                ventry.state, ventry.reason, ventry.scheduler = (
+                    ModelState.UNAVAILABLE,
+                    err.as_string(),
+                    None,
+                )
+                log.error("failed to load '%s' version %d: %s", name, v, err.as_string())
+                return
+            break
+        ventry.scheduler = scheduler
+        ventry.state, ventry.reason = ModelState.READY, ""
+        log.info("successfully loaded '%s' version %d", name, v)
+
+    async def create_version(
+        self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
+    ) -> Scheduler:
+        """Create one version's scheduler: its instances loaded and warmed up (Triton's
+        ``CreateModel``); on failure nothing of it is left running."""
+        name, v = config.name, ventry.version
+        backend = prepared.backend
+        contexts: list[LoadContext] = []
+        passive: list[bool] = []
+        if backend is not None:
+            filename = config.raw.default_model_filename or backend.default_model_filename
+            model_path = version_path / filename if filename else None
+            if model_path is not None and not model_path.exists():
+                raise TritonXError(
+                    f"unable to find '{model_path}' for model '{name}' version {v}",
+                    Code.NOT_FOUND,
+                )
+            contexts, passive = self.instance_contexts(
+                config, v, prepared.model_dir, version_path, model_path, backend
+            )
+        scheduler = make_scheduler(
+            config,
+            v,
+            backend,
+            contexts,
+            passive,
+            self.rate_limiter,
+            self.metrics_options.latency_stats(config),
+            server=self.server,
+            composing=prepared.composing,
+            inline_execution_us=self.settings.inline_execution_us,
+        )
+        async with self._load_slots:
+            started = time.monotonic()
+            await scheduler.start()
+            await warm_up(scheduler, config, prepared.model_dir, v)
+            ventry.load_seconds = time.monotonic() - started
+        return scheduler
+
+    def instance_contexts(
+        self,
+        config: ModelConfig,
+        version: int,
+        model_dir: Path,
+        version_path: Path,
+        model_path: Path | None,
+        backend: Backend,
+    ) -> tuple[list[LoadContext], list[bool]]:
+        kinds = model_config_pb2.ModelInstanceGroup.Kind
+        contexts: list[LoadContext] = []
+        passive: list[bool] = []
+        for group in config.raw.instance_group:
+            kind = kinds.Name(group.kind)
+            devices = list(group.gpus) if group.kind == kinds.KIND_GPU else [0]
+            n = 0
+            for device in devices:
+                for _ in range(group.count):
+                    spec = InstanceSpec(
+                        name=f"{group.name}_{n}",
+                        group_name=group.name,
+                        kind=kind,
+                        device_id=device,
+                        index=len(contexts),
+                    )
+                    n += 1
+                    contexts.append(
+                        LoadContext(
+                            model_name=config.name,
+                            version=version,
+                            model_dir=model_dir,
+                            version_path=version_path,
+                            model_path=model_path,
+                            config=config,
+                            instance=spec,
+                            backend_config=backend.config,
+                            server=self.server,
+                        )
+                    )
+                    passive.append(group.passive)
+        if passive and all(passive):
+            raise invalid_arg(f"model '{config.name}' has only passive instances")
+        return contexts, passive
