@@ -3,7 +3,7 @@
 aiohttp builds, for every request, a parsed URL, a header multidict, a payload stream, a
 ``web.Request``, a task, a router match and a ``web.Response`` whose headers it serializes;
 for a tiny model that is as much CPU as all of tritonx's own work. Here the listener's
-:class:`~tritonx.http.listener.Connection` frames the byte stream itself
+:class:`~tritonx.http.aiohttp_internals.Connection` frames the byte stream itself
 (:func:`tritonx.http.framing.parse_head`) and hands a plain ``POST .../infer``, once it is
 here whole, to :class:`FastInfer`, which decodes it, queues it on the model's scheduler and
 writes the answer from the scheduler's callback: no task, no coroutine, no aiohttp object per

@@ -1,6 +1,6 @@
 """Framing of HTTP/1.x requests for the listener's ``/infer`` fast path.
 
-:class:`~tritonx.http.listener.Connection` splits the byte stream into requests itself, so
+:class:`~tritonx.http.aiohttp_internals.Connection` splits the byte stream into requests itself, so
 that it can serve plain ``/infer`` requests without aiohttp (:mod:`tritonx.http.fast_infer`)
 and still hand every other request to aiohttp's parser whole and in order. It frames only
 what ``Content-Length`` frames; anything else (:func:`parse_head` returns None) leaves the
