@@ -21,8 +21,8 @@ import numpy as np
 
 from tritonx.grpc import decode as grpc_decode
 from tritonx.grpc import encode as grpc_encode
-from tritonx.http import routes
 from tritonx.http.decode import decode_infer_request
+from tritonx.http.encode import encode_answer
 from tritonx.proto import service_pb2
 from tritonx.types import InferenceResponse
 
@@ -99,12 +99,8 @@ def cases() -> dict[str, Callable[[], object]]:
             body, len(header), "add_sub", None, LIMIT, None
         ),
         "http decode json": lambda: decode_infer_request(json_body, None, "add_sub", None, LIMIT),
-        "http encode binary": lambda: routes.encode_answer(
-            response, binary, None, no_labels, "identity"
-        ),
-        "http encode json": lambda: routes.encode_answer(
-            response, as_json, None, no_labels, "identity"
-        ),
+        "http encode binary": lambda: encode_answer(response, binary, None, no_labels, "identity"),
+        "http encode json": lambda: encode_answer(response, as_json, None, no_labels, "identity"),
         "grpc parse + decode": lambda: grpc_decode.decode_infer_request(
             service_pb2.ModelInferRequest.FromString(wire), None, offload=True
         ),

@@ -38,3 +38,16 @@ def test_benchmark_smoke(tmp_path: Path) -> None:
     } <= served
     assert any(p["scenario"] == "memory" and p["extra"]["rss_mib"] > 0 for p in points)
     assert "| add_sub | tritonx | http |" in done.stdout
+
+
+def test_hotpath_benchmark_runs() -> None:
+    """``benchmarks/hotpath.py`` imports the transports' conversions by name: it must keep
+    running when they move (a module split once broke it silently)."""
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "hotpath.py"), "--calls", "20"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "http encode binary" in done.stdout and "grpc parse + decode" in done.stdout

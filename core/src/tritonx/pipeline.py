@@ -11,7 +11,7 @@ headers are and how it answers. The steps between are written once, here, in thi
    when the transport says the body is heavy or the decoder raises :class:`Offload`.
 3. :meth:`Pipeline.admit`: headers forwarded into request parameters
    (``--*-header-forward-pattern``), the trace sampled (with the transport's receive
-   timestamps); the result is a :class:`Call`.
+   timestamps), the client's ``X-Request-ID`` kept to echo; the result is a :class:`Call`.
 4. :meth:`Call.run` (a coroutine) or :meth:`Call.start` (callbacks, for a transport that
    answers without a task): inference, the response encoded (in a worker thread when the
    transport's ``heavy`` says so), the request's shared-memory lease released once the
@@ -140,8 +140,9 @@ class Pipeline:
         forward: bool = True,
     ) -> Call[D]:
         """Forward the matching headers into the request's parameters (unless ``forward``
-        is False: Triton's generate endpoints forward none) and sample its trace, stamped
-        with ``received`` (perf_counter ns of the request's arrival, start and end).
+        is False: Triton's generate endpoints forward none), sample its trace, stamped
+        with ``received`` (perf_counter ns of the request's arrival, start and end), and
+        keep the client's ``X-Request-ID`` to echo (:attr:`Call.reply_headers`).
 
         :raises TritonXError: a forwarded header with a reserved name; the request's
             shared-memory lease is released then.
