@@ -51,3 +51,32 @@ def test_hotpath_benchmark_runs() -> None:
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "http encode binary" in done.stdout and "grpc parse + decode" in done.stdout
+
+
+@pytest.mark.skipif(
+    not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists(),
+    reason="perf_analyzer is not set up: run `bash tools/perf_analyzer/setup.sh`",
+)
+def test_ab_harness_compares_two_trees() -> None:
+    """``benchmarks/ab.py`` runs two servers at once and prints a ratio per row (this tree
+    against itself here; the number is not checked)."""
+    pytest.importorskip("tritonx_backend_onnx")
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "ab.py"),
+            str(ROOT),
+            str(ROOT),
+            "--rows",
+            "add_sub:http:1",
+            "--rounds",
+            "1",
+            "--window-ms",
+            "500",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "| add_sub:http:1 |" in done.stdout
