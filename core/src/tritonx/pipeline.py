@@ -221,24 +221,30 @@ class Call(Generic[D]):
     # ------------------------------------------------------------------ one response
 
     async def run(self, encode: Encode[A], heavy: Heavy) -> A:
-        """Infer and return the encoded response (:meth:`start` awaited). Cancelling the
-        caller cancels the request; a failure raises, the lease and trace closed."""
-        waiter: asyncio.Future[A] = asyncio.get_running_loop().create_future()
-
-        def answer(result: A) -> None:
-            if not waiter.done():
-                waiter.set_result(result)
-
-        def fail(error: BaseException) -> None:
-            if not waiter.done():
-                waiter.set_exception(error)
-
-        self.start(encode, heavy, answer, fail)
+        """Infer and return the encoded response: :meth:`start`'s steps for a caller that
+        awaits (it waits on the scheduler's future itself: no callback hop). Cancelling
+        the caller cancels the request; a failure raises, the lease and trace closed."""
+        pipeline = self._pipeline
+        dp = pipeline.dataplane
+        request = self.decoded.request
         try:
-            return await waiter
-        except asyncio.CancelledError:
-            self.cancel()
+            future = dp.infer_future(request, protocol=pipeline.protocol, model=self.served)
+            if future is None:  # traced, or behind the response cache
+                response = await dp.infer(request, protocol=pipeline.protocol, model=self.served)
+            else:
+                try:
+                    response = await future
+                except asyncio.CancelledError:
+                    request.cancel()  # dropped if it has not run yet
+                    raise
+                if response.error is not None:
+                    raise response.error
+            result = await self.encode(encode, heavy, response)
+        except BaseException:
+            self.finish()
             raise
+        self._encoded_now()
+        return result
 
     def start(
         self,
@@ -326,10 +332,14 @@ class Call(Generic[D]):
         self._task = None
         self._answered(result)
 
-    def _answered(self, result: object) -> None:
+    def _encoded_now(self) -> None:
+        """The response is encoded: INFER_RESPONSE_COMPLETE, and the lease released."""
         if self.trace is not None:
             self.trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
         self.release()
+
+    def _answered(self, result: object) -> None:
+        self._encoded_now()
         answer = self._answer
         self._answer = self._fail = self._encode = self._heavy = None
         if answer is not None:
@@ -417,7 +427,12 @@ class MetadataHeaders:
         return self._map
 
     def get(self, name: str, default: None = None, /) -> str | None:
-        return self._lookup().get(name, default)
+        if self._map is None:  # a lookup or two per request: no dict for them
+            for key, value in self.items():
+                if key == name and isinstance(value, str):
+                    return value
+            return default
+        return self._map.get(name, default)
 
     def __contains__(self, name: object, /) -> bool:
         return name in self._lookup()

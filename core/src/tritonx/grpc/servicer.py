@@ -378,7 +378,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             response = await call.run(
                 functools.partial(_infer_response, decoded=decoded, served=served), heavy_response
             )
-            context.set_trailing_metadata(call.reply_headers)
+            if call.reply_headers:
+                context.set_trailing_metadata(call.reply_headers)
             if call.trace is not None:  # GRPC_SEND_END when grpc has sent it
                 call.trace.capture("GRPC_SEND_START", time.perf_counter_ns())
                 context.add_done_callback(lambda _: _sent(call))
