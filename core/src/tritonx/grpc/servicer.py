@@ -376,7 +376,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 served, decoded, MetadataHeaders(context.invocation_metadata), (read_ns, read_ns)
             )
             response = await call.run(
-                functools.partial(_infer_response, decoded=decoded, served=served), heavy_response
+                functools.partial(_infer_response, decoded, served), heavy_response
             )
             if call.reply_headers:
                 context.set_trailing_metadata(call.reply_headers)
@@ -697,7 +697,7 @@ class _Stream:
 
 
 def _infer_response(
-    result: InferenceResponse, *, decoded: DecodedRequest, served: ServedModel
+    decoded: DecodedRequest, served: ServedModel, result: InferenceResponse
 ) -> service_pb2.ModelInferResponse:
     """The ModelInfer answer for ``result``."""
     response = service_pb2.ModelInferResponse()

@@ -10,6 +10,7 @@ are written to their region; their entry has name, datatype and shape only (as T
 
 from __future__ import annotations
 
+import functools
 import gzip
 import zlib
 from collections.abc import Callable, Sequence
@@ -192,6 +193,27 @@ def response_encoding(accept: str | None) -> str:
         if name in ("identity", "deflate", "gzip") and type_weight > weight:
             best, weight = name, type_weight
     return best
+
+
+def answer_encoder(
+    decoded: DecodedRequest,
+    config: ModelConfig,
+    labels: Callable[[str], Sequence[str] | None],
+    encoding: str,
+) -> Callable[[InferenceResponse], tuple[bytes | bytearray, dict[str, str]]]:
+    """:func:`encode_answer` for one request: called with the response only (a positional
+    partial, the cheapest callable to make and call per request)."""
+    return functools.partial(_encode_answer_for, decoded, config, labels, encoding)
+
+
+def _encode_answer_for(
+    decoded: DecodedRequest,
+    config: ModelConfig,
+    labels: Callable[[str], Sequence[str] | None],
+    encoding: str,
+    response: InferenceResponse,
+) -> tuple[bytes | bytearray, dict[str, str]]:
+    return encode_answer(response, decoded, config, labels, encoding)
 
 
 def encode_answer(

@@ -21,7 +21,6 @@ the server starts no fast path (forwarded headers keep the names aiohttp read).
 
 from __future__ import annotations
 
-import functools
 import logging
 import re
 import time
@@ -34,7 +33,7 @@ from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError
 from tritonx.http.decode import OFFLOAD_JSON_BYTES, DecodedRequest, decode_body
-from tritonx.http.encode import encode_answer, heavy_response, response_encoding
+from tritonx.http.encode import answer_encoder, heavy_response, response_encoding
 from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, error_body
 from tritonx.http.exchange import FieldHeaders
 from tritonx.http.framing import Head
@@ -186,12 +185,11 @@ class FastInfer:
             del body
             call = pipeline.admit(served, decoded, FieldHeaders(fields))
             accept = fields.get(b"accept-encoding")
-            encode = functools.partial(
-                encode_answer,
-                decoded=decoded,
-                config=served.config,
-                labels=served.labels,
-                encoding=response_encoding(None if accept is None else accept.decode("latin-1")),
+            encode = answer_encoder(
+                decoded,
+                served.config,
+                served.labels,
+                response_encoding(None if accept is None else accept.decode("latin-1")),
             )
             call.start(
                 encode,

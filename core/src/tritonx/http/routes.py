@@ -9,7 +9,6 @@ Triton): exact paths first, then the model and repository patterns. Unknown path
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import re
 import time
@@ -29,7 +28,7 @@ from tritonx.http.decode import (
     decode_body,
     parse_json_header,
 )
-from tritonx.http.encode import encode_answer, heavy_response, response_encoding
+from tritonx.http.encode import answer_encoder, heavy_response, response_encoding
 from tritonx.http.errors import (
     JSON_CONTENT_TYPE,
     BodyError,
@@ -435,13 +434,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
         call = pipeline.admit(served, decoded, RequestHeaders(request), (recv_start, recv_end))
         encoding = response_encoding(headers.get("Accept-Encoding"))
         payload, answer_headers = await call.run(
-            functools.partial(
-                encode_answer,
-                decoded=decoded,
-                config=served.config,
-                labels=served.labels,
-                encoding=encoding,
-            ),
+            answer_encoder(decoded, served.config, served.labels, encoding),
             heavy_response,
         )
     finally:
