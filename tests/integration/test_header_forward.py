@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcclient
 import tritonclient.http.aio as httpclient
+from aiohttp import ClientSession
 from tritonclient.utils import InferenceServerException
 
 from tritonx import Server
@@ -127,6 +128,22 @@ async def test_http_headers_are_not_forwarded_without_a_pattern(tmp_path) -> Non
         finally:
             await client.close()
     assert seen(result) == {}
+
+
+async def test_generate_requests_forward_no_headers(tmp_path) -> None:
+    """As Triton's HandleGenerate (it calls no ForwardHeaders): the pattern applies to
+    ``/infer`` only; a generate request's parameters are its body's."""
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    async with serve(repo, http_header_forward_pattern="^x-fwd-") as srv:
+        async with ClientSession() as session:
+            async with session.post(
+                f"http://{srv.http_url}/v2/models/params/generate",
+                json={"INPUT0": [1.0], "mine": "1"},
+                headers={"x-fwd-user": "alice"},
+            ) as answer:
+                assert answer.status == 200, await answer.text()
+                doc = await answer.json()
+    assert json.loads(doc["PARAMS"]) == {"mine": "1"}
 
 
 @pytest.mark.parametrize("name", ["triton_id", "priority", "sequence_id"])

@@ -17,7 +17,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections.abc import AsyncIterable, AsyncIterator, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any, TypeAlias
 
 import grpc
@@ -365,13 +365,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 await context.send_initial_metadata(())
             pipeline = self.pipeline
             served, version = pipeline.resolve(request.model_name, request.model_version)
-            decoded = await pipeline.decode(
-                decode_infer_request,
-                request,
-                version,
-                shm=pipeline.dataplane.shared_memory,
-                raws=raws,
-            )
+            decoded = await _decode(pipeline, request, version, raws)
             call = pipeline.admit(
                 served, decoded, MetadataHeaders(context.invocation_metadata), (read_ns, read_ns)
             )
@@ -595,13 +589,7 @@ class _Stream:
         raws: list[memoryview] | None = None,
     ) -> None:
         pipeline = self.pipeline
-        decoded = await pipeline.decode(
-            decode_infer_request,
-            request,
-            version,
-            shm=pipeline.dataplane.shared_memory,
-            raws=raws,
-        )
+        decoded = await _decode(pipeline, request, version, raws)
         call = pipeline.admit(served, decoded, self.headers, waited)
         trace = call.trace
         try:
@@ -694,6 +682,23 @@ class _Stream:
                 return stream_error(request, error), error
         infer.parameters["triton_final_response"].bool_param = final
         return message, None
+
+
+def _decode(
+    pipeline: Pipeline,
+    request: service_pb2.ModelInferRequest,
+    version: int | None,
+    raws: list[memoryview] | None,
+) -> Awaitable[DecodedRequest]:
+    """``request`` decoded through the pipeline (inputs heavy to convert in a worker thread);
+    the pipeline's coroutine itself, no frame of its own."""
+    return pipeline.decode(
+        decode_infer_request,
+        request,
+        version,
+        shm=pipeline.dataplane.shared_memory,
+        raws=raws,
+    )
 
 
 def _infer_response(
