@@ -5,6 +5,7 @@ trailing metadata; an answer to a request without one carries none. The step liv
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -73,3 +74,18 @@ async def test_grpc_model_infer_echoes_the_request_id(server: Server) -> None:
         call = stub.ModelInfer(request)
         await call
         assert all(key != "x-request-id" for key, _ in await call.trailing_metadata())
+
+
+async def test_a_request_id_that_is_not_printable_ascii_is_not_echoed(server: Server) -> None:
+    """Bytes outside printable ASCII would come back decoded differently by the fast path
+    and by aiohttp's: neither echoes them."""
+    host, port = server.http_url.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"POST /v2/models/id/infer HTTP/1.1\r\nHost: x\r\nX-Request-ID: a\xff\xfeb\r\n"
+        b"Content-Length: %d\r\n\r\n" % len(BODY) + BODY
+    )
+    head = await reader.readuntil(b"\r\n\r\n")
+    writer.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert b"x-request-id" not in head.lower()

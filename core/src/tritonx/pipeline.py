@@ -79,7 +79,8 @@ class Offload(Exception):
 
 
 #: A client's correlation id for a request: echoed on its answer (HTTP header, gRPC
-#: trailing metadata) when sent.
+#: trailing metadata) when sent as printable ASCII (anything else is not echoed: each
+#: transport would decode other bytes its own way).
 REQUEST_ID_HEADER = "x-request-id"
 
 #: The timestamps a transport records for a sampled request's arrival (Triton's names).
@@ -168,8 +169,8 @@ class Pipeline:
             raise
         call = Call(self, served, decoded, trace)
         request_id = headers.get(REQUEST_ID_HEADER) if headers is not None else None
-        if request_id is not None:
-            call.reply_headers = ((REQUEST_ID_HEADER, request_id),)
+        if request_id is not None and request_id.isascii() and request_id.isprintable():
+            call.reply_headers = ((REQUEST_ID_HEADER, request_id),)  # else: not echoed
         return call
 
 
