@@ -5,7 +5,7 @@ and the sending of a traced answer."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from aiohttp import web
 
@@ -39,7 +39,8 @@ class RequestHeaders:
 
 
 class FieldHeaders:
-    """The headers the ``/infer`` fast path framed (lower-case names, raw values)."""
+    """The headers the ``/infer`` fast path framed (lower-case names, raw values). The fast
+    path serves no traced request and forwards no header: only ``get`` is read."""
 
     __slots__ = ("_fields",)
 
@@ -52,15 +53,6 @@ class FieldHeaders:
 
     def __contains__(self, name: object, /) -> bool:
         return isinstance(name, str) and name.encode("latin-1") in self._fields
-
-    def __getitem__(self, name: str) -> str:
-        value = self.get(name)
-        if value is None:
-            raise KeyError(name)
-        return value
-
-    def keys(self) -> Iterator[str]:
-        return (k.decode("latin-1") for k in self._fields)
 
     def items(self) -> Iterable[tuple[str, str | bytes]]:
         return ((k.decode("latin-1"), v) for k, v in self._fields.items())
