@@ -1,4 +1,4 @@
-"""Asynchronous instances (``ModelInstance.async_execution``, ``tritonx._core.instances``):
+"""Asynchronous instances (``ModelInstance.async_execution``, ``tritonx._core.execution``):
 batches start on the event loop through ``execute_async`` and their answers come back as loop
 callbacks, batched as the queue would batch them, one batch at a time per instance; whatever
 the loop cannot start goes to the instance threads and ``execute``.

@@ -1,4 +1,4 @@
-"""Inline execution (``--inline-execution-us``, ``tritonx._core.instances``): short batches of
+"""Inline execution (``--inline-execution-us``, ``tritonx._core.execution``): short batches of
 instances that allow it run on the event loop instead of an instance thread, batched as the
 queue would batch them, and everything else keeps to the instance threads.
 

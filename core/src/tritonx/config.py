@@ -139,7 +139,7 @@ class ServerSettings:
     #: ``--metric-sink <name>[,<key>=<value>]``: the metric sink plugins to run, with settings
     metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
-    #: tritonx only (``--inline-execution-us``, :mod:`tritonx._core.instances`): run a batch
+    #: tritonx only (``--inline-execution-us``, :mod:`tritonx._core.execution`): run a batch
     #: on the event loop, not on an idle instance's thread, when the model's executions
     #: average under this many microseconds and its instances allow it; 0: never
     inline_execution_us: float = 100.0

@@ -93,11 +93,17 @@ class ModelStats:
         self.fail_reasons[reason] = self.fail_reasons.get(reason, 0) + 1
 
     def record_execution(
-        self, batch_size: int, input_ns: int, infer_ns: int, output_ns: int
+        self,
+        batch_size: int,
+        input_ns: int,
+        infer_ns: int,
+        output_ns: int,
+        inferences: int | None = None,
     ) -> None:
-        """One backend execution of ``batch_size`` items."""
+        """One backend execution of ``batch_size`` items, ``inferences`` of them (default:
+        all) for clients (a sequence batch's fillers are not inferences)."""
         self.execution_count += 1
-        self.inference_count += batch_size
+        self.inference_count += batch_size if inferences is None else inferences
         stats = self.batch_stats.get(batch_size)
         if stats is None:
             stats = self.batch_stats[batch_size] = BatchStats()

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tritonx._core.ensemble import composing_models, is_ensemble, validate_with_composing
+from tritonx._core.ensemble_config import composing_models, is_ensemble, validate_with_composing
 from tritonx._core.lifecycle import ModelManager
 from tritonx._core.model_config import config_to_json_dict
 from tritonx._core.status import DUPLICATE_REASON

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from tritonx._core.ensemble import validate_with_composing
+from tritonx._core.ensemble_config import validate_with_composing
 from tritonx._core.entries import ModelEntry
 from tritonx._core.status import UNLOADED_REASON
 from tritonx.config import ModelConfig

@@ -1,7 +1,6 @@
 """Ensembles (``platform: "ensemble"``): the scheduler that runs the steps of
 ``ensemble_scheduling`` as a data flow over other models (Triton core's ``EnsembleContext``,
-``ensemble_scheduler.cc``). The config's validation is :mod:`tritonx._core.ensemble_config`
-(its names are importable from here too).
+``ensemble_scheduler.cc``). The config's validation is :mod:`tritonx._core.ensemble_config`.
 
 An ensemble has no instances. Each step is an ordinary request to its composing model through
 the :class:`~tritonx.handle.ServerHandle`, so it goes through that model's validation,
@@ -22,14 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tritonx._core.ensemble_config import (
-    ENSEMBLE,
-    composing_models,
-    dims_match,
-    is_ensemble,
-    validate_scheduling,
-    validate_with_composing,
-)
+from tritonx._core.ensemble_config import dims_match
 from tritonx._core.inflight import InFlight
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
@@ -665,11 +657,4 @@ class _Run:
             self._done.set_result(result)
 
 
-__all__ = [
-    "ENSEMBLE",
-    "EnsembleScheduler",
-    "composing_models",
-    "is_ensemble",
-    "validate_scheduling",
-    "validate_with_composing",
-]
+__all__ = ["EnsembleScheduler"]

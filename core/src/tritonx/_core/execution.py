@@ -116,9 +116,6 @@ class Execution(Protocol):
     def start(self) -> None:
         """Start what :meth:`submit` took (when it returned True)."""
 
-    def executed(self, took_ns: int) -> None:
-        """A batch of the model executed in ``took_ns`` (any mode, once per batch)."""
-
     @property
     def waiting(self) -> int:
         """Requests held on the loop for an instance (counted as pending)."""
@@ -141,9 +138,6 @@ class Queued:
     def start(self) -> None:
         pass
 
-    def executed(self, took_ns: int) -> None:
-        pass
-
     def stop(self) -> list[Pending]:
         return []
 
@@ -154,14 +148,16 @@ class Inline:
     :param limit_ns: ``--inline-execution-us``: the most the average execution may take.
     """
 
-    __slots__ = ("_count", "_held", "_limit_ns", "_loop", "_mean_ns", "_scheduler")
+    __slots__ = ("_batcher", "_count", "_held", "_limit_ns", "_loop", "_mean_ns", "_scheduler")
 
+    #: held requests are not counted: they run (or are queued) at the end of this round
     waiting = 0
 
     def __init__(
         self, scheduler: InstanceScheduler, loop: asyncio.AbstractEventLoop, limit_ns: int
     ) -> None:
         self._scheduler = scheduler
+        self._batcher = scheduler.batcher
         self._loop = loop
         self._limit_ns = limit_ns
         #: requests held on the loop until the end of its round
@@ -171,7 +167,7 @@ class Inline:
         self._count = 0
 
     def submit(self, pending: Pending) -> bool:
-        batcher = self._scheduler.batcher
+        batcher = self._batcher
         if (
             self._count >= INLINE_WARMUP
             and self._mean_ns <= self._limit_ns
@@ -188,6 +184,8 @@ class Inline:
         pass
 
     def executed(self, took_ns: int) -> None:
+        """A batch of the model executed in ``took_ns`` (any instance, once per batch): the
+        average that allows running inline."""
         count = self._count
         self._mean_ns = (
             took_ns if not count else self._mean_ns + (took_ns - self._mean_ns) * INLINE_WEIGHT
@@ -235,6 +233,7 @@ class Async:
     """Batches start on the loop through ``execute_async`` (see the module docstring)."""
 
     __slots__ = (
+        "_batcher",
         "_dispatching",
         "_loop",
         "_scheduler",
@@ -246,6 +245,7 @@ class Async:
 
     def __init__(self, scheduler: InstanceScheduler, loop: asyncio.AbstractEventLoop) -> None:
         self._scheduler = scheduler
+        self._batcher = scheduler.batcher
         self._loop = loop
         #: requests waiting on the loop for an instance
         self._waiting: deque[Pending] = deque()
@@ -260,7 +260,7 @@ class Async:
         self._window = 1 if self._singles else max(1, int(scheduler.config.max_batch_size))
 
     def submit(self, pending: Pending) -> bool:
-        batcher = self._scheduler.batcher
+        batcher = self._batcher
         if batcher.pending_count:
             batcher.put(pending)
             return False
@@ -274,9 +274,6 @@ class Async:
 
     def start(self) -> None:
         self._dispatch()
-
-    def executed(self, took_ns: int) -> None:
-        pass
 
     @property
     def waiting(self) -> int:

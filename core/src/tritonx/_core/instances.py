@@ -127,6 +127,8 @@ class InstanceScheduler:
         #: how accepted requests reach the instances (chosen at start)
         self.execution: Execution = Queued(self.batcher)
         self._route = self.execution.submit
+        #: the mode's ``executed`` when it measures executions (inline), else None
+        self._timed: Callable[[int], None] | None = None
         #: the batcher's ``completed(batch, responses or None)``, if it has one: called on the
         #: thread that ran a batch, before it is answered (the sequence batcher keeps the
         #: states and issues its slots' next requests)
@@ -181,7 +183,8 @@ class InstanceScheduler:
             and all(i is not None and i.inline_execution for i in active)
         ):
             self.execution = Inline(self, loop, self._inline_limit_ns)
-        self._route = self.execution.submit
+            self._timed = self.execution.executed
+        self._route = self.execution.submit  # the mode's submit, one lookup per request
 
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
         if not self.rate_limiter.enabled:
@@ -611,11 +614,10 @@ class InstanceScheduler:
                 record_request(stats, pending, start, phases)
             if request.trace is not None:
                 trace_compute(request, times)
-        stats.record_execution(size, *phases)
-        if fillers:
-            stats.inference_count -= fillers
+        stats.record_execution(size, *phases, inferences=size - fillers)
         stats.last_inference_ms = int(time.time() * 1000)
-        self.execution.executed(end - start)
+        if self._timed is not None:
+            self._timed(end - start)
 
     def _resolve(
         self,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonx._core.agents import AgentLoadError
 from tritonx._core.dependencies import DependencyError, DependencyGraph, composing_configs
-from tritonx._core.ensemble import composing_models
+from tritonx._core.ensemble_config import composing_models
 from tritonx._core.entries import (
     LoadSession,
     ModelEntry,

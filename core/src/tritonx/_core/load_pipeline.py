@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonx._core import model_config as cfg
 from tritonx._core.agents import AgentChain
-from tritonx._core.ensemble import is_ensemble
+from tritonx._core.ensemble_config import is_ensemble
 from tritonx._core.entries import Prepared, VersionEntry
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from tritonx._core.batcher import DirectQueue, DynamicBatcher
-from tritonx._core.ensemble import EnsembleScheduler, is_ensemble
+from tritonx._core.ensemble import EnsembleScheduler
+from tritonx._core.ensemble_config import is_ensemble
 from tritonx._core.instances import InstanceScheduler
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.sequence_scheduler import SequenceScheduler, sequence_batcher
