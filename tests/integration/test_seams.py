@@ -443,6 +443,21 @@ async def test_repository_plugin_by_url_scheme(model_repository: ModelRepository
         assert "m2" in MemoryRepository.released
 
 
+async def test_a_repository_plugin_failing_to_localize_fails_that_model_only(
+    model_repository: ModelRepositoryBuilder,
+) -> None:
+    """A plugin's localize raising something else than a TritonXError (a bug: here
+    ``bytes([300])``) fails that model's load with the error as its reason; the others
+    serve."""
+    MemoryRepository.banks["bank"] = {"ok": 3, "broken": 300}
+    async with make_server(["mem://bank"], model_control_mode="poll") as server:
+        assert await answer(server, "ok", 1) == 4
+        (row,) = [r for r in server.repository_index() if r.name == "broken"]
+        assert row.state is ModelState.UNAVAILABLE
+        assert "failed to localize model 'broken'" in row.reason
+        assert "bytes must be in range(0, 256)" in row.reason
+
+
 async def test_unknown_repository_scheme_fails_start_up(tmp_path: Path) -> None:
     with pytest.raises(PluginError, match="no repository plugin serves 's3://bucket/models'"):
         async with make_server(["s3://bucket/models"]):

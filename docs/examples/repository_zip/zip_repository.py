@@ -2,8 +2,10 @@
 
 ``tritonx serve --model-repository zip:///srv/models.zip`` serves an archive laid out as a
 model repository (``<model>/config.pbtxt``, ``<model>/<version>/...`` at its top). A model is
-extracted into a temporary folder when it loads and removed once it is unloaded; poll mode
-reloads a model whose members changed.
+extracted into a temporary folder when it loads and removed once it is unloaded (or its load
+fails); poll mode reloads a model whose members changed. The archive is the operator's, as a
+model folder is: its members cannot land outside the extraction folder (``zipfile`` drops
+``..`` and leading ``/``), but their size is not bounded.
 """
 
 from __future__ import annotations
@@ -48,13 +50,19 @@ class ZipRepository(tritonx.Repository):
         return tuple(sorted((m.filename, m.CRC, m.file_size) for m in self._members(f"{name}/")))
 
     def localize(self, name: str) -> Path:
-        members = self._members(f"{name}/")
-        if not members:
-            raise not_found(f"model '{name}' is not in {self.url}")
         folder = Path(tempfile.mkdtemp(prefix="tritonx-zip-"))
-        with zipfile.ZipFile(self.archive) as archive:  # extract() keeps paths inside folder
-            for member in members:
-                archive.extract(member, folder)
+        try:
+            with zipfile.ZipFile(self.archive) as archive:  # one read: the archive may change
+                members = [m for m in archive.infolist() if m.filename.startswith(f"{name}/")]
+                if not members:
+                    raise not_found(f"model '{name}' is not in {self.url}")
+                for member in members:  # extract() keeps every path inside folder
+                    archive.extract(member, folder)
+        except BaseException as exc:
+            shutil.rmtree(folder, ignore_errors=True)
+            if isinstance(exc, (OSError, zipfile.BadZipFile)):
+                raise invalid_arg(f"cannot extract model '{name}' from {self.url}: {exc}") from exc
+            raise
         return folder / name
 
     def release(self, name: str, path: Path) -> None:

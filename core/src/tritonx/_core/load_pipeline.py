@@ -100,13 +100,28 @@ class LoadPipeline:
         """Steps 1-4 of a load: localize, read the raw config, run the agents' LOAD actions,
         complete and validate the config on the folder the agents returned; an ensemble is
         then linked to its composing models (``link``)."""
-        localized: tuple[Repository, Path] | None = None
         if override_dir is not None:
-            folder = override_dir
-        else:
-            assert repo is not None
+            return await self._prepare_in(name, override_dir, override, link), None
+        assert repo is not None
+        try:
             folder = await asyncio.to_thread(repo.localize, name)
-            localized = (repo, folder)
+        except TritonXError:
+            raise
+        except Exception as exc:  # a plugin's bug: this model fails, the server goes on
+            raise TritonXError(
+                f"failed to localize model '{name}': {exc or type(exc).__name__}", Code.INTERNAL
+            ) from exc
+        try:
+            prepared = await self._prepare_in(name, folder, override, link)
+        except BaseException:  # nothing will serve from the localized copy
+            await asyncio.to_thread(repo.release, name, folder)
+            raise
+        return prepared, (repo, folder)
+
+    async def _prepare_in(
+        self, name: str, folder: Path, override: Any, link: LinkEnsemble
+    ) -> Prepared:
+        """Steps 2-4 on the localized (or override) ``folder``."""
         raw = await asyncio.to_thread(self.read_config, name, folder, override)
         agents = AgentChain.resolve(name, raw, self.registries.repoagents)
         loaded_from = await agents.load(folder) if agents else folder
@@ -124,7 +139,7 @@ class LoadPipeline:
                 await agents.load_failed()
             raise
         prepared.agents = agents if agents else None
-        return prepared, localized
+        return prepared
 
     def read_config(self, name: str, folder: Path, override: Any) -> Any:
         if override is not None:
