@@ -129,3 +129,20 @@ def test_validate_settings() -> None:
             validate_settings(settings)
         assert not err.value.usage, err.value.message
         assert err.value.code is Code.INVALID_ARG
+
+
+def test_a_disabled_listener_settings_are_not_read() -> None:
+    """As before the one validation step: a listener that does not start reads none of its
+    restrictions, header pattern or TLS files (CLI ranges still apply to every flag)."""
+    defaults = ServerSettings()
+    off = [
+        replace(defaults, allow_grpc=False, grpc_header_forward_pattern="x-("),
+        replace(defaults, allow_grpc=False, grpc_restricted_protocol={"nope": ("k", "v")}),
+        replace(defaults, allow_http=False, http_header_forward_pattern="x-("),
+        replace(defaults, allow_http=False, http_restricted_api={"nope": ("k", "v")}),
+        replace(defaults, allow_grpc=False, grpc_use_ssl=True),
+    ]
+    for settings in off:
+        assert validate_settings(settings) is settings
+    with pytest.raises(SettingsError, match="--grpc-max-connection-age must be 0 or more"):
+        validate_settings(replace(defaults, allow_grpc=False, grpc_max_connection_age=-5))

@@ -137,8 +137,9 @@ def configure_logging(opts: dict[str, Any]) -> None:
         ) from None
 
 
-#: ``ServerSettings`` fields ``serve`` takes from the option of the same name as it is
-SAME_NAME = frozenset(f.name for f in fields(ServerSettings))
+#: Every ``ServerSettings`` field: ``serve`` fills each, from the option of the same name
+#: unless :func:`settings_from_options` computes it (a field without either is a KeyError)
+FIELDS = frozenset(f.name for f in fields(ServerSettings))
 
 
 def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSettings:
@@ -175,7 +176,7 @@ def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSet
         **restrictions(opts),
         **settings_fields(trace),
     }
-    same = {name: opts[name] for name in SAME_NAME - set(parsed) if name in opts}
+    same = {name: opts[name] for name in FIELDS - set(parsed)}
     return ServerSettings(**same, **parsed)
 
 

@@ -152,16 +152,15 @@ def check_listeners(settings: ServerSettings) -> None:
     ]
     if len(ports) != len(set(ports)):
         raise _usage("The server cannot listen to HTTP, GRPC and metrics on the same port")
+    restricted = {"http": "http_restricted_api", "grpc": "grpc_restricted_protocol"}
     for prefix in ("http", "grpc"):
         if not getattr(settings, f"allow_{prefix}"):
-            continue
+            continue  # a listener that does not start reads none of its settings
         try:
             listener_tls_files(settings, prefix)
         except TritonXError as exc:
             raise _usage(exc.message) from None
-    check_restrictions(settings.http_restricted_api, "http_restricted_api")
-    check_restrictions(settings.grpc_restricted_protocol, "grpc_restricted_protocol")
-    for prefix in ("http", "grpc"):
+        check_restrictions(getattr(settings, restricted[prefix]), restricted[prefix])
         pattern = getattr(settings, f"{prefix}_header_forward_pattern")
         HeaderForward.of(pattern, f"--{prefix}-header-forward-pattern")
 

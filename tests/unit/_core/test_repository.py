@@ -1,9 +1,12 @@
 from pathlib import Path
 
+import pytest
+
 from tritonx._core.lifecycle import ModelManager
 from tritonx._core.model_config import select_versions, version_folders
 from tritonx.builtin.local_repository import LocalRepository
 from tritonx.config import ServerSettings
+from tritonx.errors import Code, TritonXError
 from tritonx.plugins import collect, make_plugin_manager
 from tritonx.proto import model_config_pb2
 
@@ -42,6 +45,18 @@ def test_scan_finds_duplicates(tmp_path: Path) -> None:
     models, duplicates = manager.scan()
     assert sorted(models) == ["only_a"]
     assert duplicates == {"same": [str(a), f"file://{b}"]}
+
+
+def test_a_manager_refuses_a_config_name_that_leaves_the_model_folder(tmp_path: Path) -> None:
+    """However a manager is made (not only through Server.start()), ``--model-config-name``
+    cannot name a file outside ``<model>/configs``."""
+    for name in ("../x", "a/b", ".."):
+        with pytest.raises(TritonXError) as err:
+            ModelManager(
+                ServerSettings(model_repository=(str(tmp_path),), model_config_name=name),
+                collect(make_plugin_manager(autoload=False)),
+            )
+        assert err.value.code is Code.INVALID_ARG
 
 
 def test_local_repository_stamp_changes_with_files(tmp_path: Path) -> None:

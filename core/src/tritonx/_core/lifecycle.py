@@ -146,7 +146,7 @@ class ModelManager:
         deadline = None if timeout is None else loop.time() + timeout
         self._unloads.begin_exit(deadline)  # unloads under way end by the exit deadline
         # ensembles first, outer before inner, so their requests drain while the composing
-        # models still serve
+        # models still serve (the layers listed first: unloading drops dependency entries)
         for outer in list(self._deps.outer_first(self.models)):
             await asyncio.gather(*(self._unload(n, deadline) for n in outer))
         await asyncio.gather(*(self._unload(n, deadline) for n in list(self.models)))

@@ -67,6 +67,9 @@ class LoadPipeline:
         server: ServerHandle | None = None,
         cache_enabled: bool = False,
     ) -> None:
+        # the config file's path is built from it: never outside a model folder, however
+        # this pipeline was made (Server.start() has refused it already)
+        cfg.check_config_name(settings.model_config_name)
         self.settings = settings
         self.registries = registries
         self.server = server

@@ -10,7 +10,7 @@ from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
 from tritonx.header_forward import HeaderForward
 from tritonx.http.routes import DATAPLANE_KEY, FORWARD_KEY, SETTINGS_KEY, setup_routes
-from tritonx.security import check_restrictions, load_tls_files
+from tritonx.security import listener_tls_files
 
 
 def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> web.Application:
@@ -18,13 +18,10 @@ def make_app(dataplane: DataPlane, settings: ServerSettings | None = None) -> we
 
     Bodies are read by the handlers themselves (limited by ``http_max_input_size``), so
     aiohttp's own ``client_max_size`` is not what limits them. ``http_restricted_api`` puts
-    the header check in front of the routes (nothing is checked when it is empty).
-
-    :raises TritonXError: INVALID_ARG for an unknown category in ``http_restricted_api``,
-        or an ``http_header_forward_pattern`` that is not a regular expression.
+    the header check in front of the routes (nothing is checked when it is empty). The
+    settings are checked by :func:`tritonx.settings_check.validate_settings` beforehand.
     """
     settings = settings or dataplane.settings
-    check_restrictions(settings.http_restricted_api, "http_restricted_api")
     forward = HeaderForward.of(
         settings.http_header_forward_pattern, "--http-header-forward-pattern"
     )
@@ -42,12 +39,5 @@ def http_ssl_context(settings: ServerSettings) -> ssl.SSLContext | None:
 
     :raises TritonXError: INVALID_ARG when a certificate/key file is missing or not valid.
     """
-    files = load_tls_files(
-        "http",
-        use_ssl=settings.http_use_ssl,
-        mutual=settings.http_use_ssl_mutual,
-        server_cert=settings.http_server_cert,
-        server_key=settings.http_server_key,
-        root_cert=settings.http_root_cert,
-    )
+    files = listener_tls_files(settings, "http")
     return files.context if files is not None else None
