@@ -50,6 +50,12 @@ async def test_http_infer_echoes_the_request_id(server: Server) -> None:
         async with session.post(url, data=body, headers={"X-Request-ID": "gen-2"}) as answer:
             assert answer.status == 200
             assert answer.headers["X-Request-ID"] == "gen-2"
+        url = f"http://{server.http_url}/v2/models/id/generate_stream"
+        async with session.post(url, data=body, headers={"X-Request-ID": "sse-3"}) as answer:
+            assert answer.status == 200
+            assert answer.headers["X-Request-ID"] == "sse-3"
+            assert answer.headers["Content-Type"] == "text/event-stream; charset=utf-8"
+            assert (await answer.read()).startswith(b"data: ")
 
 
 async def test_a_failed_request_echoes_nothing(server: Server) -> None:

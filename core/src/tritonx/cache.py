@@ -6,6 +6,8 @@ import abc
 from collections.abc import Mapping
 from typing import ClassVar
 
+import numpy as np
+
 from tritonx.types import InferenceResponse
 
 #: Every key a cache is given starts with this many bytes: the *scope* of the model load the
@@ -54,7 +56,20 @@ class ResponseCache(abc.ABC):
         """Release connections; called at shutdown."""
 
 
+def copy_tensor(array: np.ndarray) -> np.ndarray:
+    """A private, writable copy of a tensor for a cache to keep or hand out (whoever holds a
+    response may change its arrays); BYTES elements become immutable ``bytes``."""
+    if array.dtype != np.object_:
+        return np.array(array, copy=True, order="C")
+    out = np.empty(array.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, item in enumerate(array.reshape(-1)):
+        flat[i] = bytes(item) if isinstance(item, (bytearray, memoryview)) else item
+    return out
+
+
 __all__ = [
     "SCOPE_BYTES",
     "ResponseCache",
+    "copy_tensor",
 ]

@@ -11,7 +11,7 @@ from collections import OrderedDict
 from collections.abc import Mapping
 
 import tritonx
-from tritonx.cache import SCOPE_BYTES
+from tritonx.cache import SCOPE_BYTES, copy_tensor
 from tritonx.errors import invalid_arg
 from tritonx.parameters import parse_int
 
@@ -56,6 +56,6 @@ class LRUCache(tritonx.ResponseCache):
 def _copy(response: tritonx.InferenceResponse) -> tritonx.InferenceResponse:
     """A private copy: whoever holds a response may change its arrays."""
     return tritonx.InferenceResponse(
-        outputs={name: array.copy() for name, array in response.outputs.items()},
+        outputs={name: copy_tensor(array) for name, array in response.outputs.items()},
         parameters=dict(response.parameters),
     )

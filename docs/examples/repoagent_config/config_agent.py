@@ -1,6 +1,7 @@
 """``config_override``: a repository agent that rewrites a model's config before it loads.
 
-Each of the agent's parameters is a config field and the text-format value to set it to::
+Each of the agent's parameters is a config field and the text-format value to set it to (a
+repeated or message field is replaced, not appended to or merged into)::
 
     model_repository_agents { agents [ { name: "config_override", parameters [
       { key: "max_batch_size" value: "8" },
@@ -44,6 +45,9 @@ class ConfigOverrideAgent(tritonx.RepoAgent):
         config = model_config_pb2.ModelConfig()
         config.CopyFrom(ctx.config)
         for field, value in ctx.parameters.items():
+            if field not in config.DESCRIPTOR.fields_by_name:
+                raise invalid_arg(f"config_override: the model config has no field {field}")
+            config.ClearField(field)  # set, not appended to (repeated) or merged (messages)
             try:
                 text_format.Merge(f"{field}: {value}", config)
             except text_format.ParseError as exc:

@@ -5,6 +5,7 @@ from google.protobuf import text_format
 
 from tritonx._core import model_config as cfg
 from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.config import config_to_json_dict
 from tritonx.errors import Code, TritonXError
 from tritonx.proto import model_config_pb2
 from tritonx.registry import BackendRegistry
@@ -153,7 +154,7 @@ def test_config_json_numbers_like_triton() -> None:
         "priority_queue_policy { key: 1 value: { default_timeout_microseconds: 5 } } } "
         "version_policy { specific { versions: [ 1, 2 ] } }"
     )
-    out = cfg.config_to_json_dict(config)
+    out = config_to_json_dict(config)
     assert out["input"][0]["dims"] == [-1, 3]
     assert out["dynamic_batching"]["max_queue_delay_microseconds"] == 100
     assert (

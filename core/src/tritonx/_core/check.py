@@ -16,8 +16,8 @@ from typing import Any
 
 from tritonx._core.ensemble_config import composing_models, is_ensemble, validate_with_composing
 from tritonx._core.lifecycle import ModelManager
-from tritonx._core.model_config import config_to_json_dict
 from tritonx._core.status import DUPLICATE_REASON
+from tritonx.config import config_to_json_dict
 from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError
 from tritonx.proto import model_config_pb2

@@ -18,7 +18,6 @@ from google.protobuf import json_format, text_format
 from tritonx._core.devices import gpu_count
 from tritonx._core.ensemble_config import ENSEMBLE, validate_scheduling
 from tritonx._core.sequence import validate_sequence_batching
-from tritonx.config import config_to_json_dict as config_to_json_dict  # re-exported (check.py)
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.proto import model_config_pb2
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tritonx.cache import SCOPE_BYTES, ResponseCache
+from tritonx.cache import SCOPE_BYTES, ResponseCache, copy_tensor
 from tritonx.datatypes import bytes_tensor_byte_size
 from tritonx.errors import invalid_arg
 from tritonx.hookspecs import hookimpl
@@ -38,17 +38,6 @@ log = logging.getLogger("tritonx")
 def tritonx_register_caches(registry: CacheRegistry) -> None:
     """Triton's ``local`` cache."""
     registry.add(LocalCache)
-
-
-def _copy(array: np.ndarray) -> np.ndarray:
-    """A private, writable copy; BYTES elements become immutable ``bytes``."""
-    if array.dtype != np.object_:
-        return np.array(array, copy=True, order="C")
-    out = np.empty(array.shape, dtype=object)
-    flat = out.reshape(-1)
-    for i, item in enumerate(array.reshape(-1)):
-        flat[i] = bytes(item) if isinstance(item, (bytearray, memoryview)) else item
-    return out
 
 
 def tensor_size(array: np.ndarray) -> int:
@@ -123,7 +112,7 @@ class LocalCache(ResponseCache):
                 return None
             self._entries.move_to_end(bytes(key))
         return InferenceResponse(
-            outputs={name: _copy(array) for name, array in entry.outputs},
+            outputs={name: copy_tensor(array) for name, array in entry.outputs},
             parameters=dict(entry.parameters),
         )
 
@@ -139,7 +128,7 @@ class LocalCache(ResponseCache):
             )
             return
         entry = _Entry(
-            tuple((name, _copy(array)) for name, array in response.outputs.items()),
+            tuple((name, copy_tensor(array)) for name, array in response.outputs.items()),
             tuple(response.parameters.items()),
             size,
         )
