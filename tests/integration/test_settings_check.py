@@ -7,14 +7,16 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+import click
 import pluggy
 import pytest
 
 import tritonx
 from tritonx import Server, TritonXError
+from tritonx.cli import cli
 from tritonx.config import ServerSettings
 from tritonx.errors import Code
-from tritonx.settings_check import SettingsError, validate_settings
+from tritonx.settings_check import AT_LEAST, AT_MOST, ONE_OF, SettingsError, validate_settings
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 from tritonx.types import ModelEvent
 
@@ -146,3 +148,30 @@ def test_a_disabled_listener_settings_are_not_read() -> None:
         assert validate_settings(settings) is settings
     with pytest.raises(SettingsError, match="--grpc-max-connection-age must be 0 or more"):
         validate_settings(replace(defaults, allow_grpc=False, grpc_max_connection_age=-5))
+
+
+def test_the_in_process_ranges_and_choices_are_the_clis() -> None:
+    """Every click range and choice of ``tritonx serve`` on a settings field is checked in
+    process too, with the same bounds and values (one table could drift from the other)."""
+    lowest = {name: bound for bound, names in AT_LEAST.items() for name in names}
+    highest = {name: bound for bound, names in AT_MOST.items() for name in names}
+    fields = set(ServerSettings.__dataclass_fields__)
+    serve = cli.commands["serve"]
+    ranges = choices = 0
+    for param in serve.params:
+        kind = param.type
+        if param.name not in fields:
+            continue
+        if isinstance(kind, (click.IntRange, click.FloatRange)):
+            ranges += 1
+            assert lowest.get(param.name) == kind.min, param.name
+            assert highest.get(param.name) == kind.max, param.name
+        elif isinstance(kind, click.Choice):
+            choices += 1
+            if param.name == "grpc_infer_response_compression_level":
+                refused = replace(ServerSettings(), **{param.name: "max"})
+                with pytest.raises(SettingsError):
+                    validate_settings(refused)
+                continue
+            assert tuple(ONE_OF[param.name]) == tuple(kind.choices), param.name
+    assert len(lowest) == ranges and len(ONE_OF) == choices - 1

@@ -52,6 +52,10 @@ AT_LEAST: dict[int, tuple[str, ...]] = {
         "inline_execution_us",
     ),
 }
+#: Settings with a highest value (the CLI's click ranges), by that value.
+AT_MOST: dict[int, tuple[str, ...]] = {
+    2**31 - 1: ("grpc_max_message_size", "grpc_max_decompressed_message_size"),
+}
 #: Settings in milliseconds (their messages say so).
 MILLISECONDS = ("grpc_max_connection_age", "grpc_max_connection_age_grace")
 
@@ -127,6 +131,11 @@ def check_ranges(settings: ServerSettings) -> None:
             if not value >= lowest:  # NaN included
                 unit = " milliseconds" if name in MILLISECONDS else ""
                 raise SettingsError(f"{_flag(name)} must be {lowest} or more{unit}, got {value}")
+    for highest, names in AT_MOST.items():
+        for name in names:
+            value = getattr(settings, name)
+            if value > highest:
+                raise SettingsError(f"{_flag(name)} must be {highest} or less, got {value}")
     for name, values in ONE_OF.items():
         value = getattr(settings, name)
         if value not in values:
