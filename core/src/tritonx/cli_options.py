@@ -199,6 +199,45 @@ SERVE_OPTIONS: list[Decorator] = [
         "models' worker processes are killed, instance threads still executing are abandoned "
         "and the unload completes" + TRITONX_ONLY,
     ),
+    switch(
+        "--model-load-on-demand",
+        False,
+        "Load a model that is in a repository but not loaded when a request (inference, "
+        "metadata, config) asks for it; the request waits for the load. Needs "
+        "--model-control-mode=explicit or poll (poll mode then loads no model at start-up)"
+        + TRITONX_ONLY,
+    ),
+    value(
+        "--model-load-on-demand-timeout-secs",
+        NON_NEGATIVE,
+        60.0,
+        "Seconds a request waits for its model's on-demand load (and for room under the "
+        "budgets); then UNAVAILABLE. 0: no limit" + TRITONX_ONLY,
+    ),
+    value(
+        "--max-loaded-models",
+        click.IntRange(min=0),
+        0,
+        "Most models loaded at once: before a load, the least recently used models with no "
+        "request in flight are unloaded (models listed with --load-model never are). "
+        "0: no limit. Needs --model-load-on-demand" + TRITONX_ONLY,
+    ),
+    value(
+        "--model-memory-budget",
+        click.IntRange(min=0),
+        0,
+        "Bytes the loaded models may add to the server's resident memory (their worker "
+        "processes included), measured: the least recently used models with no request in "
+        "flight are unloaded to stay within it. 0: no limit. Needs --model-load-on-demand"
+        + TRITONX_ONLY,
+    ),
+    value(
+        "--model-idle-unload-secs",
+        NON_NEGATIVE,
+        0.0,
+        "Unload a model no request used for this many seconds (models listed with "
+        "--load-model excepted). 0: never. Needs --model-load-on-demand" + TRITONX_ONLY,
+    ),
     value(
         "--event-loop-watchdog-secs",
         NON_NEGATIVE,

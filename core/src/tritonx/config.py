@@ -47,6 +47,23 @@ class ServerSettings:
     #: instances' unload; then queued requests fail, executions still running are aborted (a
     #: python model's worker process is killed) or abandoned, and the unload completes
     model_unload_timeout_secs: float = 30.0
+    #: tritonx only (``--model-load-on-demand``, :mod:`tritonx._core.residency`): a request
+    #: for a model that is in a repository but not loaded loads it first (explicit or poll
+    #: mode; poll mode then loads nothing at start-up)
+    model_load_on_demand: bool = False
+    #: tritonx only: seconds a request waits for its model's on-demand load (and for room
+    #: under the budgets); then UNAVAILABLE. 0: no limit
+    model_load_on_demand_timeout_secs: float = 60.0
+    #: tritonx only (``--max-loaded-models``): most models loaded at once; the least recently
+    #: used ones with no request in flight are unloaded to make room. 0: no limit
+    max_loaded_models: int = 0
+    #: tritonx only (``--model-memory-budget``): bytes the loaded models may add to the
+    #: server's resident memory (its workers' included); the least recently used ones are
+    #: unloaded to make room. 0: no limit
+    model_memory_budget: int = 0
+    #: tritonx only (``--model-idle-unload-secs``): unload a model no request used for this
+    #: many seconds (pinned models excepted). 0: never
+    model_idle_unload_secs: float = 0.0
     #: tritonx only (``--event-loop-watchdog-secs``, :mod:`tritonx._core.watchdog`): when
     #: the event loop does not run for this many seconds, log its stack and count it in
     #: ``tritonx_event_loop_blocked_total``; 0: no watchdog

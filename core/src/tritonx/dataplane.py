@@ -12,15 +12,25 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
 
 from tritonx._core.lifecycle import LoadedVersion, ModelManager, VersionEntry
+from tritonx._core.metrics import ResidencyMetrics
+from tritonx._core.residency import Residency
 from tritonx._core.response_cache import CacheFront
 from tritonx._core.validation import validate_request
 from tritonx.cache import ResponseCache
 from tritonx.config import ModelConfig, ServerSettings
-from tritonx.errors import Code, TritonXError, invalid_arg, unavailable, unsupported
+from tritonx.errors import (
+    Code,
+    NotLoaded,
+    TritonXError,
+    invalid_arg,
+    unavailable,
+    unsupported,
+)
 from tritonx.handle import ServerHandle
 from tritonx.plugins import Registries
 from tritonx.shared_memory import SharedMemoryManager
@@ -35,6 +45,8 @@ from tritonx.types import (
     RepositoryEntry,
     ServerMetadata,
 )
+
+T = TypeVar("T")
 
 #: The Triton release whose protocol tritonx follows (what ``/v2`` reports as ``version``).
 TRITON_VERSION = "2.73.0"
@@ -140,8 +152,32 @@ class DataPlane:
         self.shared_memory = SharedMemoryManager(settings.allow_client_shm)
         #: Trace settings and sampling (the trace extension); transports sample requests.
         self.tracer = TraceManager(config_from_settings(settings))
+        if self._models.residency is not None:
+            self.metrics_registry.register(ResidencyMetrics(self._models.residency))
 
     # ------------------------------------------------------------------ models (server side)
+
+    @property
+    def residency(self) -> Residency | None:
+        """Loads on demand, budgets and idle unloads (``--model-load-on-demand``), or None."""
+        return self._models.residency
+
+    async def loaded(self, call: Callable[[], T]) -> T:
+        """``call()`` (a lookup of a model: :meth:`resolve`, :meth:`model_metadata`...); a
+        model it finds not loaded while models load on demand is loaded first, then
+        ``call()`` runs again (a model unloaded again meanwhile is loaded again)."""
+        while True:
+            try:
+                return call()
+            except NotLoaded as missing:
+                await self._load_on_demand(missing.name)
+
+    async def _load_on_demand(self, name: str) -> None:
+        residency = self._models.residency
+        assert residency is not None  # (NotLoaded is raised only with one)
+        if self.exiting:
+            raise TritonXError("Server exiting", Code.UNAVAILABLE)
+        await residency.ensure(name)
 
     async def start_models(self) -> None:
         """Load the start-up models for the control mode (raises with ``exit_on_error``)."""
@@ -285,9 +321,11 @@ class DataPlane:
         :param model: the version :meth:`resolve` returned for this request, if the caller
             resolved it already.
         """
-        entry = self._accept(
-            request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
-        )
+        message = DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
+        try:
+            entry = self._accept(request, model, message)
+        except NotLoaded:
+            entry = await self.loaded(lambda: self._accept(request, None, message))
         trace = request.trace
         if trace is None:
             return await self._infer(entry, request)
@@ -317,9 +355,12 @@ class DataPlane:
             return None
         if self._cache is not None and model is not None and model._entry.cached:
             return None  # infer() validates and asks the cache
-        entry = self._accept(
-            request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
-        )
+        try:
+            entry = self._accept(
+                request, model, DECOUPLED_MESSAGES.get(protocol, DECOUPLED_MESSAGES["inprocess"])
+            )
+        except NotLoaded:
+            return None  # unloaded since it was resolved: infer() loads it again
         if entry.cached and self._cache is not None:
             return None  # reloaded with the cache on since it was resolved: infer() serves it
         return self._enqueue(entry, request)
@@ -376,7 +417,10 @@ class DataPlane:
         Leaving before the final response (closing the iterator, cancelling the task)
         cancels the request: it is dropped if it has not started, and a decoupled model's
         further responses are discarded while ``request.is_cancelled()`` tells it to stop."""
-        entry = self._accept(request, model)
+        try:
+            entry = self._accept(request, model)
+        except NotLoaded:
+            entry = await self.loaded(lambda: self._accept(request, None))
         trace = request.trace
         if trace is not None:
             trace.start(request.model_name, entry.version, request.id)

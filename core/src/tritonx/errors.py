@@ -80,6 +80,17 @@ def unsupported(message: str) -> TritonXError:
     return TritonXError(message, Code.UNSUPPORTED)
 
 
+class NotLoaded(TritonXError):
+    """A lookup found model ``name`` not loaded while models load on demand
+    (``--model-load-on-demand``): the caller awaits ``DataPlane.loaded`` (which loads it)
+    and looks again. Should it reach a client, its message is Triton's unknown-model error.
+    """
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"Request for unknown model: '{name}' is not found", Code.NOT_FOUND)
+        self.name = name
+
+
 class PluginError(TritonXError):
     """A plugin could not be registered (duplicate name, bad class, unknown hook)."""
 
@@ -89,6 +100,7 @@ class PluginError(TritonXError):
 
 __all__ = [
     "Code",
+    "NotLoaded",
     "PluginError",
     "TritonXError",
     "invalid_arg",

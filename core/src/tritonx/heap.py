@@ -61,3 +61,15 @@ def trim_heap(delay: float = 0.0) -> None:
 
     _trims.add(task := loop.create_task(run()))
     task.add_done_callback(_trims.discard)
+
+
+async def trim_heap_now() -> None:
+    """Trim the heap in a worker thread and wait for it (nothing without glibc): the caller
+    measures the resident memory next (:mod:`tritonx._core.residency`)."""
+    trim = _malloc_trim
+    if trim is None:
+        return
+    try:
+        await asyncio.to_thread(trim, 0)
+    except Exception:  # pragma: no cover - never fatal
+        log.debug("malloc_trim failed", exc_info=True)

@@ -6,7 +6,10 @@ body into an :class:`~tritonx.types.InferenceRequest`, how to encode a response,
 headers are and how it answers. The steps between are written once, here, in this order:
 
 1. :meth:`Pipeline.resolve`: the version string parsed, the one model lookup of the request,
-   a decoupled model refused on a unary endpoint (with Triton's message for the transport).
+   a decoupled model refused on a unary endpoint (with Triton's message for the transport);
+   :meth:`Pipeline.resolve_loaded` awaits the model's load first when models load on demand
+   and it is not loaded (a transport that cannot await there catches
+   :class:`~tritonx.errors.NotLoaded` and goes on once ``DataPlane.loaded`` did).
 2. :meth:`Pipeline.decode`: the transport's decoder on the event loop, or in a worker thread
    when the transport says the body is heavy or the decoder raises :class:`Offload`.
 3. :meth:`Pipeline.admit`: headers forwarded into request parameters
@@ -119,6 +122,15 @@ class Pipeline:
         if not streaming and served.decoupled:
             raise unsupported(DECOUPLED_MESSAGES[self.protocol])
         return served, requested
+
+    async def resolve_loaded(
+        self, model: str, version: str, *, streaming: bool = False
+    ) -> tuple[ServedModel, int | None]:
+        """:meth:`resolve`, loading the model first when models load on demand and it is
+        not loaded (``--model-load-on-demand``)."""
+        return await self.dataplane.loaded(
+            lambda: self.resolve(model, version, streaming=streaming)
+        )
 
     async def decode(self, decode: Callable[..., D], *args: Any, **kwargs: Any) -> D:
         """``decode(*args, **kwargs, offload=True)`` on the event loop; should the decoder

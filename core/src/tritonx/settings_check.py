@@ -22,6 +22,7 @@ from collections.abc import Callable
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.model_config import check_config_name
 from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.residency import memory_measurable
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError
 from tritonx.header_forward import HeaderForward
@@ -50,6 +51,10 @@ AT_LEAST: dict[int, tuple[str, ...]] = {
         "grpc_max_connection_age",
         "grpc_max_connection_age_grace",
         "inline_execution_us",
+        "model_load_on_demand_timeout_secs",
+        "max_loaded_models",
+        "model_memory_budget",
+        "model_idle_unload_secs",
     ),
 }
 #: Settings with a highest value (the CLI's click ranges), by that value.
@@ -121,6 +126,31 @@ def check_model_control(settings: ServerSettings) -> None:
     check_config_name(settings.model_config_name)
 
 
+def check_residency(settings: ServerSettings) -> None:
+    """``--model-load-on-demand`` needs explicit or poll mode; the budgets and the idle
+    unload need it (an unloaded model must load again on its next request); the pinned
+    models must fit ``--max-loaded-models``; a memory budget needs ``/proc``."""
+    if settings.model_load_on_demand and settings.model_control_mode == "none":
+        raise _usage("--model-load-on-demand requires --model-control-mode=explicit or poll")
+    if not settings.model_load_on_demand:
+        for name in ("max_loaded_models", "model_memory_budget", "model_idle_unload_secs"):
+            if getattr(settings, name):
+                raise _usage(
+                    f"{_flag(name)} requires --model-load-on-demand=true (a model it unloads "
+                    "loads again on its next request)"
+                )
+        return
+    limit = settings.max_loaded_models
+    pinned = set(settings.load_model) - {"*"}
+    if limit and len(pinned) > limit:
+        raise _usage(
+            f"--max-loaded-models {limit} cannot hold the {len(pinned)} models listed with "
+            "--load-model (they are never unloaded)"
+        )
+    if settings.model_memory_budget and not memory_measurable():
+        raise _usage("--model-memory-budget needs /proc to measure memory (Linux)")
+
+
 def check_ranges(settings: ServerSettings) -> None:
     """:data:`AT_LEAST` and :data:`ONE_OF`, and tritonserver's ``--http-max-input-size``."""
     if settings.http_max_input_size <= 0:  # tritonserver's check and message
@@ -185,6 +215,7 @@ CHECKS: tuple[Callable[[ServerSettings], None], ...] = (
     check_trace,
     check_model_control,
     check_ranges,
+    check_residency,
     check_listeners,
     check_parsed,
 )

@@ -187,6 +187,9 @@ class RepositoryEntry:
     version: int | None = None
     state: ModelState | None = None
     reason: str = ""
+    #: tritonx only (``--model-load-on-demand``): bytes the model added to the server's
+    #: resident memory when it loaded (None: not measured, or not loaded)
+    memory_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

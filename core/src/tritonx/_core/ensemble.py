@@ -208,6 +208,10 @@ class EnsembleScheduler:
     def inflight(self) -> int:
         return self._inflight.count
 
+    @property
+    def in_use(self) -> bool:
+        return self._inflight.count > 0
+
     # ------------------------------------------------------------------ requests
 
     def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:

@@ -88,10 +88,20 @@ class ModelEntry:
     explicit: bool = False
     #: ``error`` comes from the dependency graph (Triton's "not valid" ensembles)
     invalid: bool = False
+    #: when a request last asked for it, or it loaded (``time.monotonic()``; kept only with
+    #: ``--model-load-on-demand``, for the least-recently-used order)
+    last_used: float = 0.0
 
     @property
     def known(self) -> bool:
         return bool(self.versions) or bool(self.error) or self.stamp is not None
+
+    @property
+    def resident(self) -> bool:
+        """A version is loaded and READY (its instances may be recovering)."""
+        return any(
+            v.state is ModelState.READY and v.scheduler is not None for v in self.versions.values()
+        )
 
     def ready_versions(self) -> list[int]:
         return sorted(v for v, e in self.versions.items() if e.ready)

@@ -280,6 +280,10 @@ class InstanceScheduler:
         return self._inflight.count
 
     @property
+    def in_use(self) -> bool:
+        return self._inflight.count > 0
+
+    @property
     def pending_count(self) -> int:
         """Requests accepted but not yet executing (``nv_inference_pending_request_count``)."""
         return self.batcher.pending_count + self.execution.waiting

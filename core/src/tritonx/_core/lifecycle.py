@@ -35,7 +35,9 @@ modules import from here stays importable here (``__all__``).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -58,11 +60,12 @@ from tritonx._core.load_request import (
     remove_override_dir,
     write_override_dir,
 )
+from tritonx._core.residency import PINNED_PARAMETER, Residency
 from tritonx._core.response_cache import CacheScope, load_stamp
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx._core.unloading import Unloads
 from tritonx.config import ModelConfig, ServerSettings
-from tritonx.errors import Code, TritonXError, invalid_arg, not_found, unavailable
+from tritonx.errors import Code, NotLoaded, TritonXError, invalid_arg, not_found, unavailable
 from tritonx.plugins import Registries
 from tritonx.repository import Repository
 from tritonx.stats import LoadedVersion
@@ -115,6 +118,8 @@ class ModelManager:
         self._deps = DependencyGraph()
         #: the versions' unloads; they hurry to the exit deadline once :meth:`shutdown` begins
         self._unloads = Unloads(settings.model_unload_timeout_secs, self._emit)
+        #: ``--model-load-on-demand``: loads on first request, budgets, idle unload
+        self.residency = Residency(self, settings) if settings.model_load_on_demand else None
 
     # ------------------------------------------------------------------ start / stop
 
@@ -128,6 +133,9 @@ class ModelManager:
             names = found if "*" in wanted else wanted
         else:
             names = found
+        if self.residency is not None:
+            await self._start_resident(names if mode == "explicit" else [])
+            return
         session = LoadSession()
         for name in names:
             self._session_load(session, name, explicit=True)
@@ -137,8 +145,29 @@ class ModelManager:
         if mode == "poll" and self.settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_loop(), name="tritonx-repository-poll")
 
+    async def _start_resident(self, names: list[str]) -> None:
+        """Start-up with ``--model-load-on-demand``: the ``--load-model`` models are loaded
+        (and pinned) one at a time, each measured; the rest wait for their first request."""
+        residency = self.residency
+        assert residency is not None
+        residency.pinned.update(names)
+        residency.start()
+        for name in names:  # (budgets too small for the pinned models: NoRoom, at start)
+            await residency.admit(name, functools.partial(self._start_one, name))
+        if self.settings.exit_on_error and any(not self._entry_ok(n) for n in names):
+            raise TritonXError("failed to load all models", Code.INTERNAL)
+        if self.settings.model_control_mode == "poll" and self.settings.repository_poll_secs > 0:
+            self._poll_task = asyncio.create_task(self._poll_loop(), name="tritonx-repository-poll")
+
+    async def _start_one(self, name: str) -> None:
+        session = LoadSession()
+        self._session_load(session, name, explicit=True)
+        await session.wait()
+
     async def shutdown(self, timeout: float | None = None) -> None:
         """Stop polling, drain every version (up to ``timeout`` s) and unload everything."""
+        if self.residency is not None:
+            await self.residency.stop()
         if self._poll_task is not None:
             self._poll_task.cancel()
             await asyncio.gather(self._poll_task, return_exceptions=True)
@@ -186,6 +215,10 @@ class ModelManager:
         Raises Triton's "Request for unknown model" errors.
         """
         entry = self.models.get(name)
+        if self.residency is not None:
+            if entry is None or not entry.resident:
+                raise NotLoaded(name)
+            entry.last_used = time.monotonic()
         if entry is None or not entry.known:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         if version is None:
@@ -234,7 +267,8 @@ class ModelManager:
     def index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         """The repository index: every model on disk or known, with version states."""
         sources, duplicates = self.scan()
-        return index_rows(set(sources), set(duplicates), self.models, ready_only)
+        footprints = self.residency.footprints if self.residency is not None else None
+        return index_rows(set(sources), set(duplicates), self.models, ready_only, footprints)
 
     def status_rows(self) -> list[tuple[str, str, str]]:
         """(model, version, status) rows of the start-up table."""
@@ -273,6 +307,18 @@ class ModelManager:
         except TritonXError as exc:
             # Triton reads the load parameters while polling the model: the poll failure
             raise poll_failed(name, exc.message) from exc
+        if self.residency is None:
+            await self._load_and_report(name, request)
+            return
+        self.residency.forget_failure(name)
+        await self.residency.admit(name, lambda: self._load_and_report(name, request))
+
+    async def load_named(self, name: str) -> None:
+        """Load ``name`` as the repository API would, without a request's parameters (a load
+        on demand); raises the load API's errors."""
+        await self._load_and_report(name, None)
+
+    async def _load_and_report(self, name: str, request: LoadRequest | None) -> None:
         session = LoadSession()
         task = self._session_load(session, name, request, explicit=True)
         await session.wait()
@@ -298,6 +344,10 @@ class ModelManager:
         await self._unload(name, None)
         if unload_dependents:
             await self._unload_composing(composing)
+        if self.residency is not None:
+            for gone in [name, *composing]:
+                if not self._has_loaded(gone):
+                    self.residency.forget(gone)
 
     async def _unload_composing(self, names: tuple[str, ...]) -> None:
         """Triton's cascading removal: composing models that were not loaded by name and
@@ -587,6 +637,7 @@ class ModelManager:
             await replaced_agents.unload()
             await replaced_agents.unload_completed()
         if any(v.ready for v in merged.values()):
+            entry.last_used = time.monotonic()
             log.info("successfully loaded '%s'", name)
 
     # ------------------------------------------------------------------ internals: unload
@@ -620,6 +671,75 @@ class ModelManager:
                 entry.localized = None
                 await asyncio.to_thread(repo.release, name, path)
 
+    # ------------------------------------------------------------------ residency
+
+    def resident(self, name: str) -> bool:
+        """Whether ``name`` has a version loaded and READY (its instances may be recovering)."""
+        entry = self.models.get(name)
+        return entry is not None and entry.resident
+
+    def loaded_names(self) -> list[str]:
+        """The models with a version loaded (loading, ready or unloading)."""
+        return [name for name in self.models if self._has_loaded(name)]
+
+    def last_used(self, name: str) -> float:
+        """When a request last asked for ``name`` (or it loaded), ``time.monotonic()``."""
+        entry = self.models.get(name)
+        return entry.last_used if entry is not None else 0.0
+
+    def in_use(self, name: str) -> bool:
+        """Whether a request is in flight on ``name`` or a live sequence holds it."""
+        entry = self.models.get(name)
+        if entry is None:
+            return False
+        return any(v.scheduler is not None and v.scheduler.in_use for v in entry.versions.values())
+
+    def used_by_loaded_ensemble(self, name: str) -> bool:
+        """Whether a loaded ensemble has ``name`` among its composing models."""
+        return any(self._has_loaded(e) for e in self._deps.users(name) if e != name)
+
+    def composing_closure(self, name: str) -> set[str]:
+        """The composing models of ensemble ``name``, and theirs in turn."""
+        out: set[str] = set()
+        queue = [d for d in self._deps.of(name) if d != name]
+        while queue:
+            current = queue.pop()
+            if current not in out:
+                out.add(current)
+                queue.extend(d for d in self._deps.of(current) if d != current)
+        return out
+
+    def pinned_by_config(self, name: str) -> bool:
+        """Whether ``name``'s config has the parameter ``tritonx_pinned: "true"``."""
+        entry = self.models.get(name)
+        if entry is None:
+            return False
+        for v in entry.versions.values():
+            if v.config is not None and v.scheduler is not None:
+                param = v.config.raw.parameters.get(PINNED_PARAMETER)
+                return param is not None and param.string_value.strip().lower() == "true"
+        return False
+
+    async def evict(self, name: str) -> None:
+        """Unload ``name`` (the budgets or the idle unload chose it)."""
+        await self._unload(name, None)
+
+    async def wait_idle(self, names: list[str], timeout: float) -> None:
+        """Wait until one of ``names`` has no request in flight, or ``timeout`` s."""
+        drains = [
+            asyncio.ensure_future(v.scheduler.drain())
+            for name in names
+            if (entry := self.models.get(name)) is not None
+            for v in entry.versions.values()
+            if v.scheduler is not None and v.scheduler.inflight
+        ]
+        if not drains:
+            await asyncio.sleep(timeout)  # held by live sequences: look again later
+            return
+        _, pending = await asyncio.wait(drains, timeout=timeout, return_when="FIRST_COMPLETED")
+        for task in pending:
+            task.cancel()
+
     # ------------------------------------------------------------------ poll mode
 
     async def _poll_loop(self) -> None:
@@ -635,13 +755,18 @@ class ModelManager:
         sources, duplicates = await asyncio.to_thread(self.scan)
         on_disk = set(sources) | set(duplicates)
         session = LoadSession()
-        for name in sorted(on_disk):
+        polled = on_disk
+        if self.residency is not None:  # new models wait for their first request
+            polled = {name for name in on_disk if self._has_loaded(name)}
+        for name in sorted(polled):
             task = self._session_load(session, name, explicit=True)
             await asyncio.wait([task])
         await session.wait()
         for name in sorted(set(self.models) - on_disk):
             if self.models[name].override_dir is None:
                 await self._unload(name, None)
+                if self.residency is not None:
+                    self.residency.forget(name)
 
     # ------------------------------------------------------------------ events
 

@@ -15,13 +15,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from tritonx.errors import invalid_arg
 from tritonx.stats import Histogram, LatencyStats, LatencyWindow, LoadedVersion, ModelStats
 
 if TYPE_CHECKING:
+    from tritonx._core.residency import Residency
     from tritonx._core.watchdog import LoopWatchdog
     from tritonx.config import ModelConfig, ServerSettings
 
@@ -487,6 +488,94 @@ class LoopMetrics:
             "tritonx_event_loop_blocked_seconds",
             "Cumulative seconds the event loop was blocked in those incidents",
             value=self.watchdog.blocked_seconds,
+        )
+
+
+class ResidencyMetrics:
+    """tritonx's families for ``--model-load-on-demand`` (:mod:`tritonx._core.residency`),
+    a collector the server registers in its metrics registry:
+
+    * ``tritonx_model_on_demand_loads_total{model}``: loads a request started, completed;
+    * ``tritonx_model_on_demand_load_failures_total{model}``: those that failed;
+    * ``tritonx_model_evictions_total{model,reason}``: unloads to stay within a budget
+      (``reason="budget"``) or of an idle model (``reason="idle"``);
+    * ``tritonx_model_load_waits_total{model}`` and
+      ``tritonx_model_load_wait_seconds_total{model}``: requests that waited for their
+      model's load, and how long they waited in all;
+    * ``tritonx_model_memory_bytes{model}``: what each loaded model added to the server's
+      resident memory (workers included) when it loaded;
+    * ``tritonx_loaded_models``, ``tritonx_max_loaded_models`` (0: no limit),
+      ``tritonx_model_memory_used_bytes`` (with a memory budget: the growth it bounds) and
+      ``tritonx_model_memory_budget_bytes`` (0: no limit).
+    """
+
+    def __init__(self, residency: Residency) -> None:
+        self.residency = residency
+
+    def collect(self) -> Iterator[Metric]:
+        r = self.residency
+        for name, help_text, counts in (
+            (
+                "tritonx_model_on_demand_loads",
+                "Number of model loads started by a request (--model-load-on-demand)",
+                r.loads,
+            ),
+            (
+                "tritonx_model_on_demand_load_failures",
+                "Number of model loads started by a request that failed",
+                r.load_failures,
+            ),
+            (
+                "tritonx_model_load_waits",
+                "Number of requests that waited for a model load",
+                r.waits,
+            ),
+            (
+                "tritonx_model_load_wait_seconds",
+                "Cumulative seconds requests waited for model loads",
+                r.wait_seconds,
+            ),
+        ):
+            family = CounterMetricFamily(name, help_text, labels=["model"])
+            for model in sorted(counts):
+                family.add_metric([model], counts[model])
+            yield family
+        evictions = CounterMetricFamily(
+            "tritonx_model_evictions",
+            "Number of models unloaded to stay within a budget (reason=budget) or idle "
+            "(reason=idle)",
+            labels=["model", "reason"],
+        )
+        for (model, reason), count in sorted(r.evictions.items()):
+            evictions.add_metric([model, reason], count)
+        yield evictions
+        memory = GaugeMetricFamily(
+            "tritonx_model_memory_bytes",
+            "Bytes the model added to the server's resident memory (workers included) at its load",
+            labels=["model"],
+        )
+        for model, footprint in sorted(r.footprints.items()):
+            memory.add_metric([model], footprint)
+        yield memory
+        yield GaugeMetricFamily(
+            "tritonx_loaded_models", "Number of models loaded", value=r.loaded_count()
+        )
+        yield GaugeMetricFamily(
+            "tritonx_max_loaded_models",
+            "--max-loaded-models (0: no limit)",
+            value=r.max_models,
+        )
+        if r.memory_budget:
+            yield GaugeMetricFamily(
+                "tritonx_model_memory_used_bytes",
+                "Bytes the server's resident memory (workers included) grew by since it "
+                "started loading models",
+                value=r.memory_used(),
+            )
+        yield GaugeMetricFamily(
+            "tritonx_model_memory_budget_bytes",
+            "--model-memory-budget (0: no limit)",
+            value=r.memory_budget,
         )
 
 

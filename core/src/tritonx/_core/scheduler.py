@@ -74,6 +74,11 @@ class Scheduler(Protocol):
         """Requests accepted but not yet executing."""
 
     @property
+    def in_use(self) -> bool:
+        """Whether a request is in flight, or (sequence batching) a live sequence holds a
+        slot: the version is not unloaded to make room for another model."""
+
+    @property
     def instances(self) -> Sequence[ModelInstance | None]:
         """The loaded instances (None while one loads or after it unloaded)."""
 

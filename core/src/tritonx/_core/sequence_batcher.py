@@ -180,6 +180,11 @@ class SequenceBatcher:
         return self._queued + self._backlogged
 
     @property
+    def live_sequences(self) -> int:
+        """Sequences started and not ended (holding a slot, or waiting for one)."""
+        return len(self._active) + len(self._backlog)
+
+    @property
     def immediate(self) -> bool:
         return False  # a sequence's requests go to its slot's instance
 

@@ -140,6 +140,10 @@ class SequenceScheduler(InstanceScheduler):
 
     batcher: SequenceBatcher
 
+    @property
+    def in_use(self) -> bool:
+        return self._inflight.count > 0 or self.batcher.live_sequences > 0
+
     # ------------------------------------------------------------------ requests
 
     def submit(self, request: InferenceRequest) -> asyncio.Future[InferenceResponse]:

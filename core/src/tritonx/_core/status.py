@@ -28,8 +28,10 @@ def index_rows(
     duplicates: set[str],
     models: Mapping[str, ModelEntry],
     ready_only: bool = False,
+    footprints: Mapping[str, int] | None = None,
 ) -> list[RepositoryEntry]:
-    """The repository index: every model on disk or known, with version states."""
+    """The repository index: every model on disk or known, with version states (and the
+    measured ``footprints`` of loaded models, by name, on their loaded versions)."""
     rows: list[RepositoryEntry] = []
     for name in sorted(on_disk | duplicates | set(models)):
         entry = models.get(name)
@@ -48,7 +50,10 @@ def index_rows(
         for version in sorted(entry.versions):
             state, reason = reported_state(entry.versions[version])
             if not ready_only or state is ModelState.READY:
-                rows.append(RepositoryEntry(name, version, state, reason))
+                memory = None
+                if footprints is not None and entry.versions[version].scheduler is not None:
+                    memory = footprints.get(name)
+                rows.append(RepositoryEntry(name, version, state, reason, memory))
     return rows
 
 

@@ -23,7 +23,7 @@ from typing import Any, TypeAlias
 import grpc
 
 from tritonx.dataplane import DataPlane, ServedModel
-from tritonx.errors import TritonXError, invalid_arg, unsupported
+from tritonx.errors import NotLoaded, TritonXError, invalid_arg, unsupported
 from tritonx.grpc.decode import DecodedRequest, decode_infer_request
 from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_error
 from tritonx.grpc.errors import STATUS, detached, fail
@@ -107,8 +107,10 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: service_pb2.ModelMetadataRequest, context: Context
     ) -> service_pb2.ModelMetadataResponse:
         """Versions, platform and input/output tensor metadata of a model."""
+        dp = self.dataplane
         try:
-            meta = self.dataplane.model_metadata(request.name, parse_version(request.version))
+            version = parse_version(request.version)
+            meta = await dp.loaded(lambda: dp.model_metadata(request.name, version))
         except TritonXError as exc:
             return fail(context, exc)
         tensor = service_pb2.ModelMetadataResponse.TensorMetadata
@@ -124,8 +126,10 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self, request: service_pb2.ModelConfigRequest, context: Context
     ) -> service_pb2.ModelConfigResponse:
         """The completed, normalized ``inference.ModelConfig`` of a ready version."""
+        dp = self.dataplane
         try:
-            config = self.dataplane.model_config(request.name, parse_version(request.version))
+            version = parse_version(request.version)
+            config = await dp.loaded(lambda: dp.model_config(request.name, version))
         except TritonXError as exc:
             return fail(context, exc)
         response = service_pb2.ModelConfigResponse()
@@ -364,7 +368,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 # metadata sent on their own (the response's own carry no encoding)
                 await context.send_initial_metadata(())
             pipeline = self.pipeline
-            served, version = pipeline.resolve(request.model_name, request.model_version)
+            served, version = await pipeline.resolve_loaded(
+                request.model_name, request.model_version
+            )
             decoded = await _decode(pipeline, request, version, raws)
             call = pipeline.admit(
                 served, decoded, MetadataHeaders(context.invocation_metadata), (read_ns, read_ns)
@@ -518,11 +524,13 @@ class _Stream:
     ) -> None:
         loop = asyncio.get_running_loop()
         version: int | None = None
-        target: ServedModel | TritonXError
+        target: ServedModel | TritonXError | None
         try:
             target, version = self.pipeline.resolve(
                 request.model_name, request.model_version, streaming=True
             )
+        except NotLoaded:
+            target = None  # run() loads it first (in order, as an ordinary model's request)
         except TritonXError as exc:
             target = detached(exc)  # the request fails in run(), in order
         previous: asyncio.Future[None] | None = None
@@ -552,7 +560,7 @@ class _Stream:
         self,
         request: service_pb2.ModelInferRequest,
         version: int | None,
-        target: ServedModel | TritonXError,
+        target: ServedModel | TritonXError | None,
         previous: asyncio.Future[None] | None,
         done: asyncio.Future[None] | None,
         waited: tuple[int, int] = (0, 0),
@@ -564,6 +572,13 @@ class _Stream:
                 error = target  # never raised: it holds no frame
             else:
                 try:
+                    if target is None:  # not loaded (--model-load-on-demand): load it now
+                        target, version = await self.pipeline.resolve_loaded(
+                            request.model_name, request.model_version, streaming=True
+                        )
+                        if target.decoupled and done is not None:
+                            done.set_result(None)  # its responses stream as they come
+                            previous = done = None
                     await self._infer(request, version, target, previous, done, waited, raws)
                     return
                 except Exception as exc:  # TritonXError, or a bug reported as INTERNAL

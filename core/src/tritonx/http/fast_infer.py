@@ -21,23 +21,25 @@ the server starts no fast path (forwarded headers keep the names aiohttp read).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
+from typing import Protocol
 from urllib.parse import unquote
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.errors import Code, TritonXError
-from tritonx.http.decode import OFFLOAD_JSON_BYTES, DecodedRequest, decode_body
+from tritonx.errors import Code, NotLoaded, TritonXError
+from tritonx.http.decode import OFFLOAD_JSON_BYTES, decode_body
 from tritonx.http.encode import answer_encoder, heavy_response, response_encoding
 from tritonx.http.errors import JSON_CONTENT_TYPE, STATUS, error_body
 from tritonx.http.exchange import FieldHeaders
 from tritonx.http.framing import Head
-from tritonx.pipeline import Call, Pipeline
+from tritonx.pipeline import Pipeline
 
 log = logging.getLogger("tritonx.http")
 
@@ -94,8 +96,13 @@ def render_error(message: str, status: int) -> list[bytes | bytearray]:
 
 #: Sends an answer's bytes and ends the request on the connection.
 Send = Callable[[list[bytes | bytearray]], None]
-#: One request in flight on the fast path (its ``cancel()`` drops it: the client went away).
-FastCall = Call[DecodedRequest]
+
+
+class FastCall(Protocol):
+    """One request in flight on the fast path."""
+
+    def cancel(self) -> None:
+        """The client went away: drop the request; its answer is not sent."""
 
 
 def _render_answer(
@@ -161,7 +168,7 @@ class FastInfer:
 
     def call(
         self, model: str, version_str: str, head: Head, body: bytearray, send: Send
-    ) -> Call[DecodedRequest] | None:
+    ) -> FastCall | None:
         """Serve one request: decode and queue it, and answer through ``send`` when its
         response comes. Returns the call while it is in flight (to cancel it when the
         client goes away), or None when it was answered already (a refused request)."""
@@ -170,7 +177,10 @@ class FastInfer:
         pipeline = self._pipeline
         fields = head.fields
         try:
-            served, version = pipeline.resolve(model, version_str)
+            try:
+                served, version = pipeline.resolve(model, version_str)
+            except NotLoaded:  # --model-load-on-demand: served once its model is loaded
+                return _Loading(self, model, version_str, head, body, send)
             value = fields.get(b"inference-header-content-length")
             # a body of at most MAX_FAST_BODY bytes is never heavy: decoded here, on the loop
             decoded = decode_body(
@@ -203,3 +213,46 @@ class FastInfer:
             send(answer_for(exc))
             return None
         return call
+
+
+class _Loading:
+    """A fast request whose model is not loaded (``--model-load-on-demand``): a task waits
+    for the model's load, then :meth:`FastInfer.call` serves the request."""
+
+    __slots__ = ("_call", "_task")
+
+    def __init__(
+        self,
+        fast: FastInfer,
+        model: str,
+        version_str: str,
+        head: Head,
+        body: bytearray,
+        send: Send,
+    ) -> None:
+        self._call: FastCall | None = None
+        self._task = asyncio.get_running_loop().create_task(
+            self._serve(fast, model, version_str, head, body, send)
+        )
+
+    async def _serve(
+        self,
+        fast: FastInfer,
+        model: str,
+        version_str: str,
+        head: Head,
+        body: bytearray,
+        send: Send,
+    ) -> None:
+        pipeline = fast._pipeline
+        try:
+            await pipeline.resolve_loaded(model, version_str)
+        except Exception as exc:
+            send(answer_for(exc))
+            return
+        self._call = fast.call(model, version_str, head, body, send)
+
+    def cancel(self) -> None:
+        self._task.cancel()
+        if self._call is not None:
+            self._call.cancel()

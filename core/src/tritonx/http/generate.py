@@ -415,7 +415,7 @@ async def generate(
     recv_start = time.perf_counter_ns()
     pipeline = request.app[PIPELINE_KEY]
     settings = request.app[SETTINGS_KEY]
-    served, version = pipeline.resolve(model, version_str, streaming=True)
+    served, version = await pipeline.resolve_loaded(model, version_str, streaming=True)
     if request.headers.get("Content-Encoding", "") not in ("", "identity"):
         raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
     limit = settings.http_max_input_size

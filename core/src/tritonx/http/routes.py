@@ -338,7 +338,7 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
         return error_response("Model version not ready", 400)
     version = parse_version(version_str)
     if action is None:
-        md = dp.model_metadata(model, version)
+        md = await dp.loaded(lambda: dp.model_metadata(model, version))
         return _json(
             {
                 "name": md.name,
@@ -349,7 +349,8 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
             }
         )
     if action == "config":
-        return _json(dp.model_config(model, version).to_json_dict())
+        config = await dp.loaded(lambda: dp.model_config(model, version))
+        return _json(config.to_json_dict())
     # stats
     return _json({"model_stats": _stats_json(dp.model_statistics(model, version))})
 
@@ -410,7 +411,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     pipeline = app[PIPELINE_KEY]
     settings = app[SETTINGS_KEY]
     limit = settings.http_max_input_size
-    served, version = pipeline.resolve(model, version_str)
+    served, version = await pipeline.resolve_loaded(model, version_str)
     body = await read_body(request, limit, settings.http_body_timeout_secs)
     recv_end = time.perf_counter_ns()
     headers = request.headers
@@ -475,6 +476,8 @@ async def _repository_route(request: web.Request, match: re.Match[str]) -> web.S
                 row["state"] = entry.state.value
             if entry.reason:
                 row["reason"] = entry.reason
+            if entry.memory_bytes is not None:  # tritonx only: --model-load-on-demand
+                row["memory_bytes"] = entry.memory_bytes
             rows.append(row)
         return _json(rows)
     model = unquote(match.group(3))

@@ -1,0 +1,419 @@
+"""Many models in little memory: load on first request, budgets, idle unload.
+
+With ``--model-load-on-demand`` a request for a model that is in a repository but not
+loaded (an inference, its metadata or config) loads it first: the model manager's lookup
+raises :class:`~tritonx.errors.NotLoaded`, the caller awaits :meth:`Residency.ensure` and looks again.
+Concurrent requests for one model share one load, bounded by
+``--model-load-on-demand-timeout-secs``; a name in no repository gets Triton's unknown-model
+error without a load attempt; a failed load fails every request waiting for it, and the
+next attempt waits for a back-off that doubles with each failure (1 s up to
+:data:`MAX_BACKOFF`).
+
+Budgets (``--max-loaded-models``, ``--model-memory-budget``): loads run one at a time;
+before one, the least recently used models that may go are unloaded until the new one fits;
+after it, again if it did not fit its estimate. A model may go unless it is pinned (listed
+with ``--load-model``, or its config has the parameter ``tritonx_pinned: "true"``), a
+request is in flight on it or a live sequence holds it, a request is waiting for its load,
+or a loaded ensemble uses it. When every loaded model is busy the load waits for one to
+become idle, up to the request's timeout; when none could ever go, it fails at once:
+UNAVAILABLE, naming the budget.
+
+Memory is measured, not declared: the resident set of the server and of every process it
+started (a python model's workers), through ``/proc``. A model's footprint is what that
+total grew by across its load (loads are serialized under a budget, so the growth is
+theirs); the memory budget bounds the total's growth over what it was when the server
+started loading models, so memory the allocator keeps after an unload still counts.
+
+``--model-idle-unload-secs`` unloads models no request used for that long (same rules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+from tritonx.config import ServerSettings
+from tritonx.errors import Code, TritonXError, not_found, unavailable
+from tritonx.heap import trim_heap_now
+
+if TYPE_CHECKING:
+    from tritonx._core.lifecycle import ModelManager
+
+log = logging.getLogger("tritonx.residency")
+
+T = TypeVar("T")
+
+#: The longest wait (s) between two on-demand load attempts of a model that failed to load.
+MAX_BACKOFF = 30.0
+#: The config parameter that keeps a model loaded (``string_value: "true"``).
+PINNED_PARAMETER = "tritonx_pinned"
+#: Seconds between two looks at the busy models while a load waits for room.
+ROOM_RECHECK = 1.0
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+class NoRoom(TritonXError):
+    """The budgets have no room for a model (UNAVAILABLE, naming the budget)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, Code.UNAVAILABLE)
+
+
+# ---------------------------------------------------------------------------------- memory
+
+
+def memory_measurable() -> bool:
+    """Whether :func:`tree_rss` can measure this process and its children (Linux /proc)."""
+    main = Path(f"/proc/self/task/{os.getpid()}/children")
+    return Path("/proc/self/statm").is_file() and main.is_file()
+
+
+def _rss(pid: int) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/statm").read_text().split()
+    except OSError:
+        return 0  # exited meanwhile
+    return int(fields[1]) * _PAGE
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            out.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
+        except OSError:
+            continue
+    return out
+
+
+def tree_rss(pid: int | None = None) -> int:
+    """Resident bytes of process ``pid`` (default: this one) and all its descendants."""
+    stack = [os.getpid() if pid is None else pid]
+    seen: set[int] = set()
+    total = 0
+    while stack:
+        current = stack.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        total += _rss(current)
+        stack.extend(_children(current))
+    return total
+
+
+# ---------------------------------------------------------------------------------- residency
+
+
+@dataclass
+class _Failure:
+    """A model's last failed on-demand load: its error, and when to try again."""
+
+    error: TritonXError
+    attempts: int
+    retry_at: float
+
+
+class Residency:
+    """Which models are loaded, for ``--model-load-on-demand`` and the budgets (see the
+    module docstring). Owned by the :class:`~tritonx._core.lifecycle.ModelManager`.
+
+    :ivar loads: on-demand loads completed, by model (``tritonx_model_on_demand_loads_total``).
+    :ivar load_failures: on-demand loads failed, by model.
+    :ivar evictions: unloads by ``(model, reason)``, reason ``budget`` or ``idle``.
+    :ivar waits: requests that waited for a load, by model; :ivar wait_seconds: how long.
+    :ivar footprints: bytes each loaded model added to the server's memory at its load.
+    """
+
+    def __init__(self, manager: ModelManager, settings: ServerSettings) -> None:
+        self._manager = manager
+        self.timeout = settings.model_load_on_demand_timeout_secs
+        self.max_models = settings.max_loaded_models
+        self.memory_budget = settings.model_memory_budget
+        self.idle_secs = settings.model_idle_unload_secs
+        self.pinned: set[str] = set()
+        self.footprints: dict[str, int] = {}
+        self.loads: Counter[str] = Counter()
+        self.load_failures: Counter[str] = Counter()
+        self.evictions: Counter[tuple[str, str]] = Counter()
+        self.waits: Counter[str] = Counter()
+        self.wait_seconds: dict[str, float] = {}
+        #: the server's resident memory before any model loaded (the memory budget's zero)
+        self.base_memory = 0
+        self._loading: dict[str, asyncio.Task[None]] = {}
+        self._failures: dict[str, _Failure] = {}
+        #: requests waiting in :meth:`ensure`, by model: their model is not evicted
+        self._holds: Counter[str] = Counter()
+        #: one load (or eviction round) at a time under a budget
+        self._admission = asyncio.Lock()
+        self._idle_task: asyncio.Task[None] | None = None
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether a budget limits the loaded models."""
+        return bool(self.max_models or self.memory_budget)
+
+    def start(self) -> None:
+        """Measure the server's memory before models load; start the idle unloads."""
+        if self.memory_budget:
+            self.base_memory = tree_rss()
+        if self.idle_secs > 0:
+            self._idle_task = asyncio.create_task(self._idle_loop(), name="tritonx-idle-unload")
+
+    async def stop(self) -> None:
+        """Stop the idle unloads and the on-demand loads under way."""
+        tasks = [t for t in (self._idle_task, *self._loading.values()) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._idle_task = None
+
+    def loaded_count(self) -> int:
+        """How many models are loaded."""
+        return len(self._manager.loaded_names())
+
+    def memory_used(self) -> int:
+        """Bytes the server's resident memory (workers included) grew by since it started
+        loading models."""
+        return max(0, tree_rss() - self.base_memory)
+
+    # ------------------------------------------------------------------ on demand
+
+    async def ensure(self, name: str) -> None:
+        """Load ``name`` for a request that found it not loaded (shared by every request
+        that waits for it); returns once it is loaded.
+
+        :raises TritonXError: NOT_FOUND when no repository has it; UNAVAILABLE with the
+            load's failure (also for the requests of the back-off period that follows it),
+            after ``--model-load-on-demand-timeout-secs``, or when the budgets have no room.
+        """
+        loop = asyncio.get_running_loop()
+        self._holds[name] += 1
+        try:
+            task = self._loading.get(name)
+            if task is None:
+                if self._manager.resident(name):
+                    return  # loaded since the request looked
+                failure = self._failures.get(name)
+                if failure is not None and time.monotonic() < failure.retry_at:
+                    raise failure.error
+                task = self._loading[name] = loop.create_task(
+                    self._load(name), name=f"tritonx-on-demand-{name}"
+                )
+                task.add_done_callback(lambda done: self._loaded(name, done))
+            began = loop.time()
+            try:
+                await asyncio.wait_for(asyncio.shield(task), self.timeout or None)
+            except TimeoutError:
+                self._waited(name, loop.time() - began)
+                raise unavailable(
+                    f"model '{name}' is not loaded after waiting {self.timeout:g} s "
+                    "(--model-load-on-demand-timeout-secs)"
+                ) from None
+            except TritonXError as exc:
+                if exc.code is not Code.NOT_FOUND:  # (no series for names in no repository)
+                    self._waited(name, loop.time() - began)
+                raise
+            self._waited(name, loop.time() - began)
+        finally:
+            self._holds[name] -= 1
+            if not self._holds[name]:
+                del self._holds[name]
+
+    def _waited(self, name: str, seconds: float) -> None:
+        self.waits[name] += 1
+        self.wait_seconds[name] = self.wait_seconds.get(name, 0.0) + seconds
+
+    def _loaded(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._loading.get(name) is task:
+            del self._loading[name]
+        if not task.cancelled():
+            task.exception()  # retrieved here: the waiters may all have timed out
+
+    async def _load(self, name: str) -> None:
+        sources, duplicates = await asyncio.to_thread(self._manager.scan)
+        if name not in sources and name not in duplicates:
+            raise not_found(f"Request for unknown model: '{name}' is not found")
+        log.info("loading model '%s' on demand", name)
+        try:
+            await self.admit(name, lambda: self._manager.load_named(name))
+        except NoRoom:
+            raise  # the budgets' doing, not the model's: no back-off
+        except TritonXError as exc:
+            self.load_failures[name] += 1
+            raise self._failed(name, exc) from None
+        self._failures.pop(name, None)
+        self.loads[name] += 1
+
+    def _failed(self, name: str, exc: TritonXError) -> TritonXError:
+        """Record ``name``'s failed load: the error its waiters (and the requests until the
+        next attempt) get."""
+        previous = self._failures.get(name)
+        attempts = 1 if previous is None else previous.attempts + 1
+        delay = min(MAX_BACKOFF, 2.0 ** (attempts - 1))
+        error = unavailable(f"failed to load model '{name}' on demand: {exc.message.strip()}")
+        self._failures[name] = _Failure(error, attempts, time.monotonic() + delay)
+        log.error(
+            "failed to load model '%s' on demand (attempt %d; the next one in %g s at the "
+            "earliest): %s",
+            name,
+            attempts,
+            delay,
+            exc.message.strip(),
+        )
+        return error
+
+    def forget_failure(self, name: str) -> None:
+        """An explicit load of ``name`` ends its back-off."""
+        self._failures.pop(name, None)
+
+    # ------------------------------------------------------------------ budgets
+
+    async def admit(self, name: str, load: Callable[[], Awaitable[T]]) -> T:
+        """Run ``load`` (of ``name``) within the budgets: room made first, the model's
+        footprint measured, and room made again should it not fit."""
+        if not self.budgeted:
+            before = tree_rss() if self.memory_budget else 0
+            result = await load()
+            self._measure(name, before)
+            return result
+        async with self._admission:
+            await self._make_room(name, adding=not self._manager.resident(name))
+            before = tree_rss()
+            result = await load()
+            self._measure(name, before)
+            await self._fit(name)
+            return result
+
+    def _measure(self, name: str, before: int) -> None:
+        if not self._manager.resident(name):
+            return
+        if before:
+            self.footprints[name] = max(0, tree_rss() - before)
+        if self._manager.pinned_by_config(name):
+            self.pinned.add(name)
+
+    def _estimate(self, name: str) -> int:
+        """Bytes a load of ``name`` is expected to add: its last footprint, else the largest
+        one measured (no model measured yet: nothing)."""
+        known = self.footprints.get(name)
+        if known is not None:
+            return known
+        return max(self.footprints.values(), default=0)
+
+    def _over(self, adding: int, extra_bytes: int) -> str | None:
+        """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None."""
+        if self.max_models and len(self._manager.loaded_names()) + adding > self.max_models:
+            return f"--max-loaded-models {self.max_models}"
+        if self.memory_budget and self.memory_used() + extra_bytes > self.memory_budget:
+            return f"--model-memory-budget {self.memory_budget} bytes"
+        return None
+
+    def _may_go(self, name: str, keep: set[str]) -> bool:
+        """Whether ``name`` may be unloaded to make room (regardless of requests in flight)."""
+        manager = self._manager
+        return not (
+            name in keep
+            or name in self.pinned
+            or name in self._holds
+            or name in self._loading
+            or manager.used_by_loaded_ensemble(name)
+        )
+
+    def _victim(self, keep: set[str]) -> tuple[str | None, list[str]]:
+        """The least recently used model that may go now, and the models that may go once
+        their requests end."""
+        manager = self._manager
+        candidates = [n for n in manager.loaded_names() if self._may_go(n, keep)]
+        idle = [n for n in candidates if not manager.in_use(n)]
+        if not idle:
+            return None, candidates
+        return min(idle, key=manager.last_used), candidates
+
+    async def _make_room(self, name: str, adding: bool) -> None:
+        """Unload models until ``name`` fits its estimate."""
+        await self._evict_until(
+            lambda: self._over(1 if adding else 0, self._estimate(name)), {name}, name
+        )
+
+    async def _fit(self, name: str) -> None:
+        """After ``name``'s load: unload others until it fits; if it cannot, unload it."""
+        keep = {name, *self._manager.composing_closure(name)}
+        try:
+            await self._evict_until(lambda: self._over(0, 0), keep, name)
+        except NoRoom:
+            log.warning("unloading '%s' again: it does not fit the budgets", name)
+            await self._manager.evict(name)
+            raise
+
+    async def _evict_until(self, over: Callable[[], str | None], keep: set[str], name: str) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout if self.timeout else None
+        while (budget := over()) is not None:
+            victim, candidates = self._victim(keep)
+            if victim is not None:
+                await self.evict(victim, "budget", budget)
+                continue
+            if not candidates:
+                raise NoRoom(
+                    f"cannot load model '{name}': {budget} reached and no loaded model can be "
+                    "unloaded (pinned, used by a loaded ensemble or waited for)"
+                )
+            left = None if deadline is None else deadline - loop.time()
+            if left is not None and left <= 0:
+                raise NoRoom(
+                    f"cannot load model '{name}': {budget} reached and every loaded model "
+                    f"that could be unloaded kept serving requests for {self.timeout:g} s"
+                )
+            await self._manager.wait_idle(candidates, min(ROOM_RECHECK, left or ROOM_RECHECK))
+
+    async def evict(self, name: str, reason: str, budget: str = "") -> None:
+        """Unload ``name`` to make room (``reason`` ``budget``) or because it idled."""
+        if reason == "budget":
+            log.info("unloading model '%s' (least recently used) to stay within %s", name, budget)
+        else:
+            log.info("unloading model '%s': no request for %g s", name, self.idle_secs)
+        await self._manager.evict(name)
+        self.evictions[(name, reason)] += 1
+        self.footprints.pop(name, None)
+        if self.memory_budget:
+            await trim_heap_now()
+
+    def forget(self, name: str) -> None:
+        """``name`` was unloaded (the repository API, a poll): no footprint any more."""
+        self.footprints.pop(name, None)
+
+    # ------------------------------------------------------------------ idle unload
+
+    async def _idle_loop(self) -> None:
+        while True:
+            manager = self._manager
+            now = time.monotonic()
+            wake = now + self.idle_secs
+            for name in manager.loaded_names():
+                if not self._may_go(name, set()):
+                    continue
+                due = manager.last_used(name) + self.idle_secs
+                if due > now:
+                    wake = min(wake, due)
+                elif not manager.in_use(name):
+                    with contextlib.suppress(TritonXError):
+                        async with self._admission:
+                            if manager.resident(name) and not manager.in_use(name):
+                                if manager.last_used(name) + self.idle_secs <= time.monotonic():
+                                    await self.evict(name, "idle")
+                else:
+                    wake = min(wake, now + ROOM_RECHECK)
+            await asyncio.sleep(max(0.05, wake - time.monotonic()))
