@@ -103,6 +103,9 @@ def test_rejected_request_is_freed_without_the_cycle_collector() -> None:
 class RefusingDataPlane:
     """Refuses every model, as an unknown model is refused."""
 
+    async def loaded(self, call: Any) -> Any:
+        return call()
+
     def resolve(self, name: str, version: int | None = None) -> Any:
         raise TritonXError(f"Request for unknown model: '{name}' is not found", Code.NOT_FOUND)
 
@@ -129,6 +132,9 @@ async def test_servicer_releases_a_refused_request_at_once() -> None:
 
 class BrokenDataPlane:
     """Fails as a bug would (not a TritonXError)."""
+
+    async def loaded(self, call: Any) -> Any:
+        return call()
 
     def resolve(self, name: str, version: int | None = None) -> Any:
         raise ValueError("cannot reshape array of size 3 into shape (2,)")

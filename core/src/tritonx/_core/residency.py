@@ -156,6 +156,8 @@ class Residency:
         self._failures: dict[str, _Failure] = {}
         #: requests waiting in :meth:`ensure`, by model: their model is not evicted
         self._holds: Counter[str] = Counter()
+        #: set when a request waiting for a load resumes (its model may go from then on)
+        self._released = asyncio.Event()
         #: one load (or eviction round) at a time under a budget
         self._admission = asyncio.Lock()
         self._idle_task: asyncio.Task[None] | None = None
@@ -227,10 +229,18 @@ class Residency:
                     self._waited(name, loop.time() - began)
                 raise
             self._waited(name, loop.time() - began)
+        except asyncio.CancelledError:
+            task = self._loading.get(name) or task
+            current = asyncio.current_task()
+            if task is not None and task.cancelled() and current is not None:
+                if not current.cancelling():  # the server stopped the load: it exits
+                    raise TritonXError("Server exiting", Code.UNAVAILABLE) from None
+            raise
         finally:
             self._holds[name] -= 1
             if not self._holds[name]:
                 del self._holds[name]
+                self._released.set()
 
     def _waited(self, name: str, seconds: float) -> None:
         self.waits[name] += 1
@@ -284,24 +294,33 @@ class Residency:
     async def admit(self, name: str, load: Callable[[], Awaitable[T]]) -> T:
         """Run ``load`` (of ``name``) within the budgets: room made first, the model's
         footprint measured, and room made again should it not fit."""
-        if not self.budgeted:
-            before = tree_rss() if self.memory_budget else 0
+        if not self.budgeted:  # (concurrent loads: each footprint may include others')
+            before = tree_rss()
             result = await load()
             self._measure(name, before)
             return result
-        async with self._admission:
+        try:  # (bounded: a model loading another from its initialize() waits on itself)
+            await asyncio.wait_for(self._admission.acquire(), self.timeout or None)
+        except TimeoutError:
+            raise NoRoom(
+                f"cannot load model '{name}': other loads kept the budgets busy for "
+                f"{self.timeout:g} s"
+            ) from None
+        try:
             await self._make_room(name, adding=not self._manager.resident(name))
             before = tree_rss()
             result = await load()
             self._measure(name, before)
             await self._fit(name)
             return result
+        finally:
+            self._admission.release()
 
     def _measure(self, name: str, before: int) -> None:
+        """``name`` loaded: its footprint (the growth since ``before``), pinned by its config?"""
         if not self._manager.resident(name):
             return
-        if before:
-            self.footprints[name] = max(0, tree_rss() - before)
+        self.footprints[name] = max(0, tree_rss() - before)
         if self._manager.pinned_by_config(name):
             self.pinned.add(name)
 
@@ -322,22 +341,22 @@ class Residency:
         return None
 
     def _may_go(self, name: str, keep: set[str]) -> bool:
-        """Whether ``name`` may be unloaded to make room (regardless of requests in flight)."""
-        manager = self._manager
+        """Whether ``name`` may be unloaded to make room, once it is idle."""
         return not (
-            name in keep
-            or name in self.pinned
-            or name in self._holds
-            or name in self._loading
-            or manager.used_by_loaded_ensemble(name)
+            name in keep or name in self.pinned or self._manager.used_by_loaded_ensemble(name)
         )
+
+    def _idle(self, name: str) -> bool:
+        """No request in flight on ``name``, none waiting to resume with it, and no live
+        sequence on it."""
+        return name not in self._holds and not self._manager.in_use(name)
 
     def _victim(self, keep: set[str]) -> tuple[str | None, list[str]]:
         """The least recently used model that may go now, and the models that may go once
-        their requests end."""
+        idle."""
         manager = self._manager
         candidates = [n for n in manager.loaded_names() if self._may_go(n, keep)]
-        idle = [n for n in candidates if not manager.in_use(n)]
+        idle = [n for n in candidates if self._idle(n)]
         if not idle:
             return None, candidates
         return min(idle, key=manager.last_used), candidates
@@ -361,6 +380,7 @@ class Residency:
     async def _evict_until(self, over: Callable[[], str | None], keep: set[str], name: str) -> None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout if self.timeout else None
+        waited = False
         while (budget := over()) is not None:
             victim, candidates = self._victim(keep)
             if victim is not None:
@@ -377,7 +397,29 @@ class Residency:
                     f"cannot load model '{name}': {budget} reached and every loaded model "
                     f"that could be unloaded kept serving requests for {self.timeout:g} s"
                 )
-            await self._manager.wait_idle(candidates, min(ROOM_RECHECK, left or ROOM_RECHECK))
+            if not waited:
+                waited = True
+                log.info(
+                    "%s reached: waiting for a loaded model to go idle to load '%s' (%s)",
+                    budget,
+                    name,
+                    ", ".join(sorted(candidates)),
+                )
+            await self._wait_idle(candidates, min(ROOM_RECHECK, left or ROOM_RECHECK))
+
+    async def _wait_idle(self, names: list[str], timeout: float) -> None:
+        """Wait until a request on one of ``names`` ends, a request waiting for a load
+        resumes, or ``timeout`` s."""
+        self._released.clear()
+        waits = [
+            asyncio.ensure_future(self._manager.wait_idle(names, timeout)),
+            asyncio.ensure_future(self._released.wait()),
+        ]
+        try:
+            await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in waits:
+                task.cancel()
 
     async def evict(self, name: str, reason: str, budget: str = "") -> None:
         """Unload ``name`` to make room (``reason`` ``budget``) or because it idled."""
@@ -408,10 +450,10 @@ class Residency:
                 due = manager.last_used(name) + self.idle_secs
                 if due > now:
                     wake = min(wake, due)
-                elif not manager.in_use(name):
+                elif self._idle(name):
                     with contextlib.suppress(TritonXError):
                         async with self._admission:
-                            if manager.resident(name) and not manager.in_use(name):
+                            if manager.resident(name) and self._idle(name):
                                 if manager.last_used(name) + self.idle_secs <= time.monotonic():
                                     await self.evict(name, "idle")
                 else:

@@ -1,0 +1,628 @@
+"""Many models, little memory (``tritonx._core.residency``): a request loads its model on
+demand, concurrent requests share the load, budgets evict the least recently used idle
+models, pinned and busy models stay, idle models unload, a failed load backs off; through
+tritonclient (HTTP, its aiohttp and fast paths, gRPC unary and stream), ``/generate``,
+``/metrics`` and the settings checks."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import aiohttp
+import numpy as np
+import pluggy
+import pytest
+import tritonclient.grpc.aio as grpcclient
+import tritonclient.http.aio as httpclient
+from click.testing import CliRunner
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+import tritonx
+from tritonx import InferenceRequest, InferenceResponse, LoadContext, ModelInstance, Server
+from tritonx.cli import cli
+from tritonx.errors import Code, TritonXError
+from tritonx.plugins import make_plugin_manager
+from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
+
+ON_DEMAND: dict[str, Any] = {"model_control_mode": "explicit", "model_load_on_demand": True}
+DATA = np.arange(4, dtype=np.float32)
+
+
+class Gates:
+    """What the ``gate`` backend's models do, by model name: block their load or execute
+    until released, and an ordered record of what happened (threads set the events)."""
+
+    load_gates: ClassVar[dict[str, threading.Event]] = {}
+    exec_gates: ClassVar[dict[str, threading.Event]] = {}
+    load_started: ClassVar[dict[str, threading.Event]] = {}
+    exec_started: ClassVar[dict[str, threading.Event]] = {}
+    loads: ClassVar[dict[str, int]] = {}
+    record: ClassVar[list[tuple[str, str]]] = []
+    lock = threading.Lock()
+
+    @classmethod
+    def reset(cls) -> None:
+        for table in (cls.load_gates, cls.exec_gates, cls.load_started, cls.exec_started):
+            table.clear()
+        cls.loads.clear()
+        cls.record.clear()
+
+    @classmethod
+    def note(cls, what: str, model: str) -> None:
+        with cls.lock:
+            cls.record.append((what, model))
+
+
+class GateBackend(tritonx.Backend):
+    """OUTPUT0 = INPUT0 + the model's ``add`` parameter; loads and executes wait at the
+    model's gates (:class:`Gates`) when it has one."""
+
+    name = "gate"
+
+    def load(self, ctx: LoadContext) -> ModelInstance:
+        name = ctx.model_name
+        Gates.load_started.setdefault(name, threading.Event()).set()
+        gate = Gates.load_gates.get(name)
+        if gate is not None:
+            assert gate.wait(60)
+        with Gates.lock:
+            Gates.loads[name] = Gates.loads.get(name, 0) + 1
+        Gates.note("load", name)
+        instance = GateInstance(name, float(ctx.parameters.get("add", "0")))
+        # ``ballast_mb``: memory the instance holds (its pages touched: resident)
+        instance.ballast = np.ones(int(float(ctx.parameters.get("ballast_mb", "0")) * 2**17))
+        return instance
+
+
+class GateInstance(ModelInstance):
+    def __init__(self, name: str, add: float) -> None:
+        self.name = name
+        self.add = add
+        self.ballast = np.zeros(0)
+
+    def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
+        Gates.exec_started.setdefault(self.name, threading.Event()).set()
+        gate = Gates.exec_gates.get(self.name)
+        if gate is not None:
+            assert gate.wait(60)
+        Gates.note("executed", self.name)
+        return [
+            InferenceResponse(outputs={"OUTPUT0": r.inputs["INPUT0"] + np.float32(self.add)})
+            for r in requests
+        ]
+
+
+class GatePlugin:
+    @tritonx.hookimpl
+    def tritonx_register_backends(self, registry: tritonx.BackendRegistry) -> None:
+        registry.add(GateBackend)
+
+
+@pytest.fixture(autouse=True)
+def _reset_gates() -> Iterator[None]:
+    Gates.reset()
+    yield
+    for gate in (*Gates.load_gates.values(), *Gates.exec_gates.values()):
+        gate.set()  # never leave a thread waiting
+    Gates.reset()
+
+
+def gate_model(repo: ModelRepositoryBuilder, name: str, add: float = 0, **params: str) -> None:
+    """A ``gate`` model: OUTPUT0 = INPUT0 + ``add`` (``params``: more config parameters)."""
+    repo.add(
+        name,
+        backend="gate",
+        inputs=[("INPUT0", "FP32", [-1])],
+        outputs=[("OUTPUT0", "FP32", [-1])],
+        parameters={"add": str(add), **params},
+    )
+
+
+def plugins() -> pluggy.PluginManager:
+    return make_plugin_manager(autoload=False, extra=[identity, GatePlugin()])
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> ModelRepositoryBuilder:
+    return ModelRepositoryBuilder(tmp_path / "models")
+
+
+async def start(repo: ModelRepositoryBuilder, **overrides: Any) -> Server:
+    settings = loopback_settings(repo.root, **{**ON_DEMAND, **overrides})
+    server = Server(settings, plugin_manager=plugins())
+    await server.start()
+    return server
+
+
+@pytest.fixture
+async def clients() -> AsyncIterator[list[Any]]:
+    """Closes the clients a test opens (``clients.append(...)``)."""
+    opened: list[Any] = []
+    yield opened
+    for client in opened:
+        await client.close()
+
+
+def http(server: Server, opened: list[Any]) -> Any:
+    client = httpclient.InferenceServerClient(server.http_url)
+    opened.append(client)
+    return client
+
+
+def grpc(server: Server, opened: list[Any]) -> Any:
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    opened.append(client)
+    return client
+
+
+async def http_infer(client: Any, model: str, **kw: Any) -> np.ndarray:
+    inp = httpclient.InferInput("INPUT0", [4], "FP32")
+    inp.set_data_from_numpy(DATA)
+    result = await client.infer(model, [inp], **kw)
+    return np.asarray(result.as_numpy("OUTPUT0"))
+
+
+async def grpc_infer(client: Any, model: str) -> np.ndarray:
+    inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+    inp.set_data_from_numpy(DATA)
+    result = await client.infer(model, [inp])
+    return np.asarray(result.as_numpy("OUTPUT0"))
+
+
+async def scrape(server: Server) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every tritonx_* sample of ``/metrics``: (sample name, sorted labels) → value."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://{server.metrics_url}/metrics") as resp:
+            text = await resp.text()
+    out: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name.startswith("tritonx_"):
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+def value(samples: dict[Any, float], name: str, **labels: str) -> float:
+    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def ready(server: Server) -> list[str]:
+    return sorted(r.name for r in server.repository_index() if r.state is tritonx.ModelState.READY)
+
+
+async def until(condition: Any, what: str, timeout: float = 30.0) -> None:
+    """Wait (bounded) for ``condition()`` to hold, looking again as the loop turns."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.01)
+
+
+class LogEvent(logging.Handler):
+    """Sets an event when a record of logger ``name`` contains ``text``."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+        self.seen = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+# ---------------------------------------------------------------------------------- loading
+
+
+async def test_every_transport_loads_its_model_on_demand(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    names = ["fast", "slow", "unary", "stream", "meta", "config", "gen", "bls"]
+    for i, name in enumerate(names):
+        gate_model(repo, name, add=i)
+    server = await start(repo)
+    try:
+        assert ready(server) == []  # nothing loads at start-up
+        assert [r.state for r in server.repository_index()] == [None] * len(names)
+        h, g = http(server, clients), grpc(server, clients)
+        # HTTP /infer: the fast path, and aiohttp's (a compressed body goes there)
+        np.testing.assert_array_equal(await http_infer(h, "fast"), DATA + 0)
+        np.testing.assert_array_equal(
+            await http_infer(h, "slow", request_compression_algorithm="gzip"), DATA + 1
+        )
+        np.testing.assert_array_equal(await grpc_infer(g, "unary"), DATA + 2)
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+            inp.set_data_from_numpy(DATA)
+            yield {"model_name": "stream", "inputs": [inp]}
+
+        async for result, error in g.stream_infer(requests()):
+            assert error is None
+            np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), DATA + 3)
+        assert (await h.get_model_metadata("meta"))["name"] == "meta"
+        assert (await g.get_model_config("config", as_json=True))["config"]["name"] == "config"
+        async with aiohttp.ClientSession() as session:
+            url = f"http://{server.http_url}/v2/models/gen/generate"
+            async with session.post(url, json={"INPUT0": DATA.tolist()}) as resp:
+                assert resp.status == 200, await resp.text()
+                assert (await resp.json())["OUTPUT0"] == (DATA + 6).tolist()
+        # in-process (what a BLS call or an ensemble step goes through)
+        response = await server.infer(InferenceRequest("bls", {"INPUT0": DATA}))
+        np.testing.assert_array_equal(response.outputs["OUTPUT0"], DATA + 7)
+        assert ready(server) == sorted(names)
+        samples = await scrape(server)
+        for name in names:
+            assert value(samples, "tritonx_model_on_demand_loads_total", model=name) == 1
+            assert value(samples, "tritonx_model_load_waits_total", model=name) == 1
+        assert value(samples, "tritonx_loaded_models") == len(names)
+        # the index says what each model added to the server's memory
+        index = await h.get_model_repository_index()
+        assert all(isinstance(row["memory_bytes"], int) for row in index), index
+        assert Gates.loads == dict.fromkeys(names, 1)
+    finally:
+        await server.stop()
+
+
+async def test_concurrent_requests_share_one_load(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "m", add=5)
+    Gates.load_gates["m"] = gate = threading.Event()
+    Gates.load_started["m"] = started = threading.Event()
+    server = await start(repo)
+    try:
+        h, g = http(server, clients), grpc(server, clients)
+        calls = [asyncio.ensure_future(http_infer(h, "m")) for _ in range(3)]
+        calls += [asyncio.ensure_future(grpc_infer(g, "m")) for _ in range(3)]
+        assert await asyncio.to_thread(started.wait, 30)
+        # every request has reached the server and waits for the one load
+        await until(lambda: len(server.repository_index()) == 1, "the index")
+        gate.set()
+        for result in await asyncio.gather(*calls):
+            np.testing.assert_array_equal(result, DATA + 5)
+        assert Gates.loads == {"m": 1}
+        samples = await scrape(server)
+        assert value(samples, "tritonx_model_on_demand_loads_total", model="m") == 1
+        assert value(samples, "tritonx_model_load_waits_total", model="m") == 6
+        assert value(samples, "tritonx_model_load_wait_seconds_total", model="m") > 0
+    finally:
+        await server.stop()
+
+
+async def test_unknown_model_is_refused_without_a_load(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "m")
+    server = await start(repo)
+    try:
+        h, g = http(server, clients), grpc(server, clients)
+        with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope'"):
+            await http_infer(h, "nope")
+        with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope'"):
+            await grpc_infer(g, "nope")
+        samples = await scrape(server)
+        assert not [key for key in samples if ("model", "nope") in key[1]]  # no series for it
+        assert Gates.loads == {}
+    finally:
+        await server.stop()
+
+
+async def test_a_failed_load_fails_its_waiters_then_backs_off(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    repo.add_identity("bad", parameters={"fail_load": "1"})
+    server = await start(repo)
+    try:
+        h = http(server, clients)
+        expected = "failed to load model 'bad' on demand: .*asked to fail its load"
+        results = await asyncio.gather(
+            *(http_infer(h, "bad") for _ in range(4)), return_exceptions=True
+        )
+        for result in results:
+            assert isinstance(result, InferenceServerException), result
+            assert result.status() == "503"
+            assert "asked to fail its load" in str(result)
+        # the requests right after it get the same error: no load storm
+        for _ in range(20):
+            with pytest.raises(InferenceServerException, match=expected):
+                await http_infer(h, "bad")
+        failures = value(
+            await scrape(server), "tritonx_model_on_demand_load_failures_total", model="bad"
+        )
+        assert 1 <= failures <= 2, failures  # one attempt, a second one after 1 s at most
+        repo.add_identity("bad")  # mended: a later request (after the back-off) loads it
+
+        async def answers() -> bool:
+            try:
+                await http_infer(h, "bad")
+            except InferenceServerException:
+                return False
+            return True
+
+        deadline = time.monotonic() + 30
+        while not await answers():
+            assert time.monotonic() < deadline, "the mended model never loaded"
+            await asyncio.sleep(0.05)
+        assert ready(server) == ["bad"]
+    finally:
+        await server.stop()
+
+
+async def test_a_request_that_waits_too_long_is_refused(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "m")
+    Gates.load_gates["m"] = gate = threading.Event()
+    server = await start(repo, model_load_on_demand_timeout_secs=0.2)
+    try:
+        h = http(server, clients)
+        with pytest.raises(InferenceServerException, match=r"is not loaded after waiting 0\.2 s"):
+            await http_infer(h, "m")
+        gate.set()  # the load went on: the next request finds the model loaded
+        await until(lambda: ready(server) == ["m"], "the load")
+        np.testing.assert_array_equal(await http_infer(h, "m"), DATA)
+    finally:
+        await server.stop()
+
+
+# ---------------------------------------------------------------------------------- budgets
+
+
+async def test_the_least_recently_used_model_is_unloaded(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    for i, name in enumerate("abcd"):
+        gate_model(repo, name, add=i)
+    server = await start(repo, max_loaded_models=2)
+    try:
+        h, g = http(server, clients), grpc(server, clients)
+        for name, loaded in (
+            ("a", ["a"]),
+            ("b", ["a", "b"]),
+            ("a", ["a", "b"]),
+            ("c", ["a", "c"]),  # b was the least recently used
+            ("d", ["c", "d"]),
+        ):
+            np.testing.assert_array_equal(await http_infer(h, name), DATA + "abcd".index(name))
+            assert ready(server) == loaded, name
+        await g.get_model_metadata("c")  # a lookup counts as a use
+        np.testing.assert_array_equal(await grpc_infer(g, "a"), DATA)
+        assert ready(server) == ["a", "c"]
+        samples = await scrape(server)
+        evicted = {
+            model: value(samples, "tritonx_model_evictions_total", model=model, reason="budget")
+            for model in "abcd"
+        }
+        assert evicted == {"a": 1, "b": 1, "c": 0, "d": 1}
+        assert value(samples, "tritonx_model_on_demand_loads_total", model="a") == 2
+    finally:
+        await server.stop()
+
+
+async def test_a_busy_model_is_not_unloaded_until_its_request_ends(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "busy", add=1)
+    gate_model(repo, "next", add=2)
+    Gates.exec_gates["busy"] = gate = threading.Event()
+    Gates.exec_started["busy"] = executing = threading.Event()
+    waiting = LogEvent("waiting for a loaded model to go idle to load 'next'")
+    logger = logging.getLogger("tritonx.residency")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(waiting)
+    server = await start(repo, max_loaded_models=1)
+    try:
+        h = http(server, clients)
+        busy = asyncio.ensure_future(http_infer(h, "busy"))
+        assert await asyncio.to_thread(executing.wait, 30)
+        following = asyncio.ensure_future(http_infer(h, "next"))
+        assert await asyncio.to_thread(waiting.seen.wait, 30)
+        assert ready(server) == ["busy"]
+        gate.set()
+        np.testing.assert_array_equal(await busy, DATA + 1)  # not cut by an unload
+        np.testing.assert_array_equal(await following, DATA + 2)
+        assert Gates.record.index(("executed", "busy")) < Gates.record.index(("load", "next"))
+        assert ready(server) == ["next"]
+    finally:
+        logger.removeHandler(waiting)
+        logger.setLevel(level)
+        await server.stop()
+
+
+async def test_pinned_models_stay_and_a_full_budget_is_refused(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "pinned")
+    gate_model(repo, "other", add=1)
+    gate_model(repo, "marked", add=2, tritonx_pinned="true")
+    server = await start(repo, load_model=("pinned",), max_loaded_models=1)
+    try:
+        h = http(server, clients)
+        assert ready(server) == ["pinned"]  # loaded at start-up
+        message = "--max-loaded-models 1 reached and no loaded model can be unloaded"
+        with pytest.raises(InferenceServerException, match=message) as refused:
+            await http_infer(h, "other")
+        assert refused.value.status() == "503"
+        assert ready(server) == ["pinned"]
+        np.testing.assert_array_equal(await http_infer(h, "pinned"), DATA)
+    finally:
+        await server.stop()
+    # a model whose config pins it
+    server = await start(repo, max_loaded_models=1)
+    try:
+        h = http(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "marked"), DATA + 2)
+        with pytest.raises(InferenceServerException, match=message):
+            await http_infer(h, "other")
+        assert ready(server) == ["marked"]
+    finally:
+        await server.stop()
+
+
+async def test_idle_models_are_unloaded(repo: ModelRepositoryBuilder, clients: list[Any]) -> None:
+    gate_model(repo, "idle", add=1)
+    gate_model(repo, "pinned", add=2)
+    server = await start(repo, load_model=("pinned",), model_idle_unload_secs=0.2)
+    try:
+        h = http(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "idle"), DATA + 1)
+        await until(lambda: ready(server) == ["pinned"], "the idle unload")
+        samples = await scrape(server)
+        assert value(samples, "tritonx_model_evictions_total", model="idle", reason="idle") == 1
+        assert value(samples, "tritonx_model_evictions_total", model="pinned", reason="idle") == 0
+        np.testing.assert_array_equal(await http_infer(h, "idle"), DATA + 1)  # loads again
+    finally:
+        await server.stop()
+
+
+def _ensemble(repo: ModelRepositoryBuilder) -> None:
+    gate_model(repo, "inner", add=3)
+    gate_model(repo, "x", add=1)
+    step = '{ model_name: "inner" model_version: -1 input_map { key: "INPUT0" value: "IN" } output_map { key: "OUTPUT0" value: "OUT" } }'
+    repo.add(
+        "ens",
+        platform="ensemble",
+        inputs=[("INPUT0", "FP32", [-1])],
+        outputs=[("OUTPUT0", "FP32", [-1])],
+        extra="ensemble_scheduling { step [ "
+        + step.replace('value: "IN"', 'value: "INPUT0"').replace('value: "OUT"', 'value: "OUTPUT0"')
+        + " ] }\n",
+    )
+
+
+async def test_an_ensemble_loads_its_composing_models_and_keeps_them(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    _ensemble(repo)
+    server = await start(repo, max_loaded_models=2)
+    try:
+        h = http(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "ens"), DATA + 3)
+        assert ready(server) == ["ens", "inner"]
+        # room for x: the ensemble may go, its composing model not while it is loaded
+        np.testing.assert_array_equal(await http_infer(h, "x"), DATA + 1)
+        assert ready(server) == ["inner", "x"]
+        np.testing.assert_array_equal(await http_infer(h, "ens"), DATA + 3)
+        assert ready(server) == ["ens", "inner"]
+    finally:
+        await server.stop()
+
+
+async def test_explicit_unload_and_load_keep_their_meaning(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    for i, name in enumerate("abc"):
+        gate_model(repo, name, add=i)
+    server = await start(repo, max_loaded_models=2)
+    try:
+        h = http(server, clients)
+        await h.load_model("a")
+        await h.load_model("b")
+        assert ready(server) == ["a", "b"]
+        await h.load_model("c")  # the load API makes room too
+        assert ready(server) == ["b", "c"]
+        await h.unload_model("b")
+        assert ready(server) == ["c"]
+        np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 1)  # loads again
+        assert ready(server) == ["b", "c"]
+    finally:
+        await server.stop()
+
+
+async def test_poll_mode_loads_nothing_at_start(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "a", add=1)
+    gate_model(repo, "b", add=2)
+    server = await start(repo, model_control_mode="poll", repository_poll_secs=0)
+    try:
+        assert ready(server) == []
+        h = http(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "a"), DATA + 1)
+        await server.poll_repository()  # a poll reloads what is loaded, loads nothing new
+        assert ready(server) == ["a"]
+        gate_model(repo, "a", add=10)
+        (repo.root / "a" / "config.pbtxt").touch()
+        await server.poll_repository()
+        np.testing.assert_array_equal(await http_infer(h, "a"), DATA + 10)
+        assert ready(server) == ["a"]
+    finally:
+        await server.stop()
+
+
+# ---------------------------------------------------------------------------------- settings
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (
+            {"model_load_on_demand": True},
+            "--model-load-on-demand requires --model-control-mode=explicit or poll",
+        ),
+        (
+            {"model_control_mode": "explicit", "max_loaded_models": 2},
+            "--max-loaded-models requires --model-load-on-demand=true",
+        ),
+        (
+            {"model_control_mode": "explicit", "model_memory_budget": 1 << 30},
+            "--model-memory-budget requires --model-load-on-demand=true",
+        ),
+        (
+            {"model_control_mode": "explicit", "model_idle_unload_secs": 5.0},
+            "--model-idle-unload-secs requires --model-load-on-demand=true",
+        ),
+        (
+            {**ON_DEMAND, "max_loaded_models": 1, "load_model": ("a", "b")},
+            "--max-loaded-models 1 cannot hold the 2 models listed with --load-model",
+        ),
+        ({**ON_DEMAND, "max_loaded_models": -1}, "--max-loaded-models must be 0 or more, got -1"),
+    ],
+)
+async def test_settings_are_checked(
+    repo: ModelRepositoryBuilder, overrides: dict[str, Any], message: str
+) -> None:
+    server = Server(loopback_settings(repo.root, **overrides), plugin_manager=plugins())
+    with pytest.raises(TritonXError, match=message) as refused:
+        await server.start()
+    assert refused.value.code is Code.INVALID_ARG
+
+
+def test_the_cli_refuses_a_budget_without_loading_on_demand(repo: ModelRepositoryBuilder) -> None:
+    result = CliRunner().invoke(
+        cli,
+        [
+            "serve",
+            "--model-repository",
+            str(repo.root),
+            "--model-control-mode=explicit",
+            "--max-loaded-models=3",
+        ],
+    )
+    assert result.exit_code == 2, result.output
+    assert "--max-loaded-models requires --model-load-on-demand=true" in result.output
+
+
+async def test_pinned_models_that_do_not_fit_the_memory_budget_stop_the_start(
+    repo: ModelRepositoryBuilder,
+) -> None:
+    gate_model(repo, "a", ballast_mb="32")
+    gate_model(repo, "b", ballast_mb="32")
+    server = Server(
+        loopback_settings(
+            repo.root, **ON_DEMAND, load_model=("a", "b"), model_memory_budget=48 << 20
+        ),
+        plugin_manager=plugins(),
+    )
+    # each pinned model holds 32 MB: the second one does not fit
+    with pytest.raises(TritonXError, match="--model-memory-budget 50331648 bytes reached"):
+        await server.start()
