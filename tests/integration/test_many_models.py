@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import mmap
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -76,8 +77,10 @@ class GateBackend(tritonx.Backend):
             Gates.loads[name] = Gates.loads.get(name, 0) + 1
         Gates.note("load", name)
         instance = GateInstance(name, float(ctx.parameters.get("add", "0")))
-        # ``ballast_mb``: memory the instance holds (its pages touched: resident)
-        instance.ballast = np.ones(int(float(ctx.parameters.get("ballast_mb", "0")) * 2**17))
+        size = int(float(ctx.parameters.get("ballast_mb", "0")) * 2**20)
+        if size:  # memory the instance holds: fresh pages (not the heap's), all touched
+            instance.ballast = mmap.mmap(-1, size)
+            instance.ballast.write(b"\1" * size)
         return instance
 
 
@@ -85,7 +88,11 @@ class GateInstance(ModelInstance):
     def __init__(self, name: str, add: float) -> None:
         self.name = name
         self.add = add
-        self.ballast = np.zeros(0)
+        self.ballast: mmap.mmap | None = None
+
+    def unload(self) -> None:
+        if self.ballast is not None:
+            self.ballast.close()
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
         Gates.exec_started.setdefault(self.name, threading.Event()).set()
@@ -626,3 +633,94 @@ async def test_pinned_models_that_do_not_fit_the_memory_budget_stop_the_start(
     # each pinned model holds 32 MB: the second one does not fit
     with pytest.raises(TritonXError, match="--model-memory-budget 50331648 bytes reached"):
         await server.start()
+
+
+async def test_the_status_page_shows_memory_and_budgets(repo: ModelRepositoryBuilder) -> None:
+    gate_model(repo, "a", ballast_mb="8")
+    gate_model(repo, "b")
+    server = await start(repo, max_loaded_models=4, model_memory_budget=1 << 30)
+    try:
+        await server.infer(InferenceRequest("a", {"INPUT0": DATA}))
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://{server.http_url}/status/data") as resp:
+                data = await resp.json()
+        models = {m["name"]: m for m in data["models"]}
+        assert models["a"]["memory_bytes"] >= 8 << 20  # its 8 MB ballast, measured
+        assert models["b"]["memory_bytes"] is None  # not loaded
+        residency = data["residency"]
+        assert residency["loaded_models"] == 1 and residency["max_loaded_models"] == 4
+        assert residency["memory_budget_bytes"] == 1 << 30
+        assert residency["memory_used_bytes"] >= 8 << 20
+        assert (residency["on_demand_loads"], residency["evictions"]) == (1, 0)
+    finally:
+        await server.stop()
+
+
+async def test_a_live_sequence_keeps_its_model(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    repo.add(
+        "seq",
+        backend="gate",
+        max_batch_size=4,
+        inputs=[("INPUT0", "FP32", [-1])],
+        outputs=[("OUTPUT0", "FP32", [-1])],
+        parameters={"add": "1"},
+        extra="sequence_batching { max_sequence_idle_microseconds: 600000000 }\n",
+    )
+    gate_model(repo, "other", add=2)
+    waiting = LogEvent("waiting for a loaded model to go idle to load 'other'")
+    logger = logging.getLogger("tritonx.residency")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(waiting)
+    server = await start(repo, max_loaded_models=1)
+    try:
+        h = http(server, clients)
+
+        async def step(**sequence: Any) -> np.ndarray:
+            inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+            inp.set_data_from_numpy(DATA.reshape(1, 4))
+            result = await h.infer("seq", [inp], sequence_id=7, **sequence)
+            return np.asarray(result.as_numpy("OUTPUT0"))
+
+        np.testing.assert_array_equal(await step(sequence_start=True), DATA.reshape(1, 4) + 1)
+        following = asyncio.ensure_future(http_infer(h, "other"))
+        # no request in flight, but the sequence is live: the load waits for its end
+        assert await asyncio.to_thread(waiting.seen.wait, 30)
+        assert ready(server) == ["seq"]
+        np.testing.assert_array_equal(await step(sequence_end=True), DATA.reshape(1, 4) + 1)
+        np.testing.assert_array_equal(await following, DATA + 2)
+        assert ready(server) == ["other"]
+    finally:
+        logger.removeHandler(waiting)
+        logger.setLevel(level)
+        await server.stop()
+
+
+async def test_a_client_leaving_while_its_model_loads(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    """The fast path's request goes away during the load: the load completes, the server
+    goes on serving."""
+    gate_model(repo, "m", add=1)
+    Gates.load_gates["m"] = gate = threading.Event()
+    Gates.load_started["m"] = started = threading.Event()
+    server = await start(repo)
+    try:
+        host, port = server.http_url.rsplit(":", 1)
+        body = b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[0,1,2,3]}]}'
+        _reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(
+            b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        await writer.drain()
+        assert await asyncio.to_thread(started.wait, 30)
+        writer.close()
+        await writer.wait_closed()
+        gate.set()
+        await until(lambda: ready(server) == ["m"], "the load")
+        np.testing.assert_array_equal(await http_infer(http(server, clients), "m"), DATA + 1)
+    finally:
+        await server.stop()

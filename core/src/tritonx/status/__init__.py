@@ -5,8 +5,10 @@ external CDN) polls ``GET /status/data`` once a second and draws, without reload
 version: the request rate, the latency (p50/p95/p99 when the server keeps latency summaries,
 ``--metrics-config summary_latencies=true``; else the mean of each interval) and the queue
 time, over the last five minutes; the table of every model with its state, reason and config
-summary; the recent load/unload events. Everything comes from the server's own statistics
-(:meth:`DataPlane.loaded_versions`, :meth:`DataPlane.repository_index`).
+summary; the recent load/unload events; with ``--model-load-on-demand``, what each loaded
+model added to the server's memory and the budgets' use (``residency``). Everything comes
+from the server's own statistics (:meth:`DataPlane.loaded_versions`,
+:meth:`DataPlane.repository_index`, :attr:`DataPlane.residency`).
 
 Read-only: only GET/HEAD. Restricted API (``--http-restricted-api``): the page and its assets
 are in the ``metadata`` category; ``/status/data`` shows metadata, the repository index,
@@ -161,6 +163,21 @@ def _quantiles(window: Any) -> list[float | None] | None:
     return [None if math.isnan(v) else v / 1000 for _, v in values]  # µs -> ms
 
 
+def _residency(dp: DataPlane) -> dict[str, Any] | None:
+    """Loads on demand and the budgets (None without ``--model-load-on-demand``)."""
+    r = dp.residency
+    if r is None:
+        return None
+    return {
+        "loaded_models": r.loaded_count(),
+        "max_loaded_models": r.max_models,
+        "memory_used_bytes": r.memory_used() if r.memory_budget else None,
+        "memory_budget_bytes": r.memory_budget,
+        "on_demand_loads": sum(r.loads.values()),
+        "evictions": sum(r.evictions.values()),
+    }
+
+
 def status_snapshot(dp: DataPlane) -> dict[str, Any]:
     """The JSON the page polls: server, every model version, cumulative statistics (the
     page differentiates them), latency quantiles when kept, and recent model events."""
@@ -196,6 +213,7 @@ def status_snapshot(dp: DataPlane) -> dict[str, Any]:
             "reason": entry.reason,
             "config": None,
             "stats": None,
+            "memory_bytes": entry.memory_bytes,
         }
         if entry.version is not None:
             row["stats"] = stats.get((entry.name, entry.version))
@@ -218,6 +236,7 @@ def status_snapshot(dp: DataPlane) -> dict[str, Any]:
         },
         "time": now,
         "models": models,
+        "residency": _residency(dp),
         "events": [
             {
                 "time": t,

@@ -113,18 +113,36 @@
     const card = (label, value) =>
       el("div", { class: "card" }, el("div", { class: "label" }, label),
         el("div", { class: "value" }, value));
-    document.getElementById("totals").replaceChildren(
+    const cards = [
       card("Models", String(total)),
       card("Ready versions", String(ready)),
       card("Requests / s", fmt(rate, 1)),
       card("Pending requests", String(pending)),
       card("Uptime", duration(s.uptime_s)),
-    );
+    ];
+    const r = data.residency;
+    if (r) {  // --model-load-on-demand
+      cards.push(card("Loaded models",
+        r.max_loaded_models ? `${r.loaded_models} / ${r.max_loaded_models}` : String(r.loaded_models)));
+      if (r.memory_budget_bytes) {
+        cards.push(card("Model memory", `${bytes(r.memory_used_bytes)} / ${bytes(r.memory_budget_bytes)}`));
+      }
+      cards.push(card("Loads on demand · evictions", `${r.on_demand_loads} · ${r.evictions}`));
+    }
+    document.getElementById("totals").replaceChildren(...cards);
     document.getElementById("latency-head").textContent = quantiles ? "p99 (ms)" : "Mean (ms)";
     document.getElementById("window-note").textContent = quantiles
       ? "last 5 minutes · latency p50/p95/p99 over the last 60 s"
       : "last 5 minutes · mean latency per second (start with --metrics-config " +
         "summary_latencies=true for p50/p95/p99)";
+  }
+
+  function bytes(n) {
+    if (n == null) return "–";
+    const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let i = 0;
+    while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
+    return `${fmt(n, i ? 1 : 0)} ${units[i]}`;
   }
 
   function configCell(cfg) {
@@ -149,7 +167,8 @@
         el("td", {}, el("b", {}, m.name)),
         el("td", {}, m.version ?? "–"),
         el("td", {}, el("span", { class: `state ${m.state}` }, m.state),
-          m.reason ? el("div", { class: "reason" }, m.reason) : null),
+          m.reason ? el("div", { class: "reason" }, m.reason) : null,
+          m.memory_bytes != null ? el("div", { class: "reason" }, `memory ${bytes(m.memory_bytes)}`) : null),
         el("td", {}, configCell(m.config)),
         el("td", { class: "num" }, p ? fmt(p.rate, 1) : "–"),
         el("td", { class: "num", title: quantiles ? "p99" : "mean" }, fmt(latency)),
