@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import mmap
+import shutil
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
@@ -239,6 +240,8 @@ async def test_every_transport_loads_its_model_on_demand(
         assert ready(server) == []  # nothing loads at start-up
         assert [r.state for r in server.repository_index()] == [None] * len(names)
         h, g = http(server, clients), grpc(server, clients)
+        # readiness is no request for the model: it says the model is not loaded
+        assert not await h.is_model_ready("fast") and not await g.is_model_ready("fast")
         # HTTP /infer: the fast path, and aiohttp's (a compressed body goes there)
         np.testing.assert_array_equal(await http_infer(h, "fast"), DATA + 0)
         np.testing.assert_array_equal(
@@ -265,6 +268,7 @@ async def test_every_transport_loads_its_model_on_demand(
         response = await server.infer(InferenceRequest("bls", {"INPUT0": DATA}))
         np.testing.assert_array_equal(response.outputs["OUTPUT0"], DATA + 7)
         assert ready(server) == sorted(names)
+        assert await h.is_model_ready("fast") and await g.is_model_ready("fast")
         samples = await scrape(server)
         for name in names:
             assert value(samples, "tritonx_model_on_demand_loads_total", model=name) == 1
@@ -562,6 +566,10 @@ async def test_poll_mode_loads_nothing_at_start(
         await server.poll_repository()
         np.testing.assert_array_equal(await http_infer(h, "a"), DATA + 10)
         assert ready(server) == ["a"]
+        shutil.rmtree(repo.root / "a")  # a poll unloads a removed model
+        await server.poll_repository()
+        assert ready(server) == []
+        np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 2)
     finally:
         await server.stop()
 
