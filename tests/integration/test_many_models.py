@@ -341,6 +341,10 @@ async def test_a_failed_load_fails_its_waiters_then_backs_off(
             assert isinstance(result, InferenceServerException), result
             assert result.status() == "503"
             assert "asked to fail its load" in str(result)
+        # the model is not ready and says why; the server still serves the others
+        assert not await h.is_model_ready("bad")
+        assert "asked to fail its load" in str(await h.get_model_repository_index())
+        assert await h.is_server_ready()
         # the requests right after it get the same error: no load storm
         for _ in range(20):
             with pytest.raises(InferenceServerException, match=expected):

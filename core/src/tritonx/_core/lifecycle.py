@@ -251,6 +251,8 @@ class ModelManager:
         An ensemble waiting for a composing model that was unloaded counts as unloaded (Triton
         unloads it, and loads it again with the composing model)."""
         for name, entry in self.models.items():
+            if entry.demand_failed:
+                continue  # a request's load failed: the other models still serve
             if entry.error:
                 return False
             if not entry.versions and entry.stamp is not None:
@@ -311,12 +313,22 @@ class ModelManager:
             await self._load_and_report(name, request)
             return
         self.residency.forget_failure(name)
+        entry = self.models.get(name)
+        if entry is not None:
+            entry.demand_failed = False  # the load API's failure counts, as in Triton
         await self.residency.admit(name, lambda: self._load_and_report(name, request))
 
     async def load_named(self, name: str) -> None:
         """Load ``name`` as the repository API would, without a request's parameters (a load
-        on demand); raises the load API's errors."""
-        await self._load_and_report(name, None)
+        on demand); raises the load API's errors (the model then does not count in the
+        server's strict readiness, :meth:`all_ready`)."""
+        try:
+            await self._load_and_report(name, None)
+        except TritonXError:
+            entry = self.models.get(name)
+            if entry is not None:
+                entry.demand_failed = True
+            raise
 
     async def _load_and_report(self, name: str, request: LoadRequest | None) -> None:
         session = LoadSession()
@@ -638,6 +650,7 @@ class ModelManager:
             await replaced_agents.unload_completed()
         if any(v.ready for v in merged.values()):
             entry.last_used = time.monotonic()
+            entry.demand_failed = False
             log.info("successfully loaded '%s'", name)
 
     # ------------------------------------------------------------------ internals: unload
@@ -662,6 +675,7 @@ class ModelManager:
             entry.error = ""
             entry.invalid = False
             entry.explicit = False
+            entry.demand_failed = False
             entry.override = False
             self._deps.drop(name)
             remove_override_dir(entry.override_dir)
