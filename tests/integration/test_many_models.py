@@ -736,3 +736,62 @@ async def test_a_client_leaving_while_its_model_loads(
         np.testing.assert_array_equal(await http_infer(http(server, clients), "m"), DATA + 1)
     finally:
         await server.stop()
+
+
+async def test_a_stream_loads_decoupled_and_ordinary_models(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    """ModelStreamInfer: a decoupled model loaded on demand streams its responses as they
+    come; an ordinary one sent after it answers in the stream too."""
+    repo.add_identity(
+        "dec",
+        dims=[4],
+        parameters={"repeat": "3"},
+        extra="model_transaction_policy { decoupled: true }\n",
+    )
+    gate_model(repo, "plain", add=1)
+    server = await start(repo)
+    try:
+        g = grpc(server, clients)
+
+        async def requests() -> AsyncIterator[dict[str, Any]]:
+            for model in ("dec", "plain"):
+                inp = grpcclient.InferInput("INPUT0", [4], "FP32")
+                inp.set_data_from_numpy(DATA)
+                yield {"model_name": model, "inputs": [inp], "request_id": model}
+
+        answers: dict[str, list[np.ndarray]] = {"dec": [], "plain": []}
+        async for result, error in g.stream_infer(requests()):
+            assert error is None, error
+            if result.as_numpy("OUTPUT0") is not None:
+                response = result.get_response()
+                answers[response.id].append(result.as_numpy("OUTPUT0"))
+        assert [a.tolist() for a in answers["dec"]] == [DATA.tolist()] * 3
+        assert [a.tolist() for a in answers["plain"]] == [(DATA + 1).tolist()]
+        assert ready(server) == ["dec", "plain"]
+    finally:
+        await server.stop()
+
+
+async def test_a_model_larger_than_the_memory_budget_is_refused(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "big", ballast_mb="32")
+    gate_model(repo, "small", add=1)
+    server = await start(repo, model_memory_budget=16 << 20)
+    try:
+        h = http(server, clients)
+        message = (
+            "cannot load model 'big': --model-memory-budget 16777216 bytes reached and no "
+            "loaded model can be unloaded"
+        )
+        with pytest.raises(InferenceServerException, match=message) as refused:
+            await http_infer(h, "big")
+        assert refused.value.status() == "503"
+        assert ready(server) == []  # loaded, measured, unloaded again
+        np.testing.assert_array_equal(await http_infer(h, "small"), DATA + 1)
+        with pytest.raises(InferenceServerException, match="cannot load model 'big'"):
+            await http_infer(h, "big")  # (no back-off: the budget's doing, not the model's)
+        assert Gates.loads["big"] == 2
+    finally:
+        await server.stop()

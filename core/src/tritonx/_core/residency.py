@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import statistics
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -145,6 +146,8 @@ class Residency:
         self.idle_secs = settings.model_idle_unload_secs
         self.pinned: set[str] = set()
         self.footprints: dict[str, int] = {}
+        #: what each model's last load added, loaded or not (the estimates of later loads)
+        self._measured: dict[str, int] = {}
         self.loads: Counter[str] = Counter()
         self.load_failures: Counter[str] = Counter()
         self.evictions: Counter[tuple[str, str]] = Counter()
@@ -320,17 +323,17 @@ class Residency:
         """``name`` loaded: its footprint (the growth since ``before``), pinned by its config?"""
         if not self._manager.resident(name):
             return
-        self.footprints[name] = max(0, tree_rss() - before)
+        self.footprints[name] = self._measured[name] = max(0, tree_rss() - before)
         if self._manager.pinned_by_config(name):
             self.pinned.add(name)
 
     def _estimate(self, name: str) -> int:
-        """Bytes a load of ``name`` is expected to add: its last footprint, else the largest
-        one measured (no model measured yet: nothing)."""
-        known = self.footprints.get(name)
+        """Bytes a load of ``name`` is expected to add: what its last load added, else the
+        median of what every model's last load added (nothing measured yet: nothing)."""
+        known = self._measured.get(name)
         if known is not None:
             return known
-        return max(self.footprints.values(), default=0)
+        return int(statistics.median(self._measured.values())) if self._measured else 0
 
     def _over(self, adding: int, extra_bytes: int) -> str | None:
         """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None."""
@@ -362,9 +365,14 @@ class Residency:
         return min(idle, key=manager.last_used), candidates
 
     async def _make_room(self, name: str, adding: bool) -> None:
-        """Unload models until ``name`` fits its estimate."""
+        """Unload models until ``name`` fits (its memory estimated: with nothing left to
+        unload, the load is tried and :meth:`_fit` judges what it measured)."""
+        count = 1 if adding else 0
         await self._evict_until(
-            lambda: self._over(1 if adding else 0, self._estimate(name)), {name}, name
+            lambda: self._over(count, self._estimate(name)),
+            {name},
+            name,
+            measured=lambda: self._over(count, 0),
         )
 
     async def _fit(self, name: str) -> None:
@@ -375,9 +383,20 @@ class Residency:
         except NoRoom:
             log.warning("unloading '%s' again: it does not fit the budgets", name)
             await self._manager.evict(name)
+            self.footprints.pop(name, None)
             raise
 
-    async def _evict_until(self, over: Callable[[], str | None], keep: set[str], name: str) -> None:
+    async def _evict_until(
+        self,
+        over: Callable[[], str | None],
+        keep: set[str],
+        name: str,
+        *,
+        measured: Callable[[], str | None] | None = None,
+    ) -> None:
+        """Unload the least recently used idle models while ``over()`` names a budget;
+        with none to unload, wait for one to go idle, or give up (:class:`NoRoom`), unless
+        ``measured()`` (the budgets without estimates) is None: then the load is tried."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout if self.timeout else None
         waited = False
@@ -387,6 +406,8 @@ class Residency:
                 await self.evict(victim, "budget", budget)
                 continue
             if not candidates:
+                if measured is not None and measured() is None:
+                    return  # only the estimate does not fit: try
                 raise NoRoom(
                     f"cannot load model '{name}': {budget} reached and no loaded model can be "
                     "unloaded (pinned, used by a loaded ensemble or waited for)"
