@@ -42,6 +42,7 @@ from typing import Any
 import backends
 import cache
 import cloud_repo
+import many_models
 import minilm
 import shm
 
@@ -496,6 +497,9 @@ def table(points: list[Point]) -> str:
         if p.scenario == "cloud":
             rows.append(cloud_repo.table_row(p))
             continue
+        if p.scenario == many_models.SCENARIO:
+            rows.append(many_models.table_row(p, by))
+            continue
         if p.scenario == "memory":
             rows.append(
                 f"| memory | tritonx | - | {p.model} | - | - | - | - | - | load {p.extra.get('load_s')} s, "
@@ -528,6 +532,7 @@ ROWS = (
     "memory",
     "cloud",
     "backends",
+    "many_models",
 )
 
 
@@ -760,6 +765,21 @@ def main(argv: list[str] | None = None) -> int:
                 tritonx_cmd=tritonx_cmd,
                 rss_bytes=rss_bytes,
                 seconds=0.3 if args.smoke else 3.0,
+            )
+        )
+        # models loaded on their first request, with and without --max-loaded-models
+        points.extend(
+            []
+            if "many_models" not in rows
+            else many_models.points(
+                work,
+                log_dir,
+                smoke=args.smoke,
+                point=Point,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
+                cpu_seconds=cpu_seconds,
             )
         )
     finally:

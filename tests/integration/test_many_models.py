@@ -643,7 +643,9 @@ async def test_pinned_models_that_do_not_fit_the_memory_budget_stop_the_start(
         plugin_manager=plugins(),
     )
     # each pinned model holds 32 MB: the second one does not fit
-    with pytest.raises(TritonXError, match="--model-memory-budget 50331648 bytes reached"):
+    with pytest.raises(
+        TritonXError, match=r"--model-memory-budget 50331648 bytes \(\d+ bytes in use\) reached"
+    ):
         await server.start()
 
 
@@ -782,8 +784,8 @@ async def test_a_model_larger_than_the_memory_budget_is_refused(
     try:
         h = http(server, clients)
         message = (
-            "cannot load model 'big': --model-memory-budget 16777216 bytes reached and no "
-            "loaded model can be unloaded"
+            r"cannot load model 'big': --model-memory-budget 16777216 bytes \(\d+ bytes in use\) "
+            "reached and no loaded model can be unloaded"
         )
         with pytest.raises(InferenceServerException, match=message) as refused:
             await http_infer(h, "big")

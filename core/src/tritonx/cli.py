@@ -75,7 +75,9 @@ def _tune_malloc() -> None:
 
     With default settings every fresh 600 KB protobuf message costs hundreds of page faults;
     raising the mmap and trim thresholds cut grpc.aio's CPU per large request ~3x here. Users'
-    own ``MALLOC_*`` environment variables win.
+    own ``MALLOC_*`` environment variables win. Not with ``--model-memory-budget``: the memory
+    of unloaded models must go back to the system (with these thresholds a model's large
+    buffers come from the heap, and stay resident after its unload).
     """
     if any(k.startswith("MALLOC_") for k in os.environ) or not sys.platform.startswith("linux"):
         return
@@ -110,7 +112,8 @@ def serve(**opts: Any) -> None:
     configure_logging(opts)
     strict_model_config_warnings(opts)
     settings = settings_from_options(opts, trace_config(opts))
-    _tune_malloc()
+    if not settings.model_memory_budget:
+        _tune_malloc()
     sys.exit(run_server(settings))
 
 

@@ -29,7 +29,18 @@ def _find_malloc_trim() -> Callable[[int], int] | None:
         return None
 
 
+def _find_mallopt() -> Callable[[int, int], int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    name = ctypes.util.find_library("c")
+    try:
+        return getattr(ctypes.CDLL(name), "mallopt", None) if name else None
+    except OSError:
+        return None
+
+
 _malloc_trim = _find_malloc_trim()
+_mallopt = _find_mallopt()
 _pending = False
 #: trims under way (a task must be referenced until it ends)
 _trims: set[asyncio.Task[None]] = set()
@@ -73,3 +84,16 @@ async def trim_heap_now() -> None:
         await asyncio.to_thread(trim, 0)
     except Exception:  # pragma: no cover - never fatal
         log.debug("malloc_trim failed", exc_info=True)
+
+
+def unmap_large_blocks(threshold: int = 1 << 20) -> bool:
+    """Make glibc map every block of ``threshold`` bytes or more on its own, and unmap it
+    when freed (``M_MMAP_THRESHOLD``, which also stops glibc raising the threshold after a
+    large free): the memory of a large buffer goes back to the system as soon as it is
+    freed, whichever thread freed it. What a memory budget needs (an unloaded model's
+    weights must leave the resident set); it costs page faults on large allocations.
+    Returns False without glibc."""
+    if _mallopt is None:
+        return False
+    m_mmap_threshold = -3
+    return bool(_mallopt(m_mmap_threshold, threshold))

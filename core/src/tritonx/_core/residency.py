@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import statistics
@@ -43,7 +44,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError, not_found, unavailable
-from tritonx.heap import trim_heap_now
+from tritonx.heap import trim_heap_now, unmap_large_blocks
 
 if TYPE_CHECKING:
     from tritonx._core.lifecycle import ModelManager
@@ -173,6 +174,7 @@ class Residency:
     def start(self) -> None:
         """Measure the server's memory before models load; start the idle unloads."""
         if self.memory_budget:
+            unmap_large_blocks()  # an unloaded model's buffers leave the resident set
             self.base_memory = tree_rss()
         if self.idle_secs > 0:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="tritonx-idle-unload")
@@ -218,20 +220,20 @@ class Residency:
                     self._load(name), name=f"tritonx-on-demand-{name}"
                 )
                 task.add_done_callback(lambda done: self._loaded(name, done))
-            began = loop.time()
+            began = time.monotonic()
             try:
                 await asyncio.wait_for(asyncio.shield(task), self.timeout or None)
             except TimeoutError:
-                self._waited(name, loop.time() - began)
+                self._waited(name, time.monotonic() - began)
                 raise unavailable(
                     f"model '{name}' is not loaded after waiting {self.timeout:g} s "
                     "(--model-load-on-demand-timeout-secs)"
                 ) from None
             except TritonXError as exc:
                 if exc.code is not Code.NOT_FOUND:  # (no series for names in no repository)
-                    self._waited(name, loop.time() - began)
+                    self._waited(name, time.monotonic() - began)
                 raise
-            self._waited(name, loop.time() - began)
+            self._waited(name, time.monotonic() - began)
         except asyncio.CancelledError:
             task = self._loading.get(name) or task
             current = asyncio.current_task()
@@ -339,8 +341,10 @@ class Residency:
         """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None."""
         if self.max_models and len(self._manager.loaded_names()) + adding > self.max_models:
             return f"--max-loaded-models {self.max_models}"
-        if self.memory_budget and self.memory_used() + extra_bytes > self.memory_budget:
-            return f"--model-memory-budget {self.memory_budget} bytes"
+        if self.memory_budget:
+            used = self.memory_used()
+            if used + extra_bytes > self.memory_budget:
+                return f"--model-memory-budget {self.memory_budget} bytes ({used} bytes in use)"
         return None
 
     def _may_go(self, name: str, keep: set[str]) -> bool:
@@ -384,6 +388,8 @@ class Residency:
             log.warning("unloading '%s' again: it does not fit the budgets", name)
             await self._manager.evict(name)
             self.footprints.pop(name, None)
+            if self.memory_budget:
+                await self._give_back()
             raise
 
     async def _evict_until(
@@ -452,7 +458,14 @@ class Residency:
         self.evictions[(name, reason)] += 1
         self.footprints.pop(name, None)
         if self.memory_budget:
-            await trim_heap_now()
+            await self._give_back()
+
+    async def _give_back(self) -> None:
+        """After an unload, under a memory budget: free what only reference cycles still
+        hold (an instance's buffers), then hand the freed heap back to the system, so the
+        next measurement sees it gone."""
+        gc.collect()
+        await trim_heap_now()
 
     def forget(self, name: str) -> None:
         """``name`` was unloaded (the repository API, a poll): no footprint any more."""
