@@ -797,3 +797,37 @@ async def test_a_model_larger_than_the_memory_budget_is_refused(
         assert Gates.loads["big"] == 2
     finally:
         await server.stop()
+
+
+async def test_cached_models_load_on_demand_and_are_evicted(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    """With the response cache: a cached model loads on demand, its hits count as uses, and
+    a model evicted and loaded again answers from a fresh load (its cached answers went with
+    its unload)."""
+    for name, add in (("c1", 1), ("c2", 2)):
+        repo.add(
+            name,
+            backend="gate",
+            inputs=[("INPUT0", "FP32", [-1])],
+            outputs=[("OUTPUT0", "FP32", [-1])],
+            parameters={"add": str(add)},
+            extra="response_cache { enable: true }\n",
+        )
+    server = await start(repo, max_loaded_models=1, cache_config={"local": {"size": "1048576"}})
+    try:
+        h = http(server, clients)
+        for _ in range(2):  # a miss, then a hit
+            np.testing.assert_array_equal(await http_infer(h, "c1"), DATA + 1)
+        assert [r for r in Gates.record if r[0] == "executed"] == [("executed", "c1")]
+        np.testing.assert_array_equal(await http_infer(h, "c2"), DATA + 2)
+        assert ready(server) == ["c2"]
+        gate_model(repo, "c1", add=10)  # c1's files change while it is not loaded
+        (repo.root / "c1" / "config.pbtxt").write_text(
+            (repo.root / "c1" / "config.pbtxt").read_text() + "response_cache { enable: true }\n"
+        )
+        np.testing.assert_array_equal(await http_infer(h, "c1"), DATA + 10)
+        assert ready(server) == ["c1"]
+        assert Gates.loads == {"c1": 2, "c2": 1}
+    finally:
+        await server.stop()
