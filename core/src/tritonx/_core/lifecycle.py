@@ -25,9 +25,13 @@ python model's worker process is killed) or their threads abandoned. States (LOA
 UNLOADING, UNAVAILABLE + reason) feed readiness, the repository index and the start-up table
 (``_core.status``).
 
+With ``--model-load-on-demand`` a lookup (:meth:`ModelManager.get`) of a model that is not
+loaded raises :class:`~tritonx.errors.NotLoaded`, and ``_core.residency`` loads it, within
+the budgets it keeps (least-recently-used unloads, idle unloads).
+
 The pieces live beside this module: the entries (``_core.entries``), the load steps
-(``_core.load_pipeline``), the ensembles' dependency graph (``_core.dependencies``) and the
-unload of a version (``_core.unloading``); this module keeps :class:`ModelManager`, which
+(``_core.load_pipeline``), the ensembles' dependency graph (``_core.dependencies``), the
+unload of a version (``_core.unloading``) and loads on demand (``_core.residency``); this module keeps :class:`ModelManager`, which
 decides what to load and when, swaps the loaded versions in and unloads. Every name other
 modules import from here stays importable here (``__all__``).
 """
@@ -60,7 +64,7 @@ from tritonx._core.load_request import (
     remove_override_dir,
     write_override_dir,
 )
-from tritonx._core.residency import PINNED_PARAMETER, Residency
+from tritonx._core.residency import Residency
 from tritonx._core.response_cache import CacheScope, load_stamp
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx._core.unloading import Unloads
@@ -119,7 +123,9 @@ class ModelManager:
         #: the versions' unloads; they hurry to the exit deadline once :meth:`shutdown` begins
         self._unloads = Unloads(settings.model_unload_timeout_secs, self._emit)
         #: ``--model-load-on-demand``: loads on first request, budgets, idle unload
-        self.residency = Residency(self, settings) if settings.model_load_on_demand else None
+        self.residency = (
+            Residency(self, self._deps, settings) if settings.model_load_on_demand else None
+        )
 
     # ------------------------------------------------------------------ start / stop
 
@@ -692,67 +698,9 @@ class ModelManager:
         entry = self.models.get(name)
         return entry is not None and entry.resident
 
-    def loaded_names(self) -> list[str]:
-        """The models with a version loaded (loading, ready or unloading)."""
-        return [name for name in self.models if self._has_loaded(name)]
-
-    def last_used(self, name: str) -> float:
-        """When a request last asked for ``name`` (or it loaded), ``time.monotonic()``."""
-        entry = self.models.get(name)
-        return entry.last_used if entry is not None else 0.0
-
-    def in_use(self, name: str) -> bool:
-        """Whether a request is in flight on ``name`` or a live sequence holds it."""
-        entry = self.models.get(name)
-        if entry is None:
-            return False
-        return any(v.scheduler is not None and v.scheduler.in_use for v in entry.versions.values())
-
-    def used_by_loaded_ensemble(self, name: str) -> bool:
-        """Whether a loaded ensemble has ``name`` among its composing models."""
-        return any(self._has_loaded(e) for e in self._deps.users(name) if e != name)
-
-    def composing_closure(self, name: str) -> set[str]:
-        """The composing models of ensemble ``name``, and theirs in turn."""
-        out: set[str] = set()
-        queue = [d for d in self._deps.of(name) if d != name]
-        while queue:
-            current = queue.pop()
-            if current not in out:
-                out.add(current)
-                queue.extend(d for d in self._deps.of(current) if d != current)
-        return out
-
-    def pinned_by_config(self, name: str) -> bool:
-        """Whether ``name``'s config has the parameter ``tritonx_pinned: "true"``."""
-        entry = self.models.get(name)
-        if entry is None:
-            return False
-        for v in entry.versions.values():
-            if v.config is not None and v.scheduler is not None:
-                param = v.config.raw.parameters.get(PINNED_PARAMETER)
-                return param is not None and param.string_value.strip().lower() == "true"
-        return False
-
     async def evict(self, name: str) -> None:
         """Unload ``name`` (the budgets or the idle unload chose it)."""
         await self._unload(name, None)
-
-    async def wait_idle(self, names: list[str], timeout: float) -> None:
-        """Wait until one of ``names`` has no request in flight, or ``timeout`` s."""
-        drains = [
-            asyncio.ensure_future(v.scheduler.drain())
-            for name in names
-            if (entry := self.models.get(name)) is not None
-            for v in entry.versions.values()
-            if v.scheduler is not None and v.scheduler.inflight
-        ]
-        if not drains:
-            await asyncio.sleep(timeout)  # held by live sequences: look again later
-            return
-        _, pending = await asyncio.wait(drains, timeout=timeout, return_when="FIRST_COMPLETED")
-        for task in pending:
-            task.cancel()
 
     # ------------------------------------------------------------------ poll mode
 

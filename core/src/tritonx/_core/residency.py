@@ -47,6 +47,8 @@ from tritonx.errors import Code, TritonXError, not_found, unavailable
 from tritonx.heap import trim_heap_now, unmap_large_blocks
 
 if TYPE_CHECKING:
+    from tritonx._core.dependencies import DependencyGraph
+    from tritonx._core.entries import ModelEntry
     from tritonx._core.lifecycle import ModelManager
 
 log = logging.getLogger("tritonx.residency")
@@ -119,6 +121,11 @@ def tree_rss(pid: int | None = None) -> int:
 # ---------------------------------------------------------------------------------- residency
 
 
+def _loaded(entry: ModelEntry | None) -> bool:
+    """Whether a version of ``entry`` has a scheduler (loading, ready or unloading)."""
+    return entry is not None and any(v.scheduler is not None for v in entry.versions.values())
+
+
 @dataclass
 class _Failure:
     """A model's last failed on-demand load: its error, and when to try again."""
@@ -139,8 +146,13 @@ class Residency:
     :ivar footprints: bytes each loaded model added to the server's memory at its load.
     """
 
-    def __init__(self, manager: ModelManager, settings: ServerSettings) -> None:
+    def __init__(
+        self, manager: ModelManager, deps: DependencyGraph, settings: ServerSettings
+    ) -> None:
         self._manager = manager
+        #: the manager's models (the same dict) and ensembles' dependency graph
+        self._models = manager.models
+        self._deps = deps
         self.timeout = settings.model_load_on_demand_timeout_secs
         self.max_models = settings.max_loaded_models
         self.memory_budget = settings.model_memory_budget
@@ -187,9 +199,67 @@ class Residency:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._idle_task = None
 
+    # ------------------------------------------------------------------ the models
+
+    def loaded_names(self) -> list[str]:
+        """The models with a version loaded (loading, ready or unloading)."""
+        return [name for name, entry in self._models.items() if _loaded(entry)]
+
     def loaded_count(self) -> int:
         """How many models are loaded."""
-        return len(self._manager.loaded_names())
+        return len(self.loaded_names())
+
+    def _last_used(self, name: str) -> float:
+        """When a request last asked for ``name`` (or it loaded), ``time.monotonic()``."""
+        entry = self._models.get(name)
+        return entry.last_used if entry is not None else 0.0
+
+    def _in_use(self, name: str) -> bool:
+        """Whether a request is in flight on ``name`` or a live sequence holds it."""
+        entry = self._models.get(name)
+        return entry is not None and any(
+            v.scheduler is not None and v.scheduler.in_use for v in entry.versions.values()
+        )
+
+    def _used_by_loaded_ensemble(self, name: str) -> bool:
+        """Whether a loaded ensemble has ``name`` among its composing models."""
+        return any(_loaded(self._models.get(e)) for e in self._deps.users(name) if e != name)
+
+    def _composing_closure(self, name: str) -> set[str]:
+        """The composing models of ensemble ``name``, and theirs in turn."""
+        out: set[str] = set()
+        queue = [d for d in self._deps.of(name) if d != name]
+        while queue:
+            current = queue.pop()
+            if current not in out:
+                out.add(current)
+                queue.extend(d for d in self._deps.of(current) if d != current)
+        return out
+
+    def _pinned_by_config(self, name: str) -> bool:
+        """Whether ``name``'s config has the parameter ``tritonx_pinned: "true"``."""
+        entry = self._models.get(name)
+        for v in entry.versions.values() if entry is not None else ():
+            if v.config is not None and v.scheduler is not None:
+                param = v.config.raw.parameters.get(PINNED_PARAMETER)
+                return param is not None and param.string_value.strip().lower() == "true"
+        return False
+
+    async def _drained_one(self, names: list[str], timeout: float) -> None:
+        """Wait until a request in flight on one of ``names`` ends, or ``timeout`` s."""
+        drains = [
+            asyncio.ensure_future(v.scheduler.drain())
+            for name in names
+            if (entry := self._models.get(name)) is not None
+            for v in entry.versions.values()
+            if v.scheduler is not None and v.scheduler.inflight
+        ]
+        if not drains:
+            await asyncio.sleep(timeout)  # held by live sequences: look again later
+            return
+        _, pending = await asyncio.wait(drains, timeout=timeout, return_when="FIRST_COMPLETED")
+        for task in pending:
+            task.cancel()
 
     def memory_used(self) -> int:
         """Bytes the server's resident memory (workers included) grew by since it started
@@ -326,7 +396,7 @@ class Residency:
         if not self._manager.resident(name):
             return
         self.footprints[name] = self._measured[name] = max(0, tree_rss() - before)
-        if self._manager.pinned_by_config(name):
+        if self._pinned_by_config(name):
             self.pinned.add(name)
 
     def _estimate(self, name: str) -> int:
@@ -339,7 +409,7 @@ class Residency:
 
     def _over(self, adding: int, extra_bytes: int) -> str | None:
         """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None."""
-        if self.max_models and len(self._manager.loaded_names()) + adding > self.max_models:
+        if self.max_models and len(self.loaded_names()) + adding > self.max_models:
             return f"--max-loaded-models {self.max_models}"
         if self.memory_budget:
             used = self.memory_used()
@@ -349,24 +419,21 @@ class Residency:
 
     def _may_go(self, name: str, keep: set[str]) -> bool:
         """Whether ``name`` may be unloaded to make room, once it is idle."""
-        return not (
-            name in keep or name in self.pinned or self._manager.used_by_loaded_ensemble(name)
-        )
+        return not (name in keep or name in self.pinned or self._used_by_loaded_ensemble(name))
 
     def _idle(self, name: str) -> bool:
         """No request in flight on ``name``, none waiting to resume with it, and no live
         sequence on it."""
-        return name not in self._holds and not self._manager.in_use(name)
+        return name not in self._holds and not self._in_use(name)
 
     def _victim(self, keep: set[str]) -> tuple[str | None, list[str]]:
         """The least recently used model that may go now, and the models that may go once
         idle."""
-        manager = self._manager
-        candidates = [n for n in manager.loaded_names() if self._may_go(n, keep)]
+        candidates = [n for n in self.loaded_names() if self._may_go(n, keep)]
         idle = [n for n in candidates if self._idle(n)]
         if not idle:
             return None, candidates
-        return min(idle, key=manager.last_used), candidates
+        return min(idle, key=self._last_used), candidates
 
     async def _make_room(self, name: str, adding: bool) -> None:
         """Unload models until ``name`` fits (its memory estimated: with nothing left to
@@ -381,7 +448,7 @@ class Residency:
 
     async def _fit(self, name: str) -> None:
         """After ``name``'s load: unload others until it fits; if it cannot, unload it."""
-        keep = {name, *self._manager.composing_closure(name)}
+        keep = {name, *self._composing_closure(name)}
         try:
             await self._evict_until(lambda: self._over(0, 0), keep, name)
         except NoRoom:
@@ -439,7 +506,7 @@ class Residency:
         resumes, or ``timeout`` s."""
         self._released.clear()
         waits = [
-            asyncio.ensure_future(self._manager.wait_idle(names, timeout)),
+            asyncio.ensure_future(self._drained_one(names, timeout)),
             asyncio.ensure_future(self._released.wait()),
         ]
         try:
@@ -478,17 +545,17 @@ class Residency:
             manager = self._manager
             now = time.monotonic()
             wake = now + self.idle_secs
-            for name in manager.loaded_names():
+            for name in self.loaded_names():
                 if not self._may_go(name, set()):
                     continue
-                due = manager.last_used(name) + self.idle_secs
+                due = self._last_used(name) + self.idle_secs
                 if due > now:
                     wake = min(wake, due)
                 elif self._idle(name):
                     with contextlib.suppress(TritonXError):
                         async with self._admission:
                             if manager.resident(name) and self._idle(name):
-                                if manager.last_used(name) + self.idle_secs <= time.monotonic():
+                                if self._last_used(name) + self.idle_secs <= time.monotonic():
                                     await self.evict(name, "idle")
                 else:
                     wake = min(wake, now + ROOM_RECHECK)
