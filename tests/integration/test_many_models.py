@@ -7,6 +7,7 @@ tritonclient (HTTP, its aiohttp and fast paths, gRPC unary and stream), ``/gener
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import mmap
 import shutil
@@ -142,11 +143,27 @@ def repo(tmp_path: Path) -> ModelRepositoryBuilder:
     return ModelRepositoryBuilder(tmp_path / "models")
 
 
-async def start(repo: ModelRepositoryBuilder, **overrides: Any) -> Server:
+@contextlib.asynccontextmanager
+async def serving(repo: ModelRepositoryBuilder, **overrides: Any) -> AsyncIterator[Server]:
+    """A started server over ``repo`` loading models on demand (``overrides``: settings)."""
     settings = loopback_settings(repo.root, **{**ON_DEMAND, **overrides})
-    server = Server(settings, plugin_manager=plugins())
-    await server.start()
-    return server
+    async with Server(settings, plugin_manager=plugins()) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def logged(text: str) -> Iterator[threading.Event]:
+    """An event set when ``tritonx.residency`` logs a line containing ``text``."""
+    handler = LogEvent(text)
+    logger = logging.getLogger("tritonx.residency")
+    level = logger.level
+    logger.setLevel(logging.INFO)
+    logger.addHandler(handler)
+    try:
+        yield handler.seen
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
 
 
 @pytest.fixture
@@ -235,8 +252,7 @@ async def test_every_transport_loads_its_model_on_demand(
     names = ["fast", "slow", "unary", "stream", "meta", "config", "gen", "bls"]
     for i, name in enumerate(names):
         gate_model(repo, name, add=i)
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         assert ready(server) == []  # nothing loads at start-up
         assert [r.state for r in server.repository_index()] == [None] * len(names)
         h, g = http(server, clients), grpc(server, clients)
@@ -278,8 +294,6 @@ async def test_every_transport_loads_its_model_on_demand(
         index = await h.get_model_repository_index()
         assert all(isinstance(row["memory_bytes"], int) for row in index), index
         assert Gates.loads == dict.fromkeys(names, 1)
-    finally:
-        await server.stop()
 
 
 async def test_concurrent_requests_share_one_load(
@@ -288,8 +302,7 @@ async def test_concurrent_requests_share_one_load(
     gate_model(repo, "m", add=5)
     Gates.load_gates["m"] = gate = threading.Event()
     Gates.load_started["m"] = started = threading.Event()
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         h, g = http(server, clients), grpc(server, clients)
         calls = [asyncio.ensure_future(http_infer(h, "m")) for _ in range(3)]
         calls += [asyncio.ensure_future(grpc_infer(g, "m")) for _ in range(3)]
@@ -304,16 +317,13 @@ async def test_concurrent_requests_share_one_load(
         assert value(samples, "tritonx_model_on_demand_loads_total", model="m") == 1
         assert value(samples, "tritonx_model_load_waits_total", model="m") == 6
         assert value(samples, "tritonx_model_load_wait_seconds_total", model="m") > 0
-    finally:
-        await server.stop()
 
 
 async def test_unknown_model_is_refused_without_a_load(
     repo: ModelRepositoryBuilder, clients: list[Any]
 ) -> None:
     gate_model(repo, "m")
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         h, g = http(server, clients), grpc(server, clients)
         with pytest.raises(InferenceServerException, match="Request for unknown model: 'nope'"):
             await http_infer(h, "nope")
@@ -322,16 +332,13 @@ async def test_unknown_model_is_refused_without_a_load(
         samples = await scrape(server)
         assert not [key for key in samples if ("model", "nope") in key[1]]  # no series for it
         assert Gates.loads == {}
-    finally:
-        await server.stop()
 
 
 async def test_a_failed_load_fails_its_waiters_then_backs_off(
     repo: ModelRepositoryBuilder, clients: list[Any]
 ) -> None:
     repo.add_identity("bad", parameters={"fail_load": "1"})
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         h = http(server, clients)
         expected = "failed to load model 'bad' on demand: .*asked to fail its load"
         results = await asyncio.gather(
@@ -367,8 +374,6 @@ async def test_a_failed_load_fails_its_waiters_then_backs_off(
             assert time.monotonic() < deadline, "the mended model never loaded"
             await asyncio.sleep(0.05)
         assert ready(server) == ["bad"]
-    finally:
-        await server.stop()
 
 
 async def test_a_request_that_waits_too_long_is_refused(
@@ -376,16 +381,13 @@ async def test_a_request_that_waits_too_long_is_refused(
 ) -> None:
     gate_model(repo, "m")
     Gates.load_gates["m"] = gate = threading.Event()
-    server = await start(repo, model_load_on_demand_timeout_secs=0.2)
-    try:
+    async with serving(repo, model_load_on_demand_timeout_secs=0.2) as server:
         h = http(server, clients)
         with pytest.raises(InferenceServerException, match=r"is not loaded after waiting 0\.2 s"):
             await http_infer(h, "m")
         gate.set()  # the load went on: the next request finds the model loaded
         await until(lambda: ready(server) == ["m"], "the load")
         np.testing.assert_array_equal(await http_infer(h, "m"), DATA)
-    finally:
-        await server.stop()
 
 
 # ---------------------------------------------------------------------------------- budgets
@@ -396,8 +398,7 @@ async def test_the_least_recently_used_model_is_unloaded(
 ) -> None:
     for i, name in enumerate("abcd"):
         gate_model(repo, name, add=i)
-    server = await start(repo, max_loaded_models=2)
-    try:
+    async with serving(repo, max_loaded_models=2) as server:
         h, g = http(server, clients), grpc(server, clients)
         for name, loaded in (
             ("a", ["a"]),
@@ -418,8 +419,6 @@ async def test_the_least_recently_used_model_is_unloaded(
         }
         assert evicted == {"a": 1, "b": 1, "c": 0, "d": 1}
         assert value(samples, "tritonx_model_on_demand_loads_total", model="a") == 2
-    finally:
-        await server.stop()
 
 
 async def test_a_busy_model_is_not_unloaded_until_its_request_ends(
@@ -429,28 +428,20 @@ async def test_a_busy_model_is_not_unloaded_until_its_request_ends(
     gate_model(repo, "next", add=2)
     Gates.exec_gates["busy"] = gate = threading.Event()
     Gates.exec_started["busy"] = executing = threading.Event()
-    waiting = LogEvent("waiting for a loaded model to go idle to load 'next'")
-    logger = logging.getLogger("tritonx.residency")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(waiting)
-    server = await start(repo, max_loaded_models=1)
-    try:
-        h = http(server, clients)
-        busy = asyncio.ensure_future(http_infer(h, "busy"))
-        assert await asyncio.to_thread(executing.wait, 30)
-        following = asyncio.ensure_future(http_infer(h, "next"))
-        assert await asyncio.to_thread(waiting.seen.wait, 30)
-        assert ready(server) == ["busy"]
-        gate.set()
-        np.testing.assert_array_equal(await busy, DATA + 1)  # not cut by an unload
-        np.testing.assert_array_equal(await following, DATA + 2)
-        assert Gates.record.index(("executed", "busy")) < Gates.record.index(("load", "next"))
-        assert ready(server) == ["next"]
-    finally:
-        logger.removeHandler(waiting)
-        logger.setLevel(level)
-        await server.stop()
+    with logged("waiting for a loaded model to go idle to load 'next'") as waiting:
+        async with serving(repo, max_loaded_models=1) as server:
+            h = http(server, clients)
+            busy = asyncio.ensure_future(http_infer(h, "busy"))
+            assert await asyncio.to_thread(executing.wait, 30)
+            following = asyncio.ensure_future(http_infer(h, "next"))
+            assert await asyncio.to_thread(waiting.wait, 30)
+            assert ready(server) == ["busy"]
+            gate.set()
+            np.testing.assert_array_equal(await busy, DATA + 1)  # not cut by an unload
+            np.testing.assert_array_equal(await following, DATA + 2)
+            record = Gates.record
+            assert record.index(("executed", "busy")) < record.index(("load", "next"))
+            assert ready(server) == ["next"]
 
 
 async def test_pinned_models_stay_and_a_full_budget_is_refused(
@@ -459,8 +450,7 @@ async def test_pinned_models_stay_and_a_full_budget_is_refused(
     gate_model(repo, "pinned")
     gate_model(repo, "other", add=1)
     gate_model(repo, "marked", add=2, tritonx_pinned="true")
-    server = await start(repo, load_model=("pinned",), max_loaded_models=1)
-    try:
+    async with serving(repo, load_model=("pinned",), max_loaded_models=1) as server:
         h = http(server, clients)
         assert ready(server) == ["pinned"]  # loaded at start-up
         message = "--max-loaded-models 1 reached and no loaded model can be unloaded"
@@ -469,25 +459,19 @@ async def test_pinned_models_stay_and_a_full_budget_is_refused(
         assert refused.value.status() == "503"
         assert ready(server) == ["pinned"]
         np.testing.assert_array_equal(await http_infer(h, "pinned"), DATA)
-    finally:
-        await server.stop()
     # a model whose config pins it
-    server = await start(repo, max_loaded_models=1)
-    try:
+    async with serving(repo, max_loaded_models=1) as server:
         h = http(server, clients)
         np.testing.assert_array_equal(await http_infer(h, "marked"), DATA + 2)
         with pytest.raises(InferenceServerException, match=message):
             await http_infer(h, "other")
         assert ready(server) == ["marked"]
-    finally:
-        await server.stop()
 
 
 async def test_idle_models_are_unloaded(repo: ModelRepositoryBuilder, clients: list[Any]) -> None:
     gate_model(repo, "idle", add=1)
     gate_model(repo, "pinned", add=2)
-    server = await start(repo, load_model=("pinned",), model_idle_unload_secs=0.2)
-    try:
+    async with serving(repo, load_model=("pinned",), model_idle_unload_secs=0.2) as server:
         h = http(server, clients)
         np.testing.assert_array_equal(await http_infer(h, "idle"), DATA + 1)
         await until(lambda: ready(server) == ["pinned"], "the idle unload")
@@ -495,8 +479,6 @@ async def test_idle_models_are_unloaded(repo: ModelRepositoryBuilder, clients: l
         assert value(samples, "tritonx_model_evictions_total", model="idle", reason="idle") == 1
         assert value(samples, "tritonx_model_evictions_total", model="pinned", reason="idle") == 0
         np.testing.assert_array_equal(await http_infer(h, "idle"), DATA + 1)  # loads again
-    finally:
-        await server.stop()
 
 
 def _ensemble(repo: ModelRepositoryBuilder) -> None:
@@ -518,8 +500,7 @@ async def test_an_ensemble_loads_its_composing_models_and_keeps_them(
     repo: ModelRepositoryBuilder, clients: list[Any]
 ) -> None:
     _ensemble(repo)
-    server = await start(repo, max_loaded_models=2)
-    try:
+    async with serving(repo, max_loaded_models=2) as server:
         h = http(server, clients)
         np.testing.assert_array_equal(await http_infer(h, "ens"), DATA + 3)
         assert ready(server) == ["ens", "inner"]
@@ -528,8 +509,6 @@ async def test_an_ensemble_loads_its_composing_models_and_keeps_them(
         assert ready(server) == ["inner", "x"]
         np.testing.assert_array_equal(await http_infer(h, "ens"), DATA + 3)
         assert ready(server) == ["ens", "inner"]
-    finally:
-        await server.stop()
 
 
 async def test_explicit_unload_and_load_keep_their_meaning(
@@ -537,8 +516,7 @@ async def test_explicit_unload_and_load_keep_their_meaning(
 ) -> None:
     for i, name in enumerate("abc"):
         gate_model(repo, name, add=i)
-    server = await start(repo, max_loaded_models=2)
-    try:
+    async with serving(repo, max_loaded_models=2) as server:
         h = http(server, clients)
         await h.load_model("a")
         await h.load_model("b")
@@ -549,8 +527,6 @@ async def test_explicit_unload_and_load_keep_their_meaning(
         assert ready(server) == ["c"]
         np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 1)  # loads again
         assert ready(server) == ["b", "c"]
-    finally:
-        await server.stop()
 
 
 async def test_poll_mode_loads_nothing_at_start(
@@ -558,8 +534,7 @@ async def test_poll_mode_loads_nothing_at_start(
 ) -> None:
     gate_model(repo, "a", add=1)
     gate_model(repo, "b", add=2)
-    server = await start(repo, model_control_mode="poll", repository_poll_secs=0)
-    try:
+    async with serving(repo, model_control_mode="poll", repository_poll_secs=0) as server:
         assert ready(server) == []
         h = http(server, clients)
         np.testing.assert_array_equal(await http_infer(h, "a"), DATA + 1)
@@ -574,8 +549,6 @@ async def test_poll_mode_loads_nothing_at_start(
         await server.poll_repository()
         assert ready(server) == []
         np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 2)
-    finally:
-        await server.stop()
 
 
 # ---------------------------------------------------------------------------------- settings
@@ -652,8 +625,7 @@ async def test_pinned_models_that_do_not_fit_the_memory_budget_stop_the_start(
 async def test_the_status_page_shows_memory_and_budgets(repo: ModelRepositoryBuilder) -> None:
     gate_model(repo, "a", ballast_mb="8")
     gate_model(repo, "b")
-    server = await start(repo, max_loaded_models=4, model_memory_budget=1 << 30)
-    try:
+    async with serving(repo, max_loaded_models=4, model_memory_budget=1 << 30) as server:
         await server.infer(InferenceRequest("a", {"INPUT0": DATA}))
         async with aiohttp.ClientSession() as session:
             async with session.get(f"http://{server.http_url}/status/data") as resp:
@@ -666,8 +638,6 @@ async def test_the_status_page_shows_memory_and_budgets(repo: ModelRepositoryBui
         assert residency["memory_budget_bytes"] == 1 << 30
         assert residency["memory_used_bytes"] >= 8 << 20
         assert (residency["on_demand_loads"], residency["evictions"]) == (1, 0)
-    finally:
-        await server.stop()
 
 
 async def test_a_live_sequence_keeps_its_model(
@@ -683,33 +653,26 @@ async def test_a_live_sequence_keeps_its_model(
         extra="sequence_batching { max_sequence_idle_microseconds: 600000000 }\n",
     )
     gate_model(repo, "other", add=2)
-    waiting = LogEvent("waiting for a loaded model to go idle to load 'other'")
-    logger = logging.getLogger("tritonx.residency")
-    level = logger.level
-    logger.setLevel(logging.INFO)
-    logger.addHandler(waiting)
-    server = await start(repo, max_loaded_models=1)
-    try:
-        h = http(server, clients)
+    with logged("waiting for a loaded model to go idle to load 'other'") as waiting:
+        async with serving(repo, max_loaded_models=1) as server:
+            h = http(server, clients)
 
-        async def step(**sequence: Any) -> np.ndarray:
-            inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
-            inp.set_data_from_numpy(DATA.reshape(1, 4))
-            result = await h.infer("seq", [inp], sequence_id=7, **sequence)
-            return np.asarray(result.as_numpy("OUTPUT0"))
+            async def step(**sequence: Any) -> np.ndarray:
+                inp = httpclient.InferInput("INPUT0", [1, 4], "FP32")
+                inp.set_data_from_numpy(DATA.reshape(1, 4))
+                result = await h.infer("seq", [inp], sequence_id=7, **sequence)
+                return np.asarray(result.as_numpy("OUTPUT0"))
 
-        np.testing.assert_array_equal(await step(sequence_start=True), DATA.reshape(1, 4) + 1)
-        following = asyncio.ensure_future(http_infer(h, "other"))
-        # no request in flight, but the sequence is live: the load waits for its end
-        assert await asyncio.to_thread(waiting.seen.wait, 30)
-        assert ready(server) == ["seq"]
-        np.testing.assert_array_equal(await step(sequence_end=True), DATA.reshape(1, 4) + 1)
-        np.testing.assert_array_equal(await following, DATA + 2)
-        assert ready(server) == ["other"]
-    finally:
-        logger.removeHandler(waiting)
-        logger.setLevel(level)
-        await server.stop()
+            first = await step(sequence_start=True)
+            np.testing.assert_array_equal(first, DATA.reshape(1, 4) + 1)
+            following = asyncio.ensure_future(http_infer(h, "other"))
+            # no request in flight, but the sequence is live: the load waits for its end
+            assert await asyncio.to_thread(waiting.wait, 30)
+            assert ready(server) == ["seq"]
+            last = await step(sequence_end=True)
+            np.testing.assert_array_equal(last, DATA.reshape(1, 4) + 1)
+            np.testing.assert_array_equal(await following, DATA + 2)
+            assert ready(server) == ["other"]
 
 
 async def test_a_client_leaving_while_its_model_loads(
@@ -720,8 +683,7 @@ async def test_a_client_leaving_while_its_model_loads(
     gate_model(repo, "m", add=1)
     Gates.load_gates["m"] = gate = threading.Event()
     Gates.load_started["m"] = started = threading.Event()
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         host, port = server.http_url.rsplit(":", 1)
         body = b'{"inputs":[{"name":"INPUT0","shape":[4],"datatype":"FP32","data":[0,1,2,3]}]}'
         _reader, writer = await asyncio.open_connection(host, int(port))
@@ -736,8 +698,6 @@ async def test_a_client_leaving_while_its_model_loads(
         gate.set()
         await until(lambda: ready(server) == ["m"], "the load")
         np.testing.assert_array_equal(await http_infer(http(server, clients), "m"), DATA + 1)
-    finally:
-        await server.stop()
 
 
 async def test_a_stream_loads_decoupled_and_ordinary_models(
@@ -752,8 +712,7 @@ async def test_a_stream_loads_decoupled_and_ordinary_models(
         extra="model_transaction_policy { decoupled: true }\n",
     )
     gate_model(repo, "plain", add=1)
-    server = await start(repo)
-    try:
+    async with serving(repo) as server:
         g = grpc(server, clients)
 
         async def requests() -> AsyncIterator[dict[str, Any]]:
@@ -771,8 +730,6 @@ async def test_a_stream_loads_decoupled_and_ordinary_models(
         assert [a.tolist() for a in answers["dec"]] == [DATA.tolist()] * 3
         assert [a.tolist() for a in answers["plain"]] == [(DATA + 1).tolist()]
         assert ready(server) == ["dec", "plain"]
-    finally:
-        await server.stop()
 
 
 async def test_a_model_larger_than_the_memory_budget_is_refused(
@@ -780,8 +737,7 @@ async def test_a_model_larger_than_the_memory_budget_is_refused(
 ) -> None:
     gate_model(repo, "big", ballast_mb="32")
     gate_model(repo, "small", add=1)
-    server = await start(repo, model_memory_budget=16 << 20)
-    try:
+    async with serving(repo, model_memory_budget=16 << 20) as server:
         h = http(server, clients)
         message = (
             r"cannot load model 'big': --model-memory-budget 16777216 bytes \(\d+ bytes in use\) "
@@ -795,8 +751,6 @@ async def test_a_model_larger_than_the_memory_budget_is_refused(
         with pytest.raises(InferenceServerException, match="cannot load model 'big'"):
             await http_infer(h, "big")  # (no back-off: the budget's doing, not the model's)
         assert Gates.loads["big"] == 2
-    finally:
-        await server.stop()
 
 
 async def test_cached_models_load_on_demand_and_are_evicted(
@@ -814,8 +768,9 @@ async def test_cached_models_load_on_demand_and_are_evicted(
             parameters={"add": str(add)},
             extra="response_cache { enable: true }\n",
         )
-    server = await start(repo, max_loaded_models=1, cache_config={"local": {"size": "1048576"}})
-    try:
+    async with serving(
+        repo, max_loaded_models=1, cache_config={"local": {"size": "1048576"}}
+    ) as server:
         h = http(server, clients)
         for _ in range(2):  # a miss, then a hit
             np.testing.assert_array_equal(await http_infer(h, "c1"), DATA + 1)
@@ -829,5 +784,3 @@ async def test_cached_models_load_on_demand_and_are_evicted(
         np.testing.assert_array_equal(await http_infer(h, "c1"), DATA + 10)
         assert ready(server) == ["c1"]
         assert Gates.loads == {"c1": 2, "c2": 1}
-    finally:
-        await server.stop()

@@ -19,28 +19,19 @@ from collections.abc import Callable
 log = logging.getLogger("tritonx.heap")
 
 
-def _find_malloc_trim() -> Callable[[int], int] | None:
+def _libc(function: str) -> Callable[..., int] | None:
+    """glibc's ``function`` (None elsewhere)."""
     if not sys.platform.startswith("linux"):
         return None
     name = ctypes.util.find_library("c")
     try:
-        return getattr(ctypes.CDLL(name), "malloc_trim", None) if name else None
+        return getattr(ctypes.CDLL(name), function, None) if name else None
     except OSError:
         return None
 
 
-def _find_mallopt() -> Callable[[int, int], int] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    name = ctypes.util.find_library("c")
-    try:
-        return getattr(ctypes.CDLL(name), "mallopt", None) if name else None
-    except OSError:
-        return None
-
-
-_malloc_trim = _find_malloc_trim()
-_mallopt = _find_mallopt()
+_malloc_trim = _libc("malloc_trim")
+_mallopt = _libc("mallopt")
 _pending = False
 #: trims under way (a task must be referenced until it ends)
 _trims: set[asyncio.Task[None]] = set()

@@ -28,7 +28,7 @@ import time
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import unquote
 
 from tritonx.config import ServerSettings
@@ -217,40 +217,23 @@ class FastInfer:
 
 class _Loading:
     """A fast request whose model is not loaded (``--model-load-on-demand``): a task waits
-    for the model's load, then :meth:`FastInfer.call` serves the request."""
+    for the model's load, then :meth:`FastInfer.call` serves the request (``request``: the
+    arguments of that call)."""
 
     __slots__ = ("_call", "_task")
 
-    def __init__(
-        self,
-        fast: FastInfer,
-        model: str,
-        version_str: str,
-        head: Head,
-        body: bytearray,
-        send: Send,
-    ) -> None:
+    def __init__(self, fast: FastInfer, *request: Any) -> None:
         self._call: FastCall | None = None
-        self._task = asyncio.get_running_loop().create_task(
-            self._serve(fast, model, version_str, head, body, send)
-        )
+        self._task = asyncio.get_running_loop().create_task(self._serve(fast, request))
 
-    async def _serve(
-        self,
-        fast: FastInfer,
-        model: str,
-        version_str: str,
-        head: Head,
-        body: bytearray,
-        send: Send,
-    ) -> None:
-        pipeline = fast._pipeline
+    async def _serve(self, fast: FastInfer, request: tuple[Any, ...]) -> None:
+        model, version_str, _, _, send = request
         try:
-            await pipeline.resolve_loaded(model, version_str)
+            await fast._pipeline.resolve_loaded(model, version_str)
         except Exception as exc:
             send(answer_for(exc))
             return
-        self._call = fast.call(model, version_str, head, body, send)
+        self._call = fast.call(*request)
 
     def cancel(self) -> None:
         self._task.cancel()
