@@ -20,12 +20,14 @@ from tritonx.cache import ResponseCache
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
 from tritonx.datatypes import DataType
 from tritonx.errors import Code, PluginError, TritonXError
+from tritonx.frontend import AiohttpFrontend, Frontend
 from tritonx.handle import ServerHandle
 from tritonx.hookspecs import hookimpl
 from tritonx.metrics import MetricSink
 from tritonx.registry import (
     BackendRegistry,
     CacheRegistry,
+    FrontendRegistry,
     MetricSinkRegistry,
     RepoAgentRegistry,
     RepositoryRegistry,
@@ -51,6 +53,7 @@ __all__ = [
     "SEQUENCE_END",
     "SEQUENCE_START",
     "AgentContext",
+    "AiohttpFrontend",
     "AutoCompleteContext",
     "Backend",
     "BackendRegistry",
@@ -59,6 +62,8 @@ __all__ = [
     "ComputeTimer",
     "DataType",
     "EditableModelConfig",
+    "Frontend",
+    "FrontendRegistry",
     "InferenceRequest",
     "InferenceResponse",
     "InstanceSpec",

@@ -176,6 +176,7 @@ def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSet
             "", {}
         ),
         "metric_sinks": parse_sinks(opts["metric_sink"]),
+        "frontend_config": parse_keyed_config(opts["frontend_config"], "--frontend-config"),
         **restrictions(opts),
         **settings_fields(trace),
     }

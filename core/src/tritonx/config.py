@@ -155,6 +155,9 @@ class ServerSettings:
     metrics_config: Mapping[str, str] = field(default_factory=dict)
     #: ``--metric-sink <name>[,<key>=<value>]``: the metric sink plugins to run, with settings
     metric_sinks: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    #: ``--frontend-config <name>,<key>=<value>``: settings of installed frontends
+    #: (:mod:`tritonx.frontend`; ``allow``, ``address``, ``port`` and the frontend's own keys)
+    frontend_config: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     rate_limit: str = "off"
     #: tritonx only (``--inline-execution-us``, :mod:`tritonx._core.execution`): run a batch
     #: on the event loop, not on an idle instance's thread, when the model's executions

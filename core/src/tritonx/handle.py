@@ -19,6 +19,7 @@ from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata
 
 if TYPE_CHECKING:
     from tritonx.dataplane import DataPlane
+    from tritonx.pipeline import Pipeline
 
 T = TypeVar("T")
 
@@ -72,6 +73,17 @@ class ServerHandle:
         ``error`` set. ``parent`` as in :meth:`infer`."""
         _link(request, parent)
         return self._dataplane.infer_stream(request)
+
+    def pipeline(self, protocol: str = "http") -> Pipeline:
+        """The per-request steps of a transport (:mod:`tritonx.pipeline`) for a frontend
+        plugin: resolve (loading on demand), admit (trace sampling, ``X-Request-ID``), run.
+
+        :param protocol: ``http`` or ``grpc``: which of Triton's messages and trace
+            timestamps the requests get.
+        """
+        from tritonx.pipeline import Pipeline
+
+        return Pipeline(self._dataplane, protocol)
 
     def model_ready(self, name: str, version: int | None = None) -> bool:
         """Whether ``name`` (that version, or any version) is READY."""

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tritonx.registry import (
         BackendRegistry,
         CacheRegistry,
+        FrontendRegistry,
         MetricSinkRegistry,
         RepoAgentRegistry,
         RepositoryRegistry,
@@ -64,6 +65,16 @@ def tritonx_register_metric_sinks(registry: MetricSinkRegistry) -> None:
     """Add :class:`tritonx.MetricSink` subclasses.
 
     :param registry: call ``registry.add(MySink)``; ``MySink.name`` is the sink name.
+    """
+
+
+@hookspec
+def tritonx_register_frontends(registry: FrontendRegistry) -> None:
+    """Add :class:`tritonx.Frontend` subclasses: protocols served on listeners of their own,
+    started with the server unless ``--frontend-config <name>,allow=false`` (see
+    :mod:`tritonx.frontend`, with a complete example).
+
+    :param registry: where to ``add`` them.
     """
 
 

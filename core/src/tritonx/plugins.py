@@ -16,6 +16,7 @@ from tritonx.errors import PluginError
 from tritonx.registry import (
     BackendRegistry,
     CacheRegistry,
+    FrontendRegistry,
     MetricSinkRegistry,
     Registry,
     RepoAgentRegistry,
@@ -107,6 +108,7 @@ class Registries:
     caches: CacheRegistry = field(default_factory=CacheRegistry)
     metric_sinks: MetricSinkRegistry = field(default_factory=MetricSinkRegistry)
     repositories: RepositoryRegistry = field(default_factory=RepositoryRegistry)
+    frontends: FrontendRegistry = field(default_factory=FrontendRegistry)
 
 
 _REGISTRATION_HOOKS = {
@@ -115,6 +117,7 @@ _REGISTRATION_HOOKS = {
     "tritonx_register_caches": "caches",
     "tritonx_register_metric_sinks": "metric_sinks",
     "tritonx_register_repositories": "repositories",
+    "tritonx_register_frontends": "frontends",
 }
 
 

@@ -11,6 +11,7 @@ from typing import ClassVar, Generic, TypeVar
 from tritonx.backend import GLOBAL_CONFIG_KEYS, Backend
 from tritonx.cache import ResponseCache
 from tritonx.errors import PluginError, invalid_arg
+from tritonx.frontend import Frontend
 from tritonx.metrics import MetricSink
 from tritonx.repoagent import RepoAgent
 from tritonx.repository import Repository, url_scheme
@@ -186,6 +187,11 @@ class CacheRegistry(Registry[ResponseCache]):
 class MetricSinkRegistry(Registry[MetricSink]):
     kind = "metric sink"
     base = MetricSink
+
+
+class FrontendRegistry(Registry[Frontend]):
+    kind = "frontend"
+    base = Frontend
 
 
 class RepositoryRegistry(Registry[Repository]):

@@ -22,7 +22,13 @@ from typing import Any
 import pluggy
 from aiohttp import web
 
-from tritonx._core.extensions import SinkExporter, build_cache, build_metric_sinks
+from tritonx._core.extensions import (
+    PlacedFrontend,
+    SinkExporter,
+    build_cache,
+    build_frontends,
+    build_metric_sinks,
+)
 from tritonx._core.metrics import LoopMetrics, TritonMetrics
 from tritonx._core.metrics_app import export_registry, make_metrics_app
 from tritonx._core.watchdog import LoopWatchdog
@@ -88,6 +94,9 @@ class Server:
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self._watchdog: LoopWatchdog | None = None
+        self._frontends: list[PlacedFrontend] = []
+        #: the base URL of each started frontend plugin, by name (``tritonx.frontend``)
+        self.frontend_urls: dict[str, str] = {}
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
@@ -120,6 +129,7 @@ class Server:
             pm.hook.tritonx_model_event(event=event)
 
         dataplane = self._dataplane = DataPlane(self.settings, registries, on_event, cache)
+        self._frontends = build_frontends(registries, self.settings, dataplane.handle)
         for sink in sinks:
             for collector in sink.collectors():
                 dataplane.metrics_registry.register(collector)
@@ -172,6 +182,13 @@ class Server:
         if self._grpc is not None:
             await self._grpc.stop(0)
             self._grpc = None
+        for placed in reversed(self._frontends):
+            try:
+                await placed.frontend.stop(0.5)
+            except Exception:
+                log.exception("frontend '%s' failed to stop", placed.frontend.name)
+        self._frontends = []
+        self.frontend_urls.clear()
         for runner in reversed(self._runners):
             await runner.cleanup()
         self._runners.clear()
@@ -212,6 +229,15 @@ class Server:
                 make_metrics_app(triton, self._dataplane.metrics_registry), address, s.metrics_port
             )
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
+        if self._frontends:
+            from tritonx.http.app import http_ssl_context
+
+            tls = http_ssl_context(s)
+            for placed in self._frontends:
+                frontend = placed.frontend
+                url = await frontend.start(placed.address, placed.port, tls)
+                self.frontend_urls[frontend.name] = url
+                log.info("%s at %s", frontend.title, url)
 
     async def _serve_app(
         self,

@@ -1,16 +1,21 @@
 """Plugins the server instantiates from its settings: the response cache
-(``--cache-config``) and metric sinks (``--metric-sink``), with the sinks' export thread."""
+(``--cache-config``), metric sinks (``--metric-sink``), with the sinks' export thread, and
+frontends (``--frontend-config``)."""
 
 from __future__ import annotations
 
 import logging
 import threading
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
 from tritonx.cache import ResponseCache
+from tritonx.config import ServerSettings
 from tritonx.errors import PluginError
+from tritonx.frontend import COMMON_KEYS, Frontend
+from tritonx.handle import ServerHandle
 from tritonx.metrics import MetricSink
 from tritonx.plugins import Registries
 from tritonx.registry import Registry, T
@@ -46,6 +51,57 @@ def build_metric_sinks(
         )
         for name in sorted(sink_config)
     ]
+
+
+@dataclass(frozen=True)
+class PlacedFrontend:
+    """A frontend to start, and where."""
+
+    frontend: Frontend
+    address: str
+    port: int
+
+
+def build_frontends(
+    registries: Registries, settings: ServerSettings, server: ServerHandle
+) -> list[PlacedFrontend]:
+    """Every installed frontend that ``--frontend-config <name>,allow=false`` does not turn
+    off, in name order, with its address and port; a name that is not installed, a key the
+    frontend does not read or a bad value raises :class:`PluginError`."""
+    config = settings.frontend_config
+    if "" in config:
+        raise PluginError("--frontend-config needs a frontend name: <frontend>,<key>=<value>")
+    for name in config:
+        _registered(registries.frontends, name, "frontend", "--frontend-config")
+    out: list[PlacedFrontend] = []
+    for name, cls in sorted(registries.frontends.items()):
+        own = dict(config.get(name, {}))
+        unknown = sorted(set(own) - set(COMMON_KEYS) - set(cls.config_keys))
+        if unknown:
+            known = ", ".join(sorted({*COMMON_KEYS, *cls.config_keys}))
+            raise PluginError(
+                f"--frontend-config {name}: unknown key(s) {', '.join(unknown)} (the keys "
+                f"it reads: {known})"
+            )
+        allow = own.pop("allow", "true").strip().lower()
+        if allow not in ("true", "false", "1", "0", "on", "off", "yes", "no"):
+            raise PluginError(
+                f"--frontend-config {name}: allow must be true or false, got '{allow}'"
+            )
+        address = own.pop("address", settings.http_address)
+        port_text = own.pop("port", str(cls.default_port))
+        try:
+            port = int(port_text)
+        except ValueError:
+            port = -1
+        if not 0 <= port <= 65535:
+            raise PluginError(
+                f"--frontend-config {name}: port must be 0 to 65535, got '{port_text}'"
+            )
+        if allow in ("false", "0", "off", "no"):
+            continue
+        out.append(PlacedFrontend(cls(server, settings, own), address, port))
+    return out
 
 
 def _registered(registry: Registry[T], name: str, what: str, flag: str) -> type[T]:

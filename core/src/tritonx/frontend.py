@@ -1,0 +1,148 @@
+"""Frontends: protocols a plugin serves beside the built-in HTTP and gRPC ones.
+
+A distribution adds one with the ``tritonx_register_frontends`` hook. Every installed frontend
+starts with the server, on a listener of its own, unless ``--frontend-config
+<name>,allow=false`` turns it off; ``--frontend-config <name>,address=...,port=...`` place it
+(default: ``--http-address`` and the frontend's :attr:`Frontend.default_port`), and the HTTP
+TLS flags (``--http-use-ssl``...) apply to it. The other ``<key>=<value>`` settings are the
+frontend's own (:attr:`Frontend.config_keys`): a key it does not read stops the start. It is
+stopped after the models are drained, with the other listeners.
+
+A frontend gets a :class:`~tritonx.handle.ServerHandle` (never the data plane): requests go
+through :meth:`ServerHandle.pipeline`, the same per-request steps the built-in transports
+take (:mod:`tritonx.pipeline`). An aiohttp frontend subclasses :class:`AiohttpFrontend` and
+writes only its routes::
+
+    import tritonx
+    from aiohttp import web
+
+    class Hello(tritonx.AiohttpFrontend):
+        name = "hello"
+        title = "Hello frontend"
+        default_port = 9100
+
+        def make_app(self) -> web.Application:
+            app = web.Application()
+            app.router.add_get("/ready", self.ready)
+            return app
+
+        async def ready(self, request: web.Request) -> web.Response:
+            return web.json_response({"ready": self.server.model_ready("my_model")})
+
+    @tritonx.hookimpl
+    def tritonx_register_frontends(registry):
+        registry.add(Hello)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, ClassVar
+
+from aiohttp import web
+
+if TYPE_CHECKING:
+    from tritonx.config import ServerSettings
+    from tritonx.handle import ServerHandle
+
+#: The ``--frontend-config`` keys the core reads for every frontend.
+COMMON_KEYS: Mapping[str, str] = {
+    "allow": "false: do not start this frontend",
+    "address": "address to listen on (default: --http-address)",
+    "port": "port to listen on (0: any free port)",
+}
+
+
+class Frontend:
+    """A protocol served on a listener of its own (see the module docstring).
+
+    :cvar name: its ``--frontend-config`` name.
+    :cvar title: how the start-up log names it (``<title> at <base URL>``).
+    :cvar default_port: the port it listens on unless configured.
+    :cvar config_keys: the frontend's own ``--frontend-config`` keys, with a line of help each.
+    :ivar server: the server's handle.
+    :ivar settings: the server's settings (read-only).
+    :ivar config: this frontend's own ``--frontend-config`` settings.
+    """
+
+    name: ClassVar[str]
+    title: ClassVar[str]
+    default_port: ClassVar[int]
+    config_keys: ClassVar[Mapping[str, str]] = {}
+
+    def __init__(
+        self, server: ServerHandle, settings: ServerSettings, config: Mapping[str, str]
+    ) -> None:
+        self.server = server
+        self.settings = settings
+        self.config = dict(config)
+
+    async def start(self, address: str, port: int, ssl_context: ssl.SSLContext | None) -> str:
+        """Bind ``address``:``port`` (0: a free port) and serve; return the base URL clients
+        use (e.g. ``http://127.0.0.1:9000/v1``). Raise to stop the server's start."""
+        raise NotImplementedError
+
+    async def stop(self, timeout: float) -> None:
+        """Stop accepting, let the requests in flight end for at most ``timeout`` s, close."""
+        raise NotImplementedError
+
+
+class AiohttpFrontend(Frontend):
+    """A :class:`Frontend` that is an aiohttp application: :meth:`make_app` returns it; the
+    listener, TLS and the drain at stop are this class's.
+
+    :cvar base_path: the path its URL ends with (``/v1``).
+    """
+
+    base_path: ClassVar[str] = ""
+
+    def __init__(
+        self, server: ServerHandle, settings: ServerSettings, config: Mapping[str, str]
+    ) -> None:
+        super().__init__(server, settings, config)
+        self._runner: web.AppRunner | None = None
+
+    def make_app(self) -> web.Application:
+        """The application serving this frontend's routes."""
+        raise NotImplementedError
+
+    async def start(self, address: str, port: int, ssl_context: ssl.SSLContext | None) -> str:
+        host = address or "0.0.0.0"
+        sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((host, port))
+            sock.listen(1024)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        runner = web.AppRunner(
+            self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=0
+        )
+        await runner.setup()
+        try:
+            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+        except BaseException:
+            await runner.cleanup()
+            sock.close()
+            raise
+        self._runner = runner
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        if ":" in shown:
+            shown = f"[{shown}]"
+        scheme = "https" if ssl_context is not None else "http"
+        return f"{scheme}://{shown}:{sock.getsockname()[1]}{self.base_path}"
+
+    async def stop(self, timeout: float) -> None:
+        runner, self._runner = self._runner, None
+        if runner is None:
+            return
+        try:
+            await asyncio.wait_for(runner.shutdown(), timeout)
+        except TimeoutError:
+            pass
+        await runner.cleanup()
