@@ -146,3 +146,6 @@ class AiohttpFrontend(Frontend):
         except TimeoutError:
             pass
         await runner.cleanup()
+
+
+__all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend"]
