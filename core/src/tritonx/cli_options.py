@@ -423,10 +423,10 @@ SERVE_OPTIONS: list[Decorator] = [
     ),
     many(
         "--frontend-config",
-        "<frontend>,<key>=<value> (repeatable): settings of an installed frontend plugin "
-        "(each starts on its own listener with the server): allow=false turns it off, "
-        "address= and port= place it (default: --http-address and its own port), the HTTP "
-        "TLS flags apply to it; other keys are the frontend's own" + TRITONX_ONLY,
+        "<frontend>,<key>=<value> (repeatable): start an installed frontend plugin on its own "
+        "listener (e.g. openai,allow=true; allow=false keeps it off), address= and port= "
+        "place it (default: --http-address and its own port), the HTTP TLS flags apply to "
+        "it; other keys are the frontend's own" + TRITONX_ONLY,
     ),
     value("--rate-limit", click.Choice(["off", "execution_count"]), "off"),
     many("--rate-limit-resource", "<name>:<count>[:<device>] (repeatable)."),

@@ -1,10 +1,10 @@
 """Frontends: protocols a plugin serves beside the built-in HTTP and gRPC ones.
 
-A distribution adds one with the ``tritonx_register_frontends`` hook. Every installed frontend
-starts with the server, on a listener of its own, unless ``--frontend-config
-<name>,allow=false`` turns it off; ``--frontend-config <name>,address=...,port=...`` place it
-(default: ``--http-address`` and the frontend's :attr:`Frontend.default_port`), and the HTTP
-TLS flags (``--http-use-ssl``...) apply to it. The other ``<key>=<value>`` settings are the
+A distribution adds one with the ``tritonx_register_frontends`` hook. An installed frontend
+starts with the server, on a listener of its own, when ``--frontend-config <name>,...`` names
+it (``<name>,allow=true`` with its defaults; ``allow=false`` keeps it off);
+``address=...,port=...`` place it (default: ``--http-address`` and the frontend's
+:attr:`Frontend.default_port`), and the HTTP TLS flags (``--http-use-ssl``...) apply to it. The other ``<key>=<value>`` settings are the
 frontend's own (:attr:`Frontend.config_keys`): a key it does not read stops the start. It is
 stopped after the models are drained, with the other listeners.
 
@@ -50,7 +50,7 @@ if TYPE_CHECKING:
 
 #: The ``--frontend-config`` keys the core reads for every frontend.
 COMMON_KEYS: Mapping[str, str] = {
-    "allow": "false: do not start this frontend",
+    "allow": "true: start it with its defaults; false: do not start it",
     "address": "address to listen on (default: --http-address)",
     "port": "port to listen on (0: any free port)",
 }

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from prometheus_client import CollectorRegistry
 
 from tritonx.config import ModelConfig
-from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata
+from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata, RepositoryEntry
 
 if TYPE_CHECKING:
     from tritonx.dataplane import DataPlane
@@ -73,6 +73,10 @@ class ServerHandle:
         ``error`` set. ``parent`` as in :meth:`infer`."""
         _link(request, parent)
         return self._dataplane.infer_stream(request)
+
+    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
+        """The repository index: every model on disk or known, with its versions' states."""
+        return self._dataplane.repository_index(ready_only)
 
     def pipeline(self, protocol: str = "http") -> Pipeline:
         """The per-request steps of a transport (:mod:`tritonx.pipeline`) for a frontend

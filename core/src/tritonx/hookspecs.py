@@ -71,7 +71,7 @@ def tritonx_register_metric_sinks(registry: MetricSinkRegistry) -> None:
 @hookspec
 def tritonx_register_frontends(registry: FrontendRegistry) -> None:
     """Add :class:`tritonx.Frontend` subclasses: protocols served on listeners of their own,
-    started with the server unless ``--frontend-config <name>,allow=false`` (see
+    started with the server when ``--frontend-config <name>,...`` names them (see
     :mod:`tritonx.frontend`, with a complete example).
 
     :param registry: where to ``add`` them.

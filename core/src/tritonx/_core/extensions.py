@@ -65,9 +65,10 @@ class PlacedFrontend:
 def build_frontends(
     registries: Registries, settings: ServerSettings, server: ServerHandle
 ) -> list[PlacedFrontend]:
-    """Every installed frontend that ``--frontend-config <name>,allow=false`` does not turn
-    off, in name order, with its address and port; a name that is not installed, a key the
-    frontend does not read or a bad value raises :class:`PluginError`."""
+    """Every frontend ``--frontend-config <name>,...`` names (installed frontends start only
+    when named: two servers on one host would otherwise collide on their default ports),
+    unless ``allow=false``, in name order, with its address and port; a name that is not
+    installed, a key the frontend does not read or a bad value raises :class:`PluginError`."""
     config = settings.frontend_config
     if "" in config:
         raise PluginError("--frontend-config needs a frontend name: <frontend>,<key>=<value>")
@@ -75,7 +76,9 @@ def build_frontends(
         _registered(registries.frontends, name, "frontend", "--frontend-config")
     out: list[PlacedFrontend] = []
     for name, cls in sorted(registries.frontends.items()):
-        own = dict(config.get(name, {}))
+        if name not in config:
+            continue
+        own = dict(config[name])
         unknown = sorted(set(own) - set(COMMON_KEYS) - set(cls.config_keys))
         if unknown:
             known = ", ".join(sorted({*COMMON_KEYS, *cls.config_keys}))
