@@ -44,6 +44,7 @@ import cache
 import cloud_repo
 import many_models
 import minilm
+import openai_frontend
 import shm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -500,6 +501,9 @@ def table(points: list[Point]) -> str:
         if p.scenario == many_models.SCENARIO:
             rows.append(many_models.table_row(p, by))
             continue
+        if p.scenario == openai_frontend.SCENARIO:
+            rows.append(openai_frontend.table_row(p, by))
+            continue
         if p.scenario == "memory":
             rows.append(
                 f"| memory | tritonx | - | {p.model} | - | - | - | - | - | load {p.extra.get('load_s')} s, "
@@ -533,6 +537,7 @@ ROWS = (
     "cloud",
     "backends",
     "many_models",
+    "openai",
 )
 
 
@@ -779,6 +784,20 @@ def main(argv: list[str] | None = None) -> int:
                 process=process,
                 tritonx_cmd=tritonx_cmd,
                 write_model=write_model,
+                cpu_seconds=cpu_seconds,
+            )
+        )
+        # the OpenAI frontend plugin: streaming chat (TTFT, ITL), chat, embeddings vs in-process
+        points.extend(
+            []
+            if "openai" not in rows
+            else openai_frontend.points(
+                work,
+                log_dir,
+                smoke=args.smoke,
+                point=Point,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
                 cpu_seconds=cpu_seconds,
             )
         )

@@ -110,3 +110,15 @@ async def test_frontend_config_is_checked(repo: ModelRepositoryBuilder) -> None:
         await server(repo, frontend_config={"echo": {"port": "http"}}).start()
     async with server(repo, frontend_config={"echo": {"allow": "false"}}) as srv:
         assert srv.frontend_urls == {}
+
+
+async def test_a_taken_port_names_the_frontend(repo: ModelRepositoryBuilder) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = {"echo": {"address": "127.0.0.1", "port": str(port)}}
+        with pytest.raises(TritonXError, match=f"Echo frontend cannot listen on 127.0.0.1:{port}"):
+            await server(repo, frontend_config=config).start()

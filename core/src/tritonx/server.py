@@ -235,7 +235,14 @@ class Server:
             tls = http_ssl_context(s)
             for placed in self._frontends:
                 frontend = placed.frontend
-                url = await frontend.start(placed.address, placed.port, tls)
+                try:
+                    url = await frontend.start(placed.address, placed.port, tls)
+                except OSError as exc:
+                    raise TritonXError(
+                        f"{frontend.title} cannot listen on {placed.address}:{placed.port}: "
+                        f"{exc.strerror or exc} (--frontend-config {frontend.name},port=...)",
+                        Code.UNAVAILABLE,
+                    ) from exc
                 self.frontend_urls[frontend.name] = url
                 log.info("%s at %s", frontend.title, url)
 
