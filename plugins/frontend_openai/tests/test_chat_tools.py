@@ -507,9 +507,16 @@ def test_whitespace_tokenizer_fallback(tmp_path: Path) -> None:
 
 
 def test_tokenizer_files_named_by_a_vllm_model_json(tmp_path: Path) -> None:
-    weights = model_folder(tmp_path, {"tokenizer.json": "{}"}, name="weights")
-    folder = model_folder(tmp_path, {"1/model.json": {"model": str(weights)}})
-    assert candidate_dirs(folder) == [folder, folder / "1", weights]
+    folder = model_folder(
+        tmp_path, {"1/model.json": {"model": "weights"}, "1/weights/tokenizer.json": "{}"}
+    )
+    assert candidate_dirs(folder) == [folder, folder / "1", (folder / "1" / "weights").resolve()]
+    # a folder outside the model's is not read (absolute, or climbing out)
+    outside = model_folder(tmp_path, {"tokenizer.json": "{}"}, name="elsewhere")
+    for named in (str(outside), "../../elsewhere"):
+        other = model_folder(tmp_path, {"1/model.json": {"model": named}}, name="other")
+        assert candidate_dirs(other) == [other, other / "1"], named
+        assert isinstance(load_tokenizer(other), WhitespaceTokenizer)
     # a hub id is not a local folder: not looked for
     hub = model_folder(tmp_path, {"1/model.json": {"model": "meta-llama/Llama-3.1-8B"}}, "hub")
     assert candidate_dirs(hub) == [hub, hub / "1"]

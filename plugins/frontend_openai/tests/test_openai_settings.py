@@ -340,6 +340,28 @@ def test_a_broken_chat_template_is_a_server_error(tmp_path: Path, serve_openai: 
         assert "chat template" in str(caught.value)
 
 
+def test_a_config_chat_template_stays_in_the_model_folder(
+    tmp_path: Path, serve_openai: Any
+) -> None:
+    """A model config's chat_template names a file in the model's folder; one outside it
+    (absolute, or climbing out) is never read."""
+    root = tmp_path / "models"
+    root.mkdir()
+    secret = tmp_path / "secret.jinja"
+    secret.write_text("SECRET")
+    log = tmp_path / "requests.jsonl"
+    copy_mock_llm(root, "inside", parameters={"chat_template": "t.jinja", "request_log": str(log)})
+    (root / "inside" / "t.jinja").write_text("IN:{{ messages[0]['content'] }}")
+    for name, path in (("absolute", str(secret)), ("climbing", "../../secret.jinja")):
+        copy_mock_llm(root, name, parameters={"chat_template": path})
+    with serve_openai(root) as server, client(server) as c:
+        c.chat.completions.create(model="inside", messages=HELLO)
+        assert logged_prompts(log) == ["IN:" + HELLO[0]["content"]]
+        for name in ("absolute", "climbing"):
+            with pytest.raises(openai.InternalServerError, match="is not a file in the model"):
+                c.chat.completions.create(model=name, messages=HELLO)
+
+
 STRICT = "{% if messages[0]['role'] != 'system' %}{{ raise_exception('system first') }}{% endif %}"
 
 

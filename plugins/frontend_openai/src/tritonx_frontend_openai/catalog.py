@@ -55,6 +55,8 @@ class Entry:
     config: ModelConfig
     tool_parser_name: str | None = None
     chat_template_source: str | None = None
+    #: why the model config's ``chat_template`` cannot be used (its chat requests get it)
+    chat_template_error: str | None = None
     _tokenizer: Tokenizer | None = field(default=None, repr=False)
     _template: ChatTemplate | None = field(default=None, repr=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
@@ -75,6 +77,13 @@ class Entry:
 
     async def template(self) -> ChatTemplate:
         """The model's chat template (resolved in a worker thread on first use)."""
+        if self.chat_template_error is not None:
+            raise OpenAIError(
+                500,
+                f"the chat template of model '{self.id}' cannot be used: "
+                f"{self.chat_template_error}",
+                type="server_error",
+            )
         if self._template is None:
             async with self._lock:
                 if self._template is None:
@@ -203,9 +212,17 @@ class Catalog:
                 except Exception as exc:  # logged; requests with tools then get the error
                     log.warning("%s", exc)
             folder = self._model_folder(config.name)
+            from tritonx_frontend_openai.chat import looks_like_template  # (jinja2: lazily)
+
             template = params.get("chat_template") or None
-            if template is not None and folder is not None and (folder / template).is_file():
-                template = str(folder / template)  # a file beside config.pbtxt
+            template_error = None
+            if template is not None and not looks_like_template(template):
+                path = _in_folder(folder, template)
+                if path is None:
+                    template_error = (
+                        f"parameter chat_template '{template}' is not a file in the model's folder"
+                    )
+                template = str(path) if path is not None else None
             result = Entry(
                 id=model_id,
                 model=config.name,
@@ -215,27 +232,17 @@ class Catalog:
                 config=config,
                 tool_parser_name=parser or None,
                 chat_template_source=template or self.options.chat_template,
+                chat_template_error=template_error,
             )
         self._seen[key] = (config, result)
         return result
 
     def _ready_models(self) -> list[str]:
-        """The names of the ready models (the repository index when the server's handle
-        offers it, else the model folders of the local repositories)."""
-        index = getattr(self.server, "repository_index", None)
-        if callable(index):
-            names = {entry.name for entry in index(ready_only=True)}
-        else:
-            names = set()
-            for root in self._local_repositories():
-                try:
-                    names.update(p.name for p in root.iterdir() if p.is_dir())
-                except OSError:
-                    continue
-            names = {n for n in names if not n.startswith(".") and self.server.model_ready(n)}
-        return sorted(names)
+        """The names of the ready models (the repository index)."""
+        return sorted({entry.name for entry in self.server.repository_index(ready_only=True)})
 
     def _local_repositories(self) -> list[Path]:
+        """The repositories given as local folders (where model folders are looked up)."""
         out = []
         for repo in self.settings.model_repository:
             if repo.startswith("file://"):
@@ -286,3 +293,13 @@ class Catalog:
 
 
 __all__ = ["OWNED_BY", "Catalog", "Entry"]
+
+
+def _in_folder(folder: Path | None, name: str) -> Path | None:
+    """The model config's ``chat_template`` file ``name`` if it lies in the model's folder
+    (a config, possibly a load-API override, may not make the frontend read other files)."""
+    if folder is None:
+        return None
+    root = folder.resolve()
+    path = (root / name).resolve()
+    return path if path.is_relative_to(root) and path.is_file() else None

@@ -216,7 +216,8 @@ def _read_json(path: pathlib.Path) -> dict[str, Any]:
     return data
 
 
-def _looks_like_template(source: str) -> bool:
+def looks_like_template(source: str) -> bool:
+    """Whether ``source`` is template text (else a file path)."""
     return "{{" in source or "{%" in source or "\n" in source
 
 
@@ -266,7 +267,7 @@ class ChatTemplate:
         if source is not None:
             if not isinstance(source, str) or not source.strip():
                 raise ValueError("chat_template is empty")
-            if _looks_like_template(source):
+            if looks_like_template(source):
                 return cls(source, special_tokens=special, origin="text")
             path = pathlib.Path(source).expanduser()
             if not path.is_absolute() and model_dir is not None:

@@ -122,8 +122,9 @@ def _version_dirs(model_dir: pathlib.Path) -> list[pathlib.Path]:
     return sorted(found, key=lambda p: int(p.name), reverse=True)
 
 
-def _model_json_dirs(folder: pathlib.Path) -> Iterator[pathlib.Path]:
-    """Local folders a vLLM ``model.json`` names as its ``tokenizer`` or ``model``."""
+def _model_json_dirs(folder: pathlib.Path, root: pathlib.Path) -> Iterator[pathlib.Path]:
+    """Folders inside ``root`` (the model's folder) that a vLLM ``model.json`` in ``folder``
+    names as its ``tokenizer`` or ``model`` (relative to ``folder``)."""
     path = folder / "model.json"
     if not path.is_file():
         return
@@ -136,10 +137,10 @@ def _model_json_dirs(folder: pathlib.Path) -> Iterator[pathlib.Path]:
     for key in ("tokenizer", "model"):
         value = engine_args.get(key)
         if isinstance(value, str) and value:
-            local = pathlib.Path(value).expanduser()
-            if not local.is_absolute():
-                local = folder / local
-            if local.is_dir():
+            # only a folder inside the model's: a config may not make the frontend read
+            # elsewhere (--frontend-config openai,tokenizer=<path> names any folder)
+            local = (folder / value).resolve()
+            if local.is_relative_to(root) and local.is_dir():
                 yield local
 
 
@@ -152,7 +153,7 @@ def candidate_dirs(model_dir: pathlib.Path | None) -> list[pathlib.Path]:
     model_dir = pathlib.Path(model_dir)
     dirs = [model_dir, *_version_dirs(model_dir)]
     for folder in list(dirs):
-        dirs.extend(_model_json_dirs(folder))
+        dirs.extend(_model_json_dirs(folder, model_dir.resolve()))
     unique: list[pathlib.Path] = []
     for folder in dirs:
         if folder not in unique:
