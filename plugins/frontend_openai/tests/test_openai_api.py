@@ -577,6 +577,9 @@ def test_bad_completion_and_embedding_arguments(server: Server) -> None:
         cases: list[tuple[Any, dict[str, Any], str]] = [
             (c.completions.create, {"prompt": ""}, "prompt"),
             (c.completions.create, {"prompt": [1, 2, 3]}, "prompt"),
+            (c.completions.create, {"prompt": []}, "prompt"),
+            (c.completions.create, {"prompt": {"text": "x"}}, "prompt"),
+            (c.embeddings.create, {"input": 7}, "input"),
             (c.completions.create, {"prompt": "x", "suffix": "y"}, "suffix"),
             (c.completions.create, {"prompt": "x", "best_of": 3}, "best_of"),
             (c.completions.create, {"prompt": "x", "logprobs": 6}, "logprobs"),

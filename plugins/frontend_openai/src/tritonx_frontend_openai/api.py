@@ -602,22 +602,25 @@ class API:
 # ---------------------------------------------------------------------- request fields
 
 
+def _texts(body: Mapping[str, Any], field: str) -> list[str]:
+    """``body[field]``, a string or an array of strings, as a list (an empty array: []);
+    absent, token ids or another type: OpenAI's 400."""
+    value = body.get(field)
+    if value is None:
+        raise v.missing(field)
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list) and all(isinstance(t, str) for t in value):
+        return value
+    if isinstance(value, list) and all(isinstance(t, int | list) for t in value):
+        raise v.unsupported(field, "token ids are not supported, send text")
+    raise v.wrong_type(field, "a string or an array of strings", value)
+
+
 def _prompts(body: Mapping[str, Any]) -> list[str]:
-    if "prompt" not in body or body["prompt"] is None:
-        raise v.missing("prompt")
-    prompt = body["prompt"]
-    if isinstance(prompt, str):
-        prompts = [prompt]
-    elif isinstance(prompt, list) and prompt and all(isinstance(p, str) for p in prompt):
-        prompts = prompt
-    elif (
-        isinstance(prompt, list)
-        and prompt
-        and all(isinstance(p, int) or isinstance(p, list) for p in prompt)
-    ):
-        raise v.unsupported("prompt", "token ids are not supported, send text")
-    else:
-        raise v.wrong_type("prompt", "a string or an array of strings", prompt)
+    prompts = _texts(body, "prompt")
+    if not prompts:
+        raise v.wrong_type("prompt", "a string or an array of strings", body["prompt"])
     if any(not p for p in prompts):
         raise invalid("Invalid 'prompt': empty string.", param="prompt", code="empty_string")
     if len(prompts) > MAX_EMBEDDING_INPUTS:
@@ -828,24 +831,15 @@ def _check_chat_extras(body: Mapping[str, Any]) -> None:
 
 
 def _embedding_inputs(body: Mapping[str, Any]) -> list[str]:
-    if "input" not in body or body["input"] is None:
-        raise v.missing("input")
+    texts = _texts(body, "input")
     value = body["input"]
-    if isinstance(value, str):
-        texts = [value]
-    elif isinstance(value, list) and value and all(isinstance(t, str) for t in value):
-        texts = value
-    elif isinstance(value, list) and value and all(isinstance(t, int | list) for t in value):
-        raise v.unsupported("input", "token ids are not supported, send text")
-    elif isinstance(value, list) and not value:
+    if not texts:
         raise invalid(
             "Invalid 'input': empty array. Expected an array with minimum length 1, but got an "
             "empty array instead.",
             param="input",
             code="empty_array",
         )
-    else:
-        raise v.wrong_type("input", "a string or an array of strings", value)
     if len(texts) > MAX_EMBEDDING_INPUTS:
         raise invalid(
             f"Invalid 'input': array too long. Expected an array with maximum length "
