@@ -65,10 +65,10 @@ def input_data(work: Path) -> Path:
     return path
 
 
-def in_process(repo: Path, seconds: float) -> tuple[float, float]:
-    """(requests/s, median ms) of the three steps back to back in this process, batch 1:
-    tokenizer (same settings as minilm_tokenize), encoder and pool sessions (onnxruntime's
-    default options, as the server's instances)."""
+def embedder(repo: Path) -> Callable[[str], Any]:
+    """The three steps in this process, batch 1: tokenizer (same settings as
+    minilm_tokenize), encoder and pool sessions (onnxruntime's default options, as the
+    server's instances); returns ``embed(text)`` → the [1, 384] embedding."""
     import numpy as np
     import onnxruntime as ort
     from tokenizers import Tokenizer
@@ -89,6 +89,12 @@ def in_process(repo: Path, seconds: float) -> tuple[float, float]:
         (hidden,) = encoder.run(None, {"input_ids": ids, "attention_mask": mask})
         return pool.run(None, {"last_hidden_state": hidden, "attention_mask": mask})[0]
 
+    return embed
+
+
+def in_process(repo: Path, seconds: float) -> tuple[float, float]:
+    """(requests/s, median ms) of :func:`embedder`'s steps back to back, batch 1."""
+    embed = embedder(repo)
     for text in SENTENCES:
         embed(text)
     times: list[float] = []

@@ -144,23 +144,8 @@ def wait_frontend(url: str, timeout: float = 60.0) -> None:
 
 
 def reference_embedding(repo: Path, text: str) -> np.ndarray:
-    """``text``'s embedding by the three steps in-process, as ``minilm.in_process`` runs them."""
-    import onnxruntime as ort
-    from tokenizers import Tokenizer
-
-    tokenizer = Tokenizer.from_file(str(repo / "minilm_tokenize" / "1" / "tokenizer.json"))
-    tokenizer.enable_truncation(max_length=256)
-    tokenizer.enable_padding(pad_id=0, pad_token="[PAD]", pad_to_multiple_of=16)
-    providers = ["CPUExecutionProvider"]
-    encoder = ort.InferenceSession(
-        str(repo / "minilm_encoder" / "1" / "model.onnx"), providers=providers
-    )
-    pool = ort.InferenceSession(str(repo / "minilm_pool" / "1" / "model.onnx"), providers=providers)
-    (encoding,) = tokenizer.encode_batch([text])
-    ids = np.array([encoding.ids], np.int64)
-    mask = np.array([encoding.attention_mask], np.int64)
-    (hidden,) = encoder.run(None, {"input_ids": ids, "attention_mask": mask})
-    return np.asarray(pool.run(None, {"last_hidden_state": hidden, "attention_mask": mask})[0][0])
+    """``text``'s embedding by the three steps in-process (``minilm.embedder``)."""
+    return np.asarray(minilm.embedder(repo)(text)[0])
 
 
 # ----------------------------------------------------------------------------- the load

@@ -359,7 +359,9 @@ async def test_a_failed_load_fails_its_waiters_then_backs_off(
         failures = value(
             await scrape(server), "tritonx_model_on_demand_load_failures_total", model="bad"
         )
-        assert 1 <= failures <= 2, failures  # one attempt, a second one after 1 s at most
+        # one attempt, then one per back-off (1 s, 2 s, 4 s...): 20 quick requests are no
+        # storm (a 5th attempt would need 15 s of them; no timing asserted closer than that)
+        assert 1 <= failures <= 4, failures
         repo.add_identity("bad")  # mended: a later request (after the back-off) loads it
 
         async def answers() -> bool:
