@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
-from tritonx.errors import unsupported
+from tritonx.errors import NotLoaded, unsupported
 from tritonx.header_forward import HeaderForward
 from tritonx.shared_memory import SharedMemoryUse, decode_in_thread
 from tritonx.trace import Trace
@@ -128,6 +128,10 @@ class Pipeline:
     ) -> tuple[ServedModel, int | None]:
         """:meth:`resolve`, loading the model first when models load on demand and it is
         not loaded (``--model-load-on-demand``)."""
+        try:  # (a loaded model: no second coroutine, no closure)
+            return self.resolve(model, version, streaming=streaming)
+        except NotLoaded:
+            pass
         return await self.dataplane.loaded(
             lambda: self.resolve(model, version, streaming=streaming)
         )
