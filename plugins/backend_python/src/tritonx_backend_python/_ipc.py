@@ -355,6 +355,21 @@ def _anonymous_file(name: str) -> int:
         return os.dup(file.fileno())
 
 
+def describe_segments() -> str:
+    """Where tensors between the server and its workers live, for the start-up log: memfd
+    segments need no mount (``/dev/shm`` may be small or absent); elsewhere unlinked files
+    in the temporary folder (``TMPDIR``)."""
+    if hasattr(os, "memfd_create"):
+        return (
+            "tensors cross to worker processes in memfd segments (anonymous memory: "
+            "/dev/shm is not used, so its size does not limit tensors)"
+        )
+    return (
+        "tensors cross to worker processes in unlinked files in "
+        f"{tempfile.gettempdir()} (no memfd on this platform; /dev/shm is not used)"
+    )
+
+
 def _seal(fd: int) -> None:
     """Fix the size of a segment that has its final size."""
     if _SEALED:

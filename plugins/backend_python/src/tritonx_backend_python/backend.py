@@ -88,6 +88,7 @@ class PythonBackend(Backend):
         self.workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
         #: set by :meth:`close`: dying workers are not restarted any more
         self.closed = threading.Event()
+        log.info("python backend: %s", _ipc.describe_segments())
 
     def mode(self, parameters: dict[str, str]) -> str:
         """Where a model's instances run: ``process`` or ``in_process``."""
