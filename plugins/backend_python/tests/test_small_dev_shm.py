@@ -1,6 +1,7 @@
 """Python models do not depend on ``/dev/shm``: a real ``tritonx serve`` runs in a private
 mount namespace whose ``/dev/shm`` is Docker's default, a 64 MB tmpfs, and a 256 MB FP32
-tensor goes through a Python identity model (in the worker process) and back, exactly.
+tensor goes through a Python identity model (in the worker process) and back, exactly; the
+same with a read-only ``/dev/shm`` (nothing can be created there, as if it were absent).
 
 Tensors between the server and its workers cross in nameless ``memfd`` segments (their
 memory is not on any mount), so only the machine's memory limits them. Under Triton the same
@@ -80,8 +81,18 @@ def _shm_mount(pid: int) -> tuple[str, str]:
     return found
 
 
-def test_a_256_mb_tensor_through_a_python_model_with_a_64_mb_dev_shm(
-    model_repository: ModelRepositoryBuilder,
+@pytest.mark.parametrize(
+    ("mount_options", "elements", "size_option"),
+    [
+        # Docker's default: 64 MB, and a tensor of 256 MB
+        (f"size={SHM_SIZE}", ELEMENTS, "size=65536k"),
+        # nothing can be written there at all (as good as absent)
+        ("ro,size=1m", 4 * MiB, "size=1024k"),
+    ],
+    ids=["64MB", "read-only"],
+)
+def test_a_large_tensor_through_a_python_model_with_a_small_dev_shm(
+    model_repository: ModelRepositoryBuilder, mount_options: str, elements: int, size_option: str
 ) -> None:
     model_repository.add(
         "identity_fp32",
@@ -100,7 +111,7 @@ def test_a_256_mb_tensor_through_a_python_model_with_a_64_mb_dev_shm(
         "--allow-metrics=false",
         f"--http-max-input-size={ELEMENTS * 4 + MiB}",
     ]  # fmt: skip
-    script = f'mount -t tmpfs -o size={SHM_SIZE} tmpfs /dev/shm && exec "$@"'
+    script = f'mount -t tmpfs -o {mount_options} tmpfs /dev/shm && exec "$@"'
     proc = subprocess.Popen(
         ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh", *serve],
         stdout=subprocess.DEVNULL,
@@ -111,12 +122,12 @@ def test_a_256_mb_tensor_through_a_python_model_with_a_64_mb_dev_shm(
     try:
         found, lines = listening(proc)
         fstype, options = _shm_mount(proc.pid)
-        assert fstype == "tmpfs" and "size=65536k" in options, (fstype, options)
+        assert fstype == "tmpfs" and size_option in options.split(","), (fstype, options)
         assert any("memfd" in line and "/dev/shm" in line for line in lines), "".join(lines)
 
-        data = np.arange(ELEMENTS, dtype=np.float32)
+        data = np.arange(elements, dtype=np.float32)
         client = httpclient.InferenceServerClient(found["HTTPService"], network_timeout=300)
-        inp = httpclient.InferInput("INPUT0", [ELEMENTS], "FP32")
+        inp = httpclient.InferInput("INPUT0", [elements], "FP32")
         inp.set_data_from_numpy(data, binary_data=True)
         out = httpclient.InferRequestedOutput("OUTPUT0", binary_data=True)
         result = client.infer("identity_fp32", [inp], outputs=[out])
