@@ -234,6 +234,8 @@ class Worker:
         sys.modules[MODULE_NAME] = pb_utils
         self.runner = ModelRunner(message.args["model_instance_name"], message.decoupled)
         try:
+            if message.debug is not None:
+                start_debugger(*message.debug)
             self.runner.initialize(model_path, model_path.stem, dict(message.args))
         except Exception as exc:
             self.send(m.InitFailed(exception_text(exc), traceback.format_exc()))
@@ -330,6 +332,28 @@ def _outputs(
             ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
         )
     return tensors, metas
+
+
+def start_debugger(host: str, port: int, wait: bool) -> None:
+    """Listen for a debugger (debugpy, DAP) on ``host:port`` and, with ``wait``, block until
+    one has attached (``TRITONX_DEBUG_MODEL``, :mod:`tritonx_backend_python.debug`).
+
+    :raises RuntimeError: debugpy is missing from this Python, or cannot listen there.
+    """
+    try:
+        import debugpy
+    except ImportError:
+        raise RuntimeError(
+            "TRITONX_DEBUG_MODEL names this model but debugpy is not installed in its Python "
+            "(pip install 'tritonx-backend-python[debug]', or add debugpy to the model's "
+            "environment)"
+        ) from None
+    try:
+        debugpy.listen((host, port))
+    except Exception as exc:  # debugpy raises RuntimeError, OSError...
+        raise RuntimeError(f"debugpy could not listen on {host}:{port}: {exc}") from exc
+    if wait:
+        debugpy.wait_for_client()
 
 
 def run_forked(conn: socket.socket, data: socket.socket) -> None:

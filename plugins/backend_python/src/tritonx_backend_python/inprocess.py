@@ -26,6 +26,8 @@ from tritonx_backend_python.convert import (
     pb_error,
     to_core_output,
 )
+from tritonx_backend_python.debug import MODELS_VARIABLE as DEBUG_VARIABLE
+from tritonx_backend_python.debug import debug_setting
 from tritonx_backend_python.runner import (
     MODULE_NAME,
     Deliver,
@@ -103,6 +105,12 @@ class InProcessInstance(ModelInstance):
     """A model instance running in the server process, on the core's instance thread."""
 
     def __init__(self, ctx: LoadContext) -> None:
+        if debug_setting(ctx.model_name, ctx.instance.index) is not None:
+            raise invalid_arg(
+                f"{DEBUG_VARIABLE} names model '{ctx.model_name}', whose instances run in the "
+                "server process (TRITONX_EXECUTION_MODE in_process): only a worker process "
+                "can be debugged alone; attach the debugger to the server instead"
+            )
         self.ctx = ctx
         self.name = ctx.instance.name
         self.decoupled = ctx.config.decoupled

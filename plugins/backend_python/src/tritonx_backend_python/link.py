@@ -121,7 +121,7 @@ class WorkerLink:
         except (OSError, EOFError, ValueError):
             pass  # the worker is gone (nobody will read the segment: it is free again)
 
-    def command(self, message: m.Message, timeout: float) -> m.Message:
+    def command(self, message: m.Message, timeout: float | None) -> m.Message:
         """Send a control message (Init, Finalize) and wait for the answer.
 
         :raises concurrent.futures.TimeoutError: no answer within ``timeout`` seconds.

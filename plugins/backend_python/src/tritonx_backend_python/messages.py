@@ -64,6 +64,8 @@ class Init(Message):
     args: dict[str, str]
     decoupled: bool
     shm_prefix: str
+    #: (host, port, wait): listen for a debugger (debugpy) there first, and wait for it
+    debug: tuple[str, int, bool] | None = None
 
 
 @dataclass(frozen=True, slots=True)

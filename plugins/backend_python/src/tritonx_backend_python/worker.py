@@ -42,6 +42,7 @@ from tritonx_backend_python.convert import (
     parameters_json,
     parameters_of,
 )
+from tritonx_backend_python.debug import debug_setting
 from tritonx_backend_python.link import WorkerLink, not_healthy
 from tritonx_backend_python.process import ENV_PARAMETER, WorkerProcess, describe_exit, env_python
 
@@ -172,7 +173,15 @@ class WorkerInstance(ModelInstance):
         self._keys = itertools.count(1)
         env = ctx.parameters.get(ENV_PARAMETER)
         self._python = env_python(env, ctx.model_dir) if env else None
-        self._init = m.Init(str(ctx.model_path), initialize_args(ctx), self.decoupled, shm_prefix)
+        #: the worker's debugger (TRITONX_DEBUG_MODEL), None without one
+        self.debug = debug_setting(ctx.model_name, ctx.instance.index)
+        self._init = m.Init(
+            str(ctx.model_path),
+            initialize_args(ctx),
+            self.decoupled,
+            shm_prefix,
+            None if self.debug is None else (self.debug.host, self.debug.port, self.debug.wait),
+        )
         self._cond = threading.Condition()
         #: the worker serving requests; None while it is being restarted
         self._link: WorkerLink | None = None
@@ -216,7 +225,19 @@ class WorkerInstance(ModelInstance):
         try:
             if closing:  # unload() may have looked for a starting worker before this one
                 raise EOFError("the instance is closing")
-            reply = link.command(self._init, self.timeout)
+            if self.debug is not None:
+                log.warning(
+                    "python model '%s': instance '%s' (worker pid %d) listens for a debugger "
+                    "on %s%s",
+                    self.ctx.model_name,
+                    self.name,
+                    proc.pid,
+                    self.debug.address,
+                    " and waits for it before initialize" if self.debug.wait else "",
+                )
+            # a worker waiting for its debugger takes as long as the person debugging
+            wait = None if self.debug is not None and self.debug.wait else self.timeout
+            reply = link.command(self._init, wait)
         except concurrent.futures.TimeoutError:
             link.shutdown(0)
             raise TritonXError(
