@@ -362,7 +362,13 @@ def run_forked(conn: socket.socket, data: socket.socket) -> None:
 
 
 def run(conn: _ipc.Channel, data: _ipc.Channel) -> None:
-    """Run the worker on its control connection and data channel."""
+    """Run the worker on its control connection and data channel.
+
+    ``sys.argv`` is ``[""]``, as in Triton's stub (an embedded interpreter started with no
+    arguments): the server's command line (which a forkserver child would inherit) never
+    reaches a model that parses arguments or calls ``unittest.main()`` at import.
+    """
+    sys.argv = [""]
     Worker(conn, data).serve()
     sys.stdout.flush()
     sys.stderr.flush()
