@@ -219,7 +219,8 @@ class Worker:
 
     def auto_complete(self, message: m.AutoComplete) -> None:
         try:
-            config = auto_complete(Path(message.model_path), "model", json.loads(message.config))
+            path = Path(message.model_path)
+            config = auto_complete(path, triton_module_name(path), json.loads(message.config))
         except Exception as exc:
             self.send(m.AutoCompleted(None, exception_text(exc)))
         else:
@@ -236,7 +237,7 @@ class Worker:
         try:
             if message.debug is not None:
                 start_debugger(*message.debug)
-            self.runner.initialize(model_path, model_path.stem, dict(message.args))
+            self.runner.initialize(model_path, triton_module_name(model_path), dict(message.args))
         except Exception as exc:
             self.send(m.InitFailed(exception_text(exc), traceback.format_exc()))
             return False
@@ -332,6 +333,12 @@ def _outputs(
             ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
         )
     return tensors, metas
+
+
+def triton_module_name(model_path: Path) -> str:
+    """The module name Triton's stub imports a model file as: ``<version folder>.<file stem>``
+    (``1.model``), the version folder being a package."""
+    return f"{model_path.parent.name}.{model_path.stem}"
 
 
 def start_debugger(host: str, port: int, wait: bool) -> None:

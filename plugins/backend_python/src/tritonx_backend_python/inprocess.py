@@ -35,6 +35,7 @@ from tritonx_backend_python.runner import (
     ModelRunner,
     auto_complete,
     exception_text,
+    forget_modules,
 )
 
 log = logging.getLogger("tritonx.backend.python")
@@ -122,12 +123,16 @@ class InProcessInstance(ModelInstance):
         self._datatypes = input_datatypes(ctx.config)
         self._check = OutputCheck(ctx.config)
         sys.modules.setdefault(MODULE_NAME, pb_utils)
-        self._module_name = f"tritonx_python_model_{ctx.model_name}_{ctx.version}_{next(_seq)}"
+        # a package of its own for the version folder (several models share this process)
+        self._module_name = (
+            f"tritonx_python_model_{ctx.model_name}_{ctx.version}_{next(_seq)}."
+            f"{ctx.model_path.stem}"
+        )
         try:
             self.runner.initialize(ctx.model_path, self._module_name, initialize_args(ctx))
         except Exception as exc:
             self.runner.close()
-            sys.modules.pop(self._module_name, None)
+            forget_modules(self._module_name)
             raise TritonXError(
                 f"Failed to initialize Python stub: {exception_text(exc)}", Code.INTERNAL
             ) from exc
@@ -173,7 +178,7 @@ class InProcessInstance(ModelInstance):
         except Exception:
             log.exception("finalize of python model '%s' failed", self.name)
         finally:
-            sys.modules.pop(self._module_name, None)
+            forget_modules(self._module_name)
 
 
 def _deliverer(requests: Sequence[InferenceRequest], check: OutputCheck) -> Deliver:
@@ -191,7 +196,7 @@ def _deliverer(requests: Sequence[InferenceRequest], check: OutputCheck) -> Deli
 
 def auto_complete_here(model_path: Path, config: dict[str, Any]) -> dict[str, Any]:
     """Run the model's ``auto_complete_config`` in this process."""
-    name = f"tritonx_python_autocomplete_{next(_seq)}"
+    name = f"tritonx_python_autocomplete_{next(_seq)}.{model_path.stem}"
     try:
         return auto_complete(model_path, name, json.loads(json.dumps(config)))
     except Exception as exc:
@@ -199,4 +204,4 @@ def auto_complete_here(model_path: Path, config: dict[str, Any]) -> dict[str, An
             f"Failed to initialize Python stub for auto-complete: {exception_text(exc)}"
         ) from exc
     finally:
-        sys.modules.pop(name, None)
+        forget_modules(name)

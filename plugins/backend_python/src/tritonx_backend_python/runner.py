@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib.machinery
 import importlib.util
 import inspect
 import sys
@@ -52,12 +53,20 @@ class ExecuteFailed(Exception):
 
 def import_model(model_path: Path, module_name: str) -> Any:
     """Import ``model.py`` (its folder and the model folder go on ``sys.path``, as in Triton)
-    and return its ``TritonPythonModel`` class."""
+    and return its ``TritonPythonModel`` class.
+
+    A dotted ``module_name`` (``1.model``, Triton's name for the model module of version 1)
+    makes the version folder a package of the part before the last dot, so the model's
+    relative imports (``from .helper import x``) find its other modules, as under Triton.
+    """
     for folder in (str(model_path.parent), str(model_path.parent.parent)):
         if folder not in sys.path:
             sys.path.append(folder)
     if not model_path.exists():
         raise pb_utils.TritonModelException(f"Python model file not found in '{model_path}'")
+    package, _, _ = module_name.rpartition(".")
+    if package:
+        _version_package(package, model_path.parent)
     spec = importlib.util.spec_from_file_location(module_name, model_path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -69,6 +78,36 @@ def import_model(model_path: Path, module_name: str) -> Any:
             f"Python model '{model_path}' does not define class 'TritonPythonModel'"
         )
     return cls
+
+
+def _version_package(name: str, folder: Path) -> None:
+    """Register ``name`` as the package whose modules are the files of ``folder``."""
+    existing = sys.modules.get(name)
+    if existing is not None and list(getattr(existing, "__path__", ())) == [str(folder)]:
+        return
+    init = folder / "__init__.py"
+    if init.is_file():  # a regular package: its __init__ runs first, as on import
+        spec = importlib.util.spec_from_file_location(
+            name, init, submodule_search_locations=[str(folder)]
+        )
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return
+    spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = [str(folder)]
+    sys.modules[name] = importlib.util.module_from_spec(spec)
+
+
+def forget_modules(module_name: str) -> None:
+    """Drop a model module imported by :func:`import_model`, its version package and the
+    package's other modules from ``sys.modules``."""
+    package, _, _ = module_name.rpartition(".")
+    sys.modules.pop(module_name, None)
+    if package:
+        for name in [n for n in sys.modules if n == package or n.startswith(package + ".")]:
+            sys.modules.pop(name, None)
 
 
 def auto_complete(model_path: Path, module_name: str, config: dict[str, Any]) -> dict[str, Any]:
