@@ -45,6 +45,7 @@ import cloud_repo
 import many_models
 import minilm
 import openai_frontend
+import python_envs
 import shm
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -501,6 +502,9 @@ def table(points: list[Point]) -> str:
         if p.scenario == many_models.SCENARIO:
             rows.append(many_models.table_row(p, by))
             continue
+        if p.scenario == python_envs.SCENARIO:
+            rows.append(python_envs.table_row(p))
+            continue
         if p.scenario == openai_frontend.SCENARIO:
             rows.append(openai_frontend.table_row(p, by))
             continue
@@ -538,6 +542,7 @@ ROWS = (
     "backends",
     "many_models",
     "openai",
+    "python_envs",
 )
 
 
@@ -785,6 +790,19 @@ def main(argv: list[str] | None = None) -> int:
                 tritonx_cmd=tritonx_cmd,
                 write_model=write_model,
                 cpu_seconds=cpu_seconds,
+            )
+        )
+        # a python model's own requirements: cold build vs cached environment, time to ready
+        points.extend(
+            []
+            if "python_envs" not in rows
+            else python_envs.points(
+                work,
+                log_dir,
+                point=Point,
+                process=process,
+                tritonx_cmd=tritonx_cmd,
+                write_model=write_model,
             )
         )
         # the OpenAI frontend plugin: streaming chat (TTFT, ITL), chat, embeddings vs in-process

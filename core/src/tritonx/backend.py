@@ -161,6 +161,9 @@ class AutoCompleteContext:
     :param version_path: the folder of the version used to complete the config.
     :param model_path: the model file inside it.
     :param backend_config: ``--backend-config`` settings of this backend plus global ones.
+    :param check_only: True under ``tritonx check``: no instance will be loaded, so build,
+        download or install nothing (complete what can be completed without, or raise a
+        TritonXError that says what is missing).
     """
 
     config: EditableModelConfig
@@ -168,6 +171,7 @@ class AutoCompleteContext:
     version_path: Path
     model_path: Path | None
     backend_config: Mapping[str, str] = field(default_factory=dict)
+    check_only: bool = False
 
 
 class ModelInstance(abc.ABC):
@@ -267,6 +271,19 @@ class Backend(abc.ABC):
         Modify ``ctx.config`` in place; raise a TritonXError when the config contradicts the
         model. Not called with ``--disable-auto-complete-config``.
         """
+
+    def check_notes(self, ctx: AutoCompleteContext) -> dict[str, str]:
+        """What ``tritonx check`` reports about a model beyond its config (optional).
+
+        Called by ``tritonx check`` only, after the config was completed and validated
+        (``ctx.config`` is the completed config, ``ctx.check_only`` is True), on the folder
+        the load would use, from a worker thread. Return short notes, e.g. ``{"environment":
+        "cached (/path)"}``: ``tritonx check`` shows them in its table (``name: value``) and
+        as ``"notes"`` in its JSON. Read only: change neither the config nor the model's
+        folder, and build, download or install nothing. Raise a TritonXError for what the load
+        would refuse; ``tritonx check`` reports it as the model's error. The default: no notes.
+        """
+        return {}
 
     @abc.abstractmethod
     def load(self, ctx: LoadContext) -> ModelInstance:

@@ -412,10 +412,13 @@ def check(
                 )
             else:
                 rows.append((r.name, "-", f"ERROR: {r.error.strip()}", "", "", "", "", ""))
-        header = (
+        header: tuple[str, ...] = (
             "Model", "Versions", "Status", "Backend", "Max batch", "Inputs", "Outputs",
             "Instances",
         )  # fmt: skip
+        if any(r.notes for r in results):  # backends' notes (Backend.check_notes)
+            header += ("Notes",)
+            rows = [(*row, r.notes_text()) for row, r in zip(rows, results, strict=True)]
         click.echo(format_table(header, rows), nl=False)
     if any(not r.ok for r in results):
         sys.exit(1)

@@ -6,7 +6,10 @@ actions, resolve the backend, auto-complete, normalize, validate, select version
 agents then get LOAD_FAIL and the localized copy is released); ensembles are then
 validated against their composing models' completed configs (``validate_with_composing``).
 No instance is loaded and no backend session opened (a backend's auto-complete may read the
-model file, as at load).
+model file, as at load, but builds nothing: ``AutoCompleteContext.check_only``). Each backend
+may add notes about a model (``Backend.check_notes``: e.g. the python backend says whether a
+model's environment is cached, to build or failing), shown in a ``Notes`` column and as
+``"notes"`` in the JSON.
 """
 
 from __future__ import annotations
@@ -32,10 +35,16 @@ class CheckResult:
     versions: list[int] = field(default_factory=list)
     error: str = ""
     config: Any = None  # inference.ModelConfig, completed and normalized
+    #: the backend's notes (``Backend.check_notes``), e.g. ``{"environment": "cached (...)"}``
+    notes: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
         return not self.error
+
+    def notes_text(self) -> str:
+        """The notes as one table cell: ``key: value; key: value`` ("" without notes)."""
+        return "; ".join(f"{key}: {value}" for key, value in self.notes.items())
 
     def summary(self) -> dict[str, str]:
         """The table cells: backend/platform, max batch size, inputs, outputs, instances."""
@@ -64,6 +73,7 @@ class CheckResult:
         }
         if self.error:
             out["error"] = self.error
+        out["notes"] = dict(self.notes)
         if self.config is not None:
             out["config"] = config_to_json_dict(self.config)
         return out
@@ -89,6 +99,7 @@ async def check_repositories(manager: ModelManager) -> list[CheckResult]:
             result.error = exc.message
             continue
         result.config, result.versions = prepared.config, list(prepared.selected)
+        result.notes = dict(prepared.notes)
     done: set[str] = set()
     for name in list(results):
         _check_ensemble(name, results, [], done)

@@ -124,6 +124,8 @@ class Prepared:
     agents: AgentChain | None = None
     #: ensembles: the composing models' configs it was validated against
     composing: dict[str, ModelConfig] = field(default_factory=dict)
+    #: ``tritonx check`` only: the backend's :meth:`~tritonx.backend.Backend.check_notes`
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(eq=False)

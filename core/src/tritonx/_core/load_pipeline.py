@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -159,8 +160,9 @@ class LoadPipeline:
             )
         return model_config_pb2.ModelConfig()
 
-    def complete(self, name: str, raw: Any, folder: Path) -> Prepared:
-        """Core and backend auto-complete, normalization and validation (worker thread)."""
+    def complete(self, name: str, raw: Any, folder: Path, check_only: bool = False) -> Prepared:
+        """Core and backend auto-complete, normalization and validation (worker thread);
+        ``check_only`` (``tritonx check``): the backend builds nothing and adds its notes."""
         config = model_config_pb2.ModelConfig()
         config.CopyFrom(raw)
         versions = cfg.version_folders(folder)
@@ -169,15 +171,17 @@ class LoadPipeline:
         cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
         selected, missing = cfg.versions_to_load(config, versions)
         backend = None if is_ensemble(config) else self.backend(config.backend, name, folder)
+        filename = backend.default_model_filename if backend is not None else None
+        filename = config.default_model_filename or filename
+        ctx = AutoCompleteContext(
+            config=EditableModelConfig(config),
+            model_dir=folder,
+            version_path=first if first is not None else folder,
+            model_path=first / filename if first is not None and filename else None,
+            backend_config=backend.config if backend is not None else {},
+            check_only=check_only,
+        )
         if backend is not None and not self.settings.disable_auto_complete_config:
-            filename = config.default_model_filename or backend.default_model_filename
-            ctx = AutoCompleteContext(
-                config=EditableModelConfig(config),
-                model_dir=folder,
-                version_path=first if first is not None else folder,
-                model_path=first / filename if first is not None and filename else None,
-                backend_config=backend.config,
-            )
             try:
                 backend.auto_complete_config(ctx)
             except TritonXError:
@@ -190,13 +194,26 @@ class LoadPipeline:
         )
         cfg.validate(config, name)
         cfg.check_model_files(config, folder)
+        notes: dict[str, str] = {}
+        if check_only and backend is not None:  # on a copy: notes change nothing
+            completed = model_config_pb2.ModelConfig()
+            completed.CopyFrom(config)
+            try:
+                notes = backend.check_notes(replace(ctx, config=EditableModelConfig(completed)))
+            except TritonXError:
+                raise
+            except Exception as exc:  # a plugin's bug: this model's check fails, not the run
+                raise TritonXError(
+                    f"backend '{backend.name}' failed to describe model '{name}': {exc!r}",
+                    Code.INTERNAL,
+                ) from exc
         if config.response_cache.enable and not self.cache_enabled:
             log.warning(
                 "model '%s' enables response_cache but the server has no cache "
                 "(--cache-config <cache>,<key>=<value>): responses are not cached",
                 name,
             )
-        return Prepared(config, folder, versions, selected, missing, backend)
+        return Prepared(config, folder, versions, selected, missing, backend, notes=notes)
 
     async def check(self, name: str, repo: Repository) -> Prepared:
         """Steps 1-4 of a load and no more (``tritonx check``): localize, read the config,
@@ -212,7 +229,7 @@ class LoadPipeline:
             try:
                 if loaded_from != folder:
                     raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
-                return await asyncio.to_thread(self.complete, name, raw, loaded_from)
+                return await asyncio.to_thread(self.complete, name, raw, loaded_from, True)
             finally:
                 if agents:
                     await agents.load_failed()

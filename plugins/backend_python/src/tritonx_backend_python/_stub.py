@@ -1,7 +1,9 @@
 """The worker process that runs one instance of a python model (Triton's "stub").
 
-The server starts it (through a forkserver, or as ``python -m tritonx_backend_python._stub
-<fd> <data fd>`` for models with their own ``EXECUTION_ENV_PATH``) with one end of two
+The server starts it (through a forkserver, a model's own packages layered first when it has
+requirements; or as ``python -m tritonx_backend_python._stub <fd> <data fd>`` for models with
+their own ``EXECUTION_ENV_PATH``, or under the server's interpreter with a model's packages
+first, :mod:`~tritonx_backend_python.process`) with one end of two
 Unix socket pairs (:class:`~tritonx_backend_python._ipc.Channel`: messages, and the
 descriptors of their shared-memory segments). The worker's main thread reads its work
 (init, execute, finalize) from the data socket itself and runs the model through a
@@ -19,6 +21,7 @@ are imported here.
 from __future__ import annotations
 
 import functools
+import importlib
 import itertools
 import json
 import os
@@ -363,9 +366,32 @@ def start_debugger(host: str, port: int, wait: bool) -> None:
         debugpy.wait_for_client()
 
 
-def run_forked(conn: socket.socket, data: socket.socket) -> None:
-    """Entry point of a forkserver-started worker."""
+def run_forked(conn: socket.socket, data: socket.socket, site_dir: str | None = None) -> None:
+    """Entry point of a forkserver-started worker; ``site_dir``: the model's own packages
+    (none of which the forkserver has imported), put first on ``sys.path``."""
+    if site_dir is not None:
+        layer_site_dir(site_dir)
     run(_ipc.Channel(conn.detach()), _ipc.Channel(data.detach()))
+
+
+def layer_site_dir(site_dir: str) -> None:
+    """Put a folder of packages first on ``sys.path`` (``site.addsitedir`` semantics) and its
+    console scripts first on ``PATH``."""
+    import site
+
+    before = list(sys.path)
+    site.addsitedir(site_dir)
+    sys.path[:] = [p for p in sys.path if p not in before] + before
+    os.environ["PATH"] = os.pathsep.join(
+        p for p in (os.path.join(site_dir, "bin"), os.environ.get("PATH", "")) if p
+    )
+    importlib.invalidate_caches()
+
+
+def report_modules(conn: Any) -> None:
+    """Send the top-level names of the modules this (forked) process has imported."""
+    conn.send(sorted({name.partition(".")[0] for name in sys.modules}))
+    conn.close()
 
 
 def run(conn: _ipc.Channel, data: _ipc.Channel) -> None:

@@ -14,13 +14,22 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
+from pathlib import Path
 from typing import Any
 
 from tritonx.backend import AutoCompleteContext, Backend, LoadContext, ModelInstance
 from tritonx.errors import TritonXError, invalid_arg
 from tritonx_backend_python import _ipc
+from tritonx_backend_python.environment import (
+    CACHE_DIR_KEY,
+    REQUIREMENTS_PARAMETER,
+    EnvironmentCache,
+    Requirements,
+    find_requirements,
+    worker_env,
+)
 from tritonx_backend_python.inprocess import InProcessInstance, auto_complete_here
-from tritonx_backend_python.process import ENV_PARAMETER, WorkerProcess, env_python
+from tritonx_backend_python.process import ENV_PARAMETER, WorkerEnv, WorkerProcess
 from tritonx_backend_python.worker import (
     TIMEOUT_PARAMETER,
     WorkerInstance,
@@ -32,6 +41,7 @@ __all__ = [
     "ENV_PARAMETER",
     "MODES",
     "MODE_PARAMETER",
+    "REQUIREMENTS_PARAMETER",
     "TIMEOUT_PARAMETER",
     "InProcessInstance",
     "PythonBackend",
@@ -55,15 +65,22 @@ class PythonBackend(Backend):
 
     ``--backend-config=python,<key>=<value>`` keys: ``execution-mode`` (``process`` or
     ``in_process``: the default for models that set no ``TRITONX_EXECUTION_MODE``),
-    ``stub-timeout-seconds`` (default 30) and ``shm-region-prefix-name`` (the label of the
+    ``stub-timeout-seconds`` (default 30), ``shm-region-prefix-name`` (the label of the
     shared-memory segments in ``/proc/<pid>/fd``: they have no file name, so no client can
-    register them).
+    register them) and ``requirements-cache-dir`` (where the environments of models with
+    their own requirements are cached: :mod:`~tritonx_backend_python.environment`).
     """
 
     name = "python"
     default_model_filename = "model.py"
     config_keys = frozenset(
-        {"execution-mode", "stub-timeout-seconds", "shm-region-prefix-name", *NO_EFFECT}
+        {
+            "execution-mode",
+            "stub-timeout-seconds",
+            "shm-region-prefix-name",
+            CACHE_DIR_KEY,
+            *NO_EFFECT,
+        }
     )
 
     def __init__(self, config: Any) -> None:
@@ -88,6 +105,8 @@ class PythonBackend(Backend):
         self.workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
         #: set by :meth:`close`: dying workers are not restarted any more
         self.closed = threading.Event()
+        #: the environments of models with their own requirements
+        self.environments = EnvironmentCache.from_config(self.config)
         log.info("python backend: %s", _ipc.describe_segments())
 
     def mode(self, parameters: dict[str, str]) -> str:
@@ -99,8 +118,34 @@ class PythonBackend(Backend):
             )
         return mode
 
-    def _in_process(self, parameters: dict[str, str]) -> bool:
-        return self.mode(parameters) == "in_process" and ENV_PARAMETER not in parameters
+    def requirements(
+        self, parameters: dict[str, str], model_dir: Path, model: str
+    ) -> Requirements | None:
+        """The model's requirements file, if it has one (see
+        :func:`~tritonx_backend_python.environment.find_requirements`).
+
+        :raises TritonXError: INVALID_ARG also when the model asks to run ``in_process``: a
+            model in the server's process cannot have packages of its own.
+        """
+        found = find_requirements(parameters, model_dir, model)
+        if found is not None and parameters.get(MODE_PARAMETER, "").strip() == "in_process":
+            source = f"parameter {REQUIREMENTS_PARAMETER}" if found.explicit else found.path.name
+            raise invalid_arg(
+                f"python model '{model}' has its own requirements ({source}) and "
+                f"{MODE_PARAMETER} 'in_process': a model running in the server's process "
+                "cannot have packages of its own; run it in 'process' mode or remove its "
+                "requirements"
+            )
+        return found
+
+    def _in_process(self, parameters: dict[str, str], requirements: Requirements | None) -> bool:
+        """Whether the instances run in this process (EXECUTION_ENV_PATH and requirements
+        need a worker process: the server-wide default mode gives way to them)."""
+        return (
+            self.mode(parameters) == "in_process"
+            and ENV_PARAMETER not in parameters
+            and requirements is None
+        )
 
     def auto_complete_config(self, ctx: AutoCompleteContext) -> None:
         """Run the model's ``auto_complete_config`` (when it defines one) on the config."""
@@ -115,12 +160,15 @@ class PythonBackend(Backend):
             return  # nothing to run: skip starting a worker for it
         config = ctx.config
         parameters = config.view().parameters
+        model = config.name or ctx.model_dir.name
+        requirements = self.requirements(parameters, ctx.model_dir, model)
         before = config.to_dict()
-        if self._in_process(parameters):
+        if self._in_process(parameters, requirements):
             after = auto_complete_here(path, before)
+        elif requirements is not None and ctx.check_only:
+            after = self._auto_complete_checking(ctx, requirements, before)
         else:
-            env = parameters.get(ENV_PARAMETER)
-            python = env_python(env, ctx.model_dir) if env else None
+            python = worker_env(parameters, ctx.model_dir, model, ctx.backend_config)
             after = auto_complete_in_worker(path, before, python, self.stub_timeout)
         if after == before:
             return
@@ -131,11 +179,42 @@ class PythonBackend(Backend):
                 f"auto-complete of model '{config.name}' produced an invalid config: {exc.message}"
             ) from exc
 
+    def _auto_complete_checking(
+        self, ctx: AutoCompleteContext, requirements: Requirements, before: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``tritonx check``'s auto-complete of a model with requirements: in its environment
+        when cached, else (nothing is built) in the server's, saying so if that fails."""
+        assert ctx.model_path is not None
+        status = self.environments.status(requirements.path)
+        if status.state == "cached":
+            python = WorkerEnv(site_dir=str(status.path))
+            return auto_complete_in_worker(ctx.model_path, before, python, self.stub_timeout)
+        try:
+            return auto_complete_in_worker(ctx.model_path, before, None, self.stub_timeout)
+        except TritonXError as exc:
+            raise invalid_arg(
+                f"{exc.message} (auto-complete ran without the model's environment from "
+                f"{requirements.path}, which is {status.state}: `tritonx check` builds "
+                "nothing; serving the model builds it)"
+            ) from exc
+
+    def check_notes(self, ctx: AutoCompleteContext) -> dict[str, str]:
+        """``environment``: whether the model's requirements are installed: ``cached
+        (<path>)``, ``to build at load (<hash>)`` or ``failing (<hash>: <error>)`` (its last
+        build failed; the load tries again). No note for a model without requirements."""
+        parameters = ctx.config.view().parameters
+        model = ctx.config.name or ctx.model_dir.name
+        requirements = self.requirements(parameters, ctx.model_dir, model)
+        if requirements is None:
+            return {}
+        return {"environment": self.environments.status(requirements.path).describe()}
+
     def load(self, ctx: LoadContext) -> ModelInstance:
         """Start one instance: a worker process, or the model in this process."""
         if ctx.model_path is None:
             raise invalid_arg(f"python model '{ctx.model_name}' names no model file")
-        if self._in_process(ctx.parameters):
+        requirements = self.requirements(ctx.parameters, ctx.model_dir, ctx.model_name)
+        if self._in_process(ctx.parameters, requirements):
             if execution_timeout(ctx.parameters) is not None:
                 raise invalid_arg(
                     f"parameter {TIMEOUT_PARAMETER} of model '{ctx.model_name}' needs "

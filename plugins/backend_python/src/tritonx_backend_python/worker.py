@@ -43,8 +43,9 @@ from tritonx_backend_python.convert import (
     parameters_of,
 )
 from tritonx_backend_python.debug import debug_setting
+from tritonx_backend_python.environment import worker_env
 from tritonx_backend_python.link import WorkerLink, not_healthy
-from tritonx_backend_python.process import ENV_PARAMETER, WorkerProcess, describe_exit, env_python
+from tritonx_backend_python.process import WorkerEnv, WorkerProcess, describe_exit
 
 log = logging.getLogger("tritonx.backend.python")
 
@@ -171,8 +172,8 @@ class WorkerInstance(ModelInstance):
         self._outputs = [io.name for io in ctx.config.outputs]
         self._check = OutputCheck(ctx.config)
         self._keys = itertools.count(1)
-        env = ctx.parameters.get(ENV_PARAMETER)
-        self._python = env_python(env, ctx.model_dir) if env else None
+        #: EXECUTION_ENV_PATH's interpreter, or the model's requirements (built now unless cached)
+        self._python = worker_env(ctx.parameters, ctx.model_dir, ctx.model_name, ctx.backend_config)
         #: the worker's debugger (TRITONX_DEBUG_MODEL), None without one
         self.debug = debug_setting(ctx.model_name, ctx.instance.index)
         self._init = m.Init(
@@ -639,10 +640,11 @@ class WorkerInstance(ModelInstance):
 
 
 def auto_complete_in_worker(
-    model_path: Path, config: dict[str, Any], python: str | None, timeout: float
+    model_path: Path, config: dict[str, Any], python: WorkerEnv | str | None, timeout: float
 ) -> dict[str, Any]:
-    """Run the model's ``auto_complete_config`` in a throw-away worker (``python``: the
-    interpreter of its ``EXECUTION_ENV_PATH``, or ``None``); the completed config."""
+    """Run the model's ``auto_complete_config`` in a throw-away worker (``python``: its
+    :class:`~tritonx_backend_python.process.WorkerEnv`, the interpreter of its
+    ``EXECUTION_ENV_PATH``, or ``None``); the completed config."""
     proc = WorkerProcess(f"{config.get('name', '?')}-autocomplete", python)
     grace = 2.0
     try:
