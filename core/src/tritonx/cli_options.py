@@ -154,6 +154,14 @@ SERVE_OPTIONS: list[Decorator] = [
     many("--load-model", "Model to load at start-up in explicit mode ('*' = all)."),
     value("--repository-poll-secs", float, 15.0, "Seconds between repository polls (poll mode)."),
     switch(
+        "--reload",
+        False,
+        "Development: watch the local model repositories and reload a model whose files "
+        "change, without downtime (the old version serves until the new one is ready; "
+        "outside explicit mode a new model folder is loaded, a removed one unloaded). Needs "
+        "pip install 'tritonx[reload]'" + TRITONX_ONLY,
+    ),
+    switch(
         "--exit-on-error",
         None,
         "Exit if a model fails to load at start-up [default: true; false when serving the "

@@ -31,6 +31,9 @@ class ServerSettings:
     model_control_mode: str = "none"  # none | explicit | poll
     load_model: tuple[str, ...] = ()
     repository_poll_secs: float = 15.0
+    #: tritonx only (``--reload``, :mod:`tritonx._core.reloader`): watch the local
+    #: repositories and reload a model whose files change (development; needs watchfiles)
+    reload: bool = False
     exit_on_error: bool = True
     strict_readiness: bool = True
     disable_auto_complete_config: bool = False

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.model_config import check_config_name
 from tritonx._core.rate_limiter import RateLimiter
+from tritonx._core.reloader import watched_folder, watchfiles_missing
 from tritonx._core.residency import memory_measurable
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError
@@ -126,6 +127,21 @@ def check_model_control(settings: ServerSettings) -> None:
     check_config_name(settings.model_config_name)
 
 
+def check_reload(settings: ServerSettings) -> None:
+    """``--reload`` watches folders: local repositories only, and watchfiles installed."""
+    if not settings.reload:
+        return
+    for url in settings.model_repository:
+        if watched_folder(url) is None:
+            raise _usage(
+                f"--reload watches local model repositories only, not '{url}' (a cloud "
+                "repository can be polled: --model-control-mode=poll)"
+            )
+    missing = watchfiles_missing()
+    if missing is not None:
+        raise _usage(missing)
+
+
 def check_residency(settings: ServerSettings) -> None:
     """``--model-load-on-demand`` needs explicit or poll mode; the budgets and the idle
     unload need it (an unloaded model must load again on its next request); the pinned
@@ -214,6 +230,7 @@ def check_parsed(settings: ServerSettings) -> None:
 CHECKS: tuple[Callable[[ServerSettings], None], ...] = (
     check_trace,
     check_model_control,
+    check_reload,
     check_ranges,
     check_residency,
     check_listeners,

@@ -1,14 +1,14 @@
 """What the model manager keeps about models: a version's state (:class:`VersionEntry`), a
 model's versions and load history (:class:`ModelEntry`), a load prepared up to its instances
 (:class:`Prepared`), one load operation (:class:`LoadSession`) and the swap of a load's
-versions for the old ones (:func:`merge_versions`)."""
+versions for the old ones (:func:`merge_versions`, :func:`carry_stats`)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 from collections.abc import Hashable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from tritonx.classification import LabelCache
 from tritonx.config import ModelConfig
 from tritonx.errors import TritonXError
 from tritonx.repository import Repository
+from tritonx.stats import LatencyStats
 from tritonx.types import ModelState
 
 log = logging.getLogger("tritonx.lifecycle")
@@ -153,26 +154,70 @@ class LoadSession:
 
 
 def merge_versions(
-    name: str, old: dict[int, VersionEntry], new: dict[int, VersionEntry]
-) -> tuple[dict[int, VersionEntry], list[VersionEntry]]:
-    """Swap the versions a load produced (``new``) in for the ``old`` ones: a new ready version
-    replaces the old one, a failed one keeps an old ready version serving. Returns the merged
-    versions and the old ones to retire (replaced, or no longer selected)."""
+    name: str, old: dict[int, VersionEntry], new: dict[int, VersionEntry], selected: list[int]
+) -> tuple[dict[int, VersionEntry], list[VersionEntry], bool]:
+    """Swap the versions a load produced (``new``; ``selected`` are those it loaded, the
+    others are missing ones) in for the ``old`` ones, as Triton's ``OnLoadFinal`` does.
+
+    When a selected version failed while the model had a version serving, the load is
+    aborted: every old version keeps serving, the new versions it loaded are unloaded (a
+    failed version without an old one shows its failure). Otherwise each new version
+    replaces the old one of its number, whose statistics it continues
+    (:func:`carry_stats`), and the old versions no longer selected go.
+
+    Returns the merged versions, the entries to retire (unload; those without a scheduler
+    only change state) and whether the load succeeded (a version of it serves)."""
+    serving = any(e.ready for e in old.values())
+    failed = [new[v] for v in selected if not new[v].ready]
     retired: list[VersionEntry] = []
-    merged: dict[int, VersionEntry] = {}
-    for v, entry in new.items():
-        prev = old.get(v)
-        if not entry.ready and prev is not None and prev is not entry and prev.ready:
+    merged: dict[int, VersionEntry]
+    if failed and serving:
+        merged = dict(old)
+        for v, entry in new.items():
+            if entry.scheduler is not None:
+                # loaded, but the load is aborted: it never serves (not READY from now on,
+                # before its unload begins)
+                entry.state = ModelState.UNLOADING
+                retired.append(entry)
+            prev = old.get(v)
+            if prev is None or not prev.ready:
+                merged[v] = entry  # no old one serves this number: show how the load went
+        for entry in failed:
             log.error(
-                "failed to reload '%s' version %d: %s (keeping the loaded version)",
+                "failed to reload '%s' version %d: %s (keeping the loaded versions)",
                 name,
-                v,
+                entry.version,
                 entry.reason,
             )
-            merged[v] = prev
+        return merged, retired, False
+    merged = dict(new)
+    for v, entry in new.items():
+        prev = old.get(v)
+        if prev is None or prev is entry:
             continue
-        merged[v] = entry
-        if prev is not None and prev is not entry:
-            retired.append(prev)
+        if prev.scheduler is not None and entry.scheduler is not None:
+            carry_stats(prev.scheduler, entry.scheduler)
+        retired.append(prev)
     retired.extend(prev for v, prev in old.items() if v not in merged)
-    return merged, retired
+    return merged, retired, any(e.ready for e in new.values())
+
+
+def carry_stats(old: Scheduler, new: Scheduler) -> None:
+    """A reload of a version: ``new`` goes on counting in ``old``'s statistics (the
+    statistics extension and the Prometheus counters stay continuous, as Triton's
+    counters per model version are). The requests still finishing on ``old`` count there
+    too; nothing changes per request. The latency distributions stay unless the new
+    config asks for others (response cache, histogram buckets)."""
+    stats, fresh = old.stats, new.stats
+    if _latency_layout(stats.latency) != _latency_layout(fresh.latency):
+        stats.latency = fresh.latency
+    new.stats = stats
+
+
+def _latency_layout(latency: LatencyStats | None) -> tuple[Any, ...] | None:
+    """Which distributions ``latency`` keeps (and the histogram's buckets)."""
+    if latency is None:
+        return None
+    kept = tuple(getattr(latency, f.name) is not None for f in fields(latency))
+    histogram = latency.first_response
+    return kept, histogram.buckets if histogram is not None else None

@@ -18,12 +18,18 @@ failed, fails the ensemble with Triton's message; a composing model that is relo
 the ensembles that use it; ``unload_dependents`` also unloads the composing models nobody
 else needs; an ensemble is READY only while its composing models are.
 
-A reload that fails leaves the old version serving; an unload waits for the requests already
-accepted, up to ``--model-unload-timeout-secs`` (or the server's ``--exit-timeout-secs`` when
-it exits): then the requests still queued fail, and instances still executing are aborted (a
-python model's worker process is killed) or their threads abandoned. States (LOADING, READY,
-UNLOADING, UNAVAILABLE + reason) feed readiness, the repository index and the start-up table
-(``_core.status``).
+A reload loads the new versions beside the serving ones and swaps them in when the whole load
+is ready (a version loading beside a serving one keeps the server ready); requests in flight
+finish on the old versions, which are then unloaded, and a reloaded version goes on counting
+in the old one's statistics. A reload that fails leaves the old versions serving (Triton's
+all-or-nothing load: ``merge_versions``). ``--reload`` (``_core.reloader``) watches the local
+repositories and reloads the models whose files change (:meth:`ModelManager.reload_changed`).
+
+An unload waits for the requests already accepted, up to ``--model-unload-timeout-secs`` (or
+the server's ``--exit-timeout-secs`` when it exits): then the requests still queued fail, and
+instances still executing are aborted (a python model's worker process is killed) or their
+threads abandoned. States (LOADING, READY, UNLOADING, UNAVAILABLE + reason) feed readiness,
+the repository index and the start-up table (``_core.status``).
 
 With ``--model-load-on-demand`` a lookup (:meth:`ModelManager.get`) of a model that is not
 loaded raises :class:`~tritonx.errors.NotLoaded`, and ``_core.residency`` loads it, within
@@ -64,6 +70,7 @@ from tritonx._core.load_request import (
     remove_override_dir,
     write_override_dir,
 )
+from tritonx._core.reloader import Reloader, watched_folder
 from tritonx._core.residency import Residency
 from tritonx._core.response_cache import CacheScope, load_stamp
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
@@ -119,6 +126,8 @@ class ModelManager:
         self._on_event = on_event
         self._locks: dict[str, asyncio.Lock] = {}
         self._poll_task: asyncio.Task[None] | None = None
+        #: ``--reload``: watches the local repositories (started after the start-up loads)
+        self._reloader: Reloader | None = None
         self._deps = DependencyGraph()
         #: the versions' unloads; they hurry to the exit deadline once :meth:`shutdown` begins
         self._unloads = Unloads(settings.model_unload_timeout_secs, self._emit)
@@ -148,8 +157,18 @@ class ModelManager:
         await session.wait()
         if self.settings.exit_on_error and any(not self._entry_ok(n) for n in names):
             raise TritonXError("failed to load all models", Code.INTERNAL)
+        await self._start_watching()
+
+    async def _start_watching(self) -> None:
+        """After the start-up loads: the repository poll (poll mode), the ``--reload``
+        watcher."""
+        mode = self.settings.model_control_mode
         if mode == "poll" and self.settings.repository_poll_secs > 0:
             self._poll_task = asyncio.create_task(self._poll_loop(), name="tritonx-repository-poll")
+        if self.settings.reload:
+            folders = [watched_folder(url) for url in self.settings.model_repository]
+            self._reloader = Reloader([f for f in folders if f is not None], self.reload_changed)
+            await self._reloader.start()
 
     async def _start_resident(self, names: list[str]) -> None:
         """Start-up with ``--model-load-on-demand``: the ``--load-model`` models are loaded
@@ -162,8 +181,7 @@ class ModelManager:
             await residency.admit(name, functools.partial(self._start_one, name))
         if self.settings.exit_on_error and any(not self._entry_ok(n) for n in names):
             raise TritonXError("failed to load all models", Code.INTERNAL)
-        if self.settings.model_control_mode == "poll" and self.settings.repository_poll_secs > 0:
-            self._poll_task = asyncio.create_task(self._poll_loop(), name="tritonx-repository-poll")
+        await self._start_watching()
 
     async def _start_one(self, name: str) -> None:
         session = LoadSession()
@@ -171,7 +189,11 @@ class ModelManager:
         await session.wait()
 
     async def shutdown(self, timeout: float | None = None) -> None:
-        """Stop polling, drain every version (up to ``timeout`` s) and unload everything."""
+        """Stop polling and watching, drain every version (up to ``timeout`` s) and unload
+        everything."""
+        if self._reloader is not None:
+            await self._reloader.stop()
+            self._reloader = None
         if self.residency is not None:
             await self.residency.stop()
         if self._poll_task is not None:
@@ -255,7 +277,9 @@ class ModelManager:
         """Triton's strict readiness: every model has versions, each READY or unloaded.
 
         An ensemble waiting for a composing model that was unloaded counts as unloaded (Triton
-        unloads it, and loads it again with the composing model)."""
+        unloads it, and loads it again with the composing model). A version still LOADING
+        beside a version that serves (a new version folder) does not count: the model serves
+        all along, and a reload keeps the server ready."""
         for name, entry in self.models.items():
             if entry.demand_failed:
                 continue  # a request's load failed: the other models still serve
@@ -264,11 +288,17 @@ class ModelManager:
             if not entry.versions and entry.stamp is not None:
                 return False
             waiting = name in self._deps
+            serving: bool | None = None
             for v in entry.versions.values():
                 if v.ready or v.reason == UNLOADED_REASON:
                     continue
                 if waiting and v.state is ModelState.READY:
                     continue
+                if v.state is ModelState.LOADING:
+                    if serving is None:
+                        serving = any(other.ready for other in entry.versions.values())
+                    if serving:
+                        continue
                 return False
         return True
 
@@ -340,7 +370,11 @@ class ModelManager:
         session = LoadSession()
         task = self._session_load(session, name, request, explicit=True)
         await session.wait()
-        entry = task.result()  # raises what the load raised
+        self._report(name, task.result())  # (result() raises what the load raised)
+
+    @staticmethod
+    def _report(name: str, entry: ModelEntry | None) -> None:
+        """Raise the load API's error for a load of ``name`` that ended with ``entry``."""
         if entry is None:
             raise TritonXError(
                 f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
@@ -611,7 +645,9 @@ class ModelManager:
             )
             new_versions[v].cache_scope = CacheScope(name, v, stamp) if cached else None
             if v not in entry.versions:
-                entry.versions[v] = new_versions[v]
+                # shown LOADING (index, readiness) while it loads; it serves only once the
+                # whole load is swapped in, never before
+                entry.versions[v] = VersionEntry(v, ModelState.LOADING, config=config)
             self._emit(name, v, ModelState.LOADING)
         await asyncio.gather(
             *(
@@ -627,25 +663,25 @@ class ModelManager:
                 "not present",
                 config=config,
             )
-        succeeded = any(v.ready for v in new_versions.values())
+        # swap: a load that fails leaves the old versions serving (see merge_versions);
+        # requests arriving until now went to them, those in flight finish on them
+        old = entry.versions
+        failures = [v for v in new_versions.values() if not v.ready]
+        merged, retired, succeeded = merge_versions(name, old, new_versions, prepared.selected)
         replaced_agents = entry.agents if succeeded else None
         if prepared.agents is not None:
             if succeeded:
                 await prepared.agents.load_completed()
             else:
                 await prepared.agents.load_failed()
-        # swap: a failed version keeps an old ready one serving
-        old = entry.versions
-        merged, retired = merge_versions(name, old, new_versions)
         entry.versions = merged
-        entry.last_failures = [v for v in new_versions.values() if not v.ready]
+        entry.last_failures = failures
         entry.error = ""
         if succeeded or entry.agents is None:
             entry.agents = prepared.agents
         for ventry in merged.values():
             self._emit(name, ventry.version, ventry.state, ventry.reason)
-        for prev in retired:
-            await self._unloads.retire(name, prev)
+        await asyncio.gather(*(self._unloads.retire(name, prev) for prev in retired))
         if (
             replaced_agents is not None
             and replaced_agents is not entry.agents
@@ -654,10 +690,12 @@ class ModelManager:
             # a reload replaced the whole model: its old agents get UNLOAD / UNLOAD_COMPLETE
             await replaced_agents.unload()
             await replaced_agents.unload_completed()
-        if any(v.ready for v in merged.values()):
+        if succeeded:
             entry.last_used = time.monotonic()
             entry.demand_failed = False
             log.info("successfully loaded '%s'", name)
+        else:
+            log.info("failed to load '%s'", name)
 
     # ------------------------------------------------------------------ internals: unload
 
@@ -729,6 +767,59 @@ class ModelManager:
                 await self._unload(name, None)
                 if self.residency is not None:
                     self.residency.forget(name)
+
+    # ------------------------------------------------------------------ --reload
+
+    async def reload_changed(self, changed: Mapping[str, str]) -> None:
+        """``--reload``: the folders of the models in ``changed`` (``{model: a file of it
+        that changed}``) changed on disk. A loaded model is reloaded (a no-op when its files
+        are as loaded); outside explicit mode a new model folder is loaded and a removed one
+        unloaded, as a poll does (with ``--model-load-on-demand`` a new model waits for its
+        first request). A model loaded with a load-API override is left alone. Each action
+        and its cause is logged, and a failure (the loaded versions keep serving)."""
+        sources, duplicates = await asyncio.to_thread(self.scan)
+        on_disk = set(sources) | set(duplicates)
+        explicit = self.settings.model_control_mode == "explicit"
+        session = LoadSession()
+        loads: dict[str, asyncio.Task[ModelEntry | None]] = {}
+        for name, path in sorted(changed.items()):
+            entry = self.models.get(name)
+            loaded = self._has_loaded(name)
+            if loaded and entry is not None and (entry.override or entry.override_dir):
+                log.info(
+                    "model '%s': %s changed; not reloaded: it was loaded with a load-API "
+                    "override (load it again)",
+                    name,
+                    path,
+                )
+                continue
+            if name not in on_disk:
+                if not loaded:
+                    continue
+                if explicit:
+                    log.warning(
+                        "model '%s': %s removed; it stays loaded (explicit mode: unload it "
+                        "with the repository API)",
+                        name,
+                        path,
+                    )
+                    continue
+                log.info("unloading model '%s': %s removed", name, path)
+                await self._unload(name, None)
+                if self.residency is not None:
+                    self.residency.forget(name)
+            elif loaded:
+                log.info("reloading model '%s': %s changed", name, path)
+                loads[name] = self._session_load(session, name)
+            elif not explicit and self.residency is None:
+                log.info("loading model '%s': %s changed", name, path)
+                loads[name] = self._session_load(session, name, explicit=True)
+        await session.wait()
+        for name, task in loads.items():
+            try:
+                self._report(name, task.result())
+            except TritonXError as exc:
+                log.error("--reload: %s", exc.message.strip())
 
     # ------------------------------------------------------------------ events
 

@@ -66,7 +66,7 @@
       if (!prev || now <= prev.t) continue;
       const dt = now - prev.t;
       const dn = s.success_count - prev.stats.success_count;
-      if (dn < 0) continue; // reloaded: statistics restarted
+      if (dn < 0) continue; // unloaded and loaded again between two polls: counts restarted (a reload keeps them)
       const dq = s.queue_count - prev.stats.queue_count;
       const point = {
         t: now,
