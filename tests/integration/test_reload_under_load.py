@@ -139,10 +139,6 @@ class Serve:
         self.log = log
         env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
         env["TRITONX_PLUGINS"] = "backend_onnx,backend_python"
-        # no bytecode cache: model.py is rewritten several times a second, in place, at the
-        # same size (the Python backend would import a stale __pycache__ file: see
-        # test_dev_reload.py::test_an_edit_of_the_same_size_in_the_same_second)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
         with log.open("w") as out:
             self.proc = subprocess.Popen(
                 [

@@ -68,8 +68,11 @@ def url_scheme(url: str) -> str:
 def walk_files(folder: Path) -> Iterator[tuple[str, str, os.stat_result]]:
     """(path relative to ``folder``, full path, ``os.stat`` result) of every entry below
     ``folder`` that is not a folder, unsorted; entries that vanish while it walks are
-    skipped. For :meth:`Repository.stamp` implementations and load fingerprints."""
-    for dirpath, _dirs, filenames in os.walk(folder):
+    skipped, and so are ``__pycache__`` folders (Python writes them when a model's modules
+    are imported: they are no change of the model). For :meth:`Repository.stamp`
+    implementations and load fingerprints."""
+    for dirpath, dirs, filenames in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
         for filename in filenames:
             path = os.path.join(dirpath, filename)
             try:

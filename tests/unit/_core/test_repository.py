@@ -67,3 +67,8 @@ def test_local_repository_stamp_changes_with_files(tmp_path: Path) -> None:
     (tmp_path / "m" / "1" / "model.bin").write_bytes(b"x")
     assert repo.stamp("m") != before
     assert repo.localize("m") == tmp_path / "m"
+    # bytecode Python writes beside a model's modules is no change of the model
+    after = repo.stamp("m")
+    (tmp_path / "m" / "1" / "__pycache__").mkdir()
+    (tmp_path / "m" / "1" / "__pycache__" / "model.cpython-311.pyc").write_bytes(b"pyc")
+    assert repo.stamp("m") == after

@@ -12,6 +12,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
@@ -64,10 +65,13 @@ def import_model(model_path: Path, module_name: str) -> Any:
             sys.path.append(folder)
     if not model_path.exists():
         raise pb_utils.TritonModelException(f"Python model file not found in '{model_path}'")
+    _ModelFolders.install(model_path.parent.parent)
     package, _, _ = module_name.rpartition(".")
     if package:
         _version_package(package, model_path.parent)
-    spec = importlib.util.spec_from_file_location(module_name, model_path)
+    spec = importlib.util.spec_from_file_location(
+        module_name, model_path, loader=_SourceLoader(module_name, str(model_path))
+    )
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
@@ -80,6 +84,54 @@ def import_model(model_path: Path, module_name: str) -> Any:
     return cls
 
 
+class _SourceLoader(importlib.machinery.SourceFileLoader):
+    """Compiles a model's own module from its source at every import, never reading or
+    writing ``__pycache__``: a cached ``.pyc`` is trusted while the source's mtime (whole
+    seconds) and size match, so a rewrite of the same size within a second (a reload) would
+    run the old code."""
+
+    def get_code(self, fullname: str) -> Any:
+        path = self.get_filename(fullname)
+        return self.source_to_code(self.get_data(path), path)
+
+
+class _ModelFolders(importlib.abc.MetaPathFinder):
+    """Finds the modules of model folders as the path finder does, with a :class:`_SourceLoader`
+    for their ``.py`` files (the model's helpers are then as fresh as ``model.py``)."""
+
+    _instance: _ModelFolders | None = None
+
+    def __init__(self) -> None:
+        self.roots: set[Path] = set()
+
+    @classmethod
+    def install(cls, root: Path) -> None:
+        """Serve the modules found under ``root`` (a model's folder) from now on."""
+        if cls._instance is None:
+            cls._instance = cls()
+            # just before the path finder: built-in and frozen modules keep precedence
+            finders = sys.meta_path
+            at = next(
+                (i for i, f in enumerate(finders) if f is importlib.machinery.PathFinder),
+                len(finders),
+            )
+            finders.insert(at, cls._instance)
+        cls._instance.roots.add(root.resolve())
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if (
+            spec is None
+            or spec.origin is None
+            or not isinstance(spec.loader, importlib.machinery.SourceFileLoader)
+        ):
+            return spec
+        origin = Path(spec.origin).resolve()
+        if any(origin.is_relative_to(root) for root in self.roots):
+            spec.loader = _SourceLoader(fullname, spec.origin)
+        return spec
+
+
 def _version_package(name: str, folder: Path) -> None:
     """Register ``name`` as the package whose modules are the files of ``folder``."""
     existing = sys.modules.get(name)
@@ -88,7 +140,10 @@ def _version_package(name: str, folder: Path) -> None:
     init = folder / "__init__.py"
     if init.is_file():  # a regular package: its __init__ runs first, as on import
         spec = importlib.util.spec_from_file_location(
-            name, init, submodule_search_locations=[str(folder)]
+            name,
+            init,
+            loader=_SourceLoader(name, str(init)),
+            submodule_search_locations=[str(folder)],
         )
         assert spec is not None and spec.loader is not None
         module = importlib.util.module_from_spec(spec)
