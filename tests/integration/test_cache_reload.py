@@ -14,6 +14,7 @@ local cache.
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -249,3 +250,65 @@ async def test_a_fifo_in_the_model_folder_is_not_read_for_the_scope(
     server, _ = await serve()
     response = await server.infer(InferenceRequest("calc", {"INPUT0": A, "INPUT1": B}))
     assert response.outputs["OUTPUT0"].tolist() == ANSWERS["Add"].tolist()
+
+
+class GatedLocalCache(LocalCache):
+    """The local cache whose lookups can be held (a cache plugin that really awaits, as a
+    remote one does): while ``gate`` is clear, ``get`` sets ``entered`` and waits."""
+
+    name = "gated_local"
+    gate: ClassVar[asyncio.Event | None] = None
+    entered: ClassVar[asyncio.Event | None] = None
+
+    async def get(self, key: bytes) -> Any:
+        if GatedLocalCache.gate is not None and GatedLocalCache.entered is not None:
+            GatedLocalCache.entered.set()
+            await GatedLocalCache.gate.wait()
+        return await super().get(key)
+
+
+class GatedPlugin:
+    @tritonx.hookimpl
+    def tritonx_register_caches(self, registry: tritonx.CacheRegistry) -> None:
+        registry.add(GatedLocalCache)
+
+
+async def test_a_reload_during_a_cache_lookup_serves_the_request(
+    model_repository: ModelRepositoryBuilder,
+    plugin_manager: Any,
+    register_plugin: Callable[[object], None],
+) -> None:
+    """Requests whose lookups are still awaiting the cache when a reload swaps their version
+    out are queued on the version that replaced it, never failed (the reload evicted the old
+    model's entries, so even the request that would have hit misses: no stale answer)."""
+    register_plugin(GatedPlugin())
+    add_calc(model_repository, "Add")
+    settings = loopback_settings(
+        model_repository.root,
+        model_control_mode="explicit",
+        load_model=("calc",),
+        cache_config={"gated_local": {"size": str(1 << 20)}},
+    )
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        await server.infer(InferenceRequest("calc", {"INPUT0": A, "INPUT1": B}))  # cached
+        GatedLocalCache.gate, GatedLocalCache.entered = asyncio.Event(), asyncio.Event()
+        try:
+            other = A * 2
+            miss = asyncio.create_task(
+                server.infer(InferenceRequest("calc", {"INPUT0": other, "INPUT1": B}))
+            )
+            await GatedLocalCache.entered.wait()
+            GatedLocalCache.entered.clear()
+            hit = asyncio.create_task(
+                server.infer(InferenceRequest("calc", {"INPUT0": A, "INPUT1": B}))
+            )
+            await GatedLocalCache.entered.wait()
+            replace(model_repository, "Sub")
+            await server.load_model("calc")  # the old version is retired meanwhile
+            GatedLocalCache.gate.set()
+            assert (await miss).outputs["OUTPUT0"].tolist() == (other - B).tolist()
+            assert (await hit).outputs["OUTPUT0"].tolist() == ANSWERS["Sub"].tolist()
+        finally:
+            GatedLocalCache.gate = GatedLocalCache.entered = None
+        after = await server.infer(InferenceRequest("calc", {"INPUT0": A, "INPUT1": B}))
+        assert after.outputs["OUTPUT0"].tolist() == ANSWERS["Sub"].tolist()

@@ -371,6 +371,7 @@ class DataPlane:
             hit, key = await cache.lookup(request, entry)
             if hit is not None:
                 return hit
+            entry = self._after_lookup(entry, request)
         future = self._enqueue(entry, request)
         try:
             response = await future
@@ -384,6 +385,13 @@ class DataPlane:
         if cache is not None:
             await cache.insert(key, entry, response)
         return response
+
+    def _after_lookup(self, entry: VersionEntry, request: InferenceRequest) -> VersionEntry:
+        """The version to queue a request on after a cache miss: ``entry``, or the version
+        that replaced it while a cache plugin awaited (a reload swapped it out)."""
+        if entry.ready:
+            return entry
+        return self._models.get(request.model_name, request.model_version)
 
     def _enqueue(
         self, entry: VersionEntry, request: InferenceRequest
@@ -434,6 +442,7 @@ class DataPlane:
                     if hit is not None:
                         yield hit
                         return
+                    entry = self._after_lookup(entry, request)
                 response = await self._submit(entry, request)
                 if cache is not None:
                     await cache.insert(key, entry, response)

@@ -187,6 +187,8 @@ class CacheFront:
         """The cached response for ``request`` (a copy with its id) or None, and its key;
         records the hit or miss."""
         assert entry.config is not None and entry.scheduler is not None
+        # (the version may be retired while a cache plugin awaits: its statistics stay)
+        stats = entry.scheduler.stats
         start = time.perf_counter_ns()
         scope = entry.cache_scope
         key = _Key(cache_key(request, scope.prefix if scope is not None else b""))
@@ -197,7 +199,6 @@ class CacheFront:
                 cached = await self.cache.get(key)
             except Exception as exc:
                 self._warn("lookup", exc)
-        stats = entry.scheduler.stats
         elapsed = time.perf_counter_ns() - start
         if cached is None:
             stats.cache_miss.add(elapsed)
