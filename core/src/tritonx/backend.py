@@ -237,6 +237,13 @@ class ModelInstance(abc.ABC):
         """Why ``is_ready()`` is False (shown as the UNAVAILABLE reason in the index)."""
         return "model instance is not ready"
 
+    @property
+    def restarts(self) -> int:
+        """How many times the instance recovered by starting again since it loaded (e.g. a
+        python model's worker process restarted after dying); shown on the status page.
+        0 by default: instances that never restart need not override it."""
+        return 0
+
 
 #: ``--backend-config`` keys every backend may be given (Triton's global backend settings).
 GLOBAL_CONFIG_KEYS = frozenset({"default-max-batch-size"})

@@ -185,6 +185,7 @@ class LoadedVersion:
     :param pending_count: requests accepted but not yet executing.
     :param load_seconds: how long its last successful load took.
     :param cached: whether the response cache sits in front of it (``nv_cache_*`` families).
+    :param restarts: how many times its instances restarted since it loaded.
     """
 
     name: str
@@ -194,3 +195,4 @@ class LoadedVersion:
     pending_count: int
     load_seconds: float
     cached: bool = False
+    restarts: int = 0

@@ -2,7 +2,7 @@
 not ready, over the in-process API, HTTP and gRPC, and with strict readiness (the default)
 neither is the server; both come back by themselves once a worker serves again. A model
 with one of its two instances down still serves, so it stays ready (the other instance takes
-the requests). Workers are killed for real (their pids come from files the model writes).
+the requests). The status page counts each instance's restarts. Workers are killed for real (their pids come from files the model writes).
 """
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
+import aiohttp
 import numpy as np
 import pytest
 import tritonclient.grpc.aio as grpcclient
@@ -40,6 +42,15 @@ async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 30.0
 async def pid_of(server: Server, model: str) -> int:
     request = InferenceRequest(model, {"COMMAND": np.array([b"pid"], dtype=object)})
     return int((await server.infer(request)).outputs["PID"][0])
+
+
+async def status_rows(server: Server) -> list[dict[str, Any]]:
+    """The models of the status page's data (``GET /status/data``)."""
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"http://{server.http_url}/status/data") as response:
+            assert response.status == 200
+            rows: list[dict[str, Any]] = (await response.json())["models"]
+            return rows
 
 
 @pytest.fixture
@@ -94,6 +105,11 @@ async def test_a_model_with_no_live_worker_is_not_ready_nor_is_the_server(
         (state / "crash_initialize").unlink()
         await eventually(lambda: everyone_says(True))
         assert await pid_of(server, "life") > 0
+        # the status page counts the restart that took over (failed attempts are no
+        # restarts), the other model none
+        rows = {r["name"]: r for r in await status_rows(server)}
+        assert rows["life"]["stats"]["restarts"] == 1
+        assert rows["pair"]["stats"]["restarts"] == 0
     finally:
         await http.close()
         await grpc.close()

@@ -193,6 +193,10 @@ class EnsembleScheduler:
         ready = self.server.model_ready
         return all(ready(model, version) for model, version in self._targets)
 
+    def restarts(self) -> int:
+        """An ensemble has no instances of its own (its composing models report theirs)."""
+        return 0
+
     def not_ready_reason(self) -> str:
         for model, version in self._targets:
             if not self.server.model_ready(model, version):

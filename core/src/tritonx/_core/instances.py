@@ -301,6 +301,10 @@ class InstanceScheduler:
                 ready = True
         return ready
 
+    def restarts(self) -> int:
+        """The instances' restarts since they loaded."""
+        return sum(i.restarts for i in self.instances if i is not None)
+
     def not_ready_reason(self) -> str:
         """The first not-ready instance's ``not_ready_reason()``."""
         for instance in self.instances:

@@ -328,6 +328,7 @@ class ModelManager:
                     v.scheduler.pending_count,
                     v.load_seconds,
                     v.cached,
+                    v.scheduler.restarts(),
                 )
 
     # ------------------------------------------------------------------ load / unload API

@@ -65,6 +65,9 @@ class Scheduler(Protocol):
     def not_ready_reason(self) -> str:
         """Why :meth:`is_ready` is False."""
 
+    def restarts(self) -> int:
+        """How many times its instances restarted since it loaded (:attr:`ModelInstance.restarts`)."""
+
     @property
     def inflight(self) -> int:
         """Requests accepted and not yet answered."""

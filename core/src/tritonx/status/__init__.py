@@ -201,6 +201,7 @@ def status_snapshot(dp: DataPlane) -> dict[str, Any]:
             "inference_count": s.inference_count,
             "execution_count": s.execution_count,
             "pending": loaded.pending_count,
+            "restarts": loaded.restarts,
             "latency_quantiles_ms": request_q,
             "queue_quantiles_ms": queue_q,
         }

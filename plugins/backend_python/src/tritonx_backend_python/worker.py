@@ -193,6 +193,7 @@ class WorkerInstance(ModelInstance):
         self._restarter: threading.Thread | None = None
         self._closing = False
         self._failures = 0
+        self._restarts = 0
         self._reason = ""
         self._wake = threading.Event()
         #: batches start from the event loop, which reads their answers itself (not for
@@ -363,6 +364,8 @@ class WorkerInstance(ModelInstance):
                     describe_exit(link.exit_code),
                 )
                 continue
+            with self._cond:
+                self._restarts += 1
             log.info(
                 "python model '%s': instance '%s' restarted (worker pid %d, restart %d)",
                 self.ctx.model_name,
@@ -580,6 +583,11 @@ class WorkerInstance(ModelInstance):
     def not_ready_reason(self) -> str:
         """Why the instance cannot serve ("" while it can)."""
         return "" if self._link is not None else self._reason
+
+    @property
+    def restarts(self) -> int:
+        """How many times a new worker process took over after the previous one died."""
+        return self._restarts
 
     def abort(self) -> bool:
         """Kill the worker process (and one being started) at once, restarting none: the
