@@ -3,7 +3,8 @@
 The config parameter STATE_DIR names a folder. ``initialize`` appends "<time> <pid>" to
 STATE_DIR/starts and writes the pid to STATE_DIR/<instance name>.pid; while
 STATE_DIR/crash_initialize exists it then exits (os._exit(5)), while STATE_DIR/slow_initialize
-exists it first sleeps as many seconds as that file says.
+exists it first sleeps as many seconds as that file says, and while STATE_DIR/hold_initialize
+exists it waits.
 
 COMMAND (BYTES [1]) says what execute does; PID (INT64 [1]) answers the worker's pid and
 SAW_CANCEL (BOOL [1]) whether ``request.is_cancelled()`` turned true:
@@ -41,6 +42,8 @@ class TritonPythonModel:
         slow = self.state / "slow_initialize"
         if slow.exists():
             time.sleep(float(slow.read_text() or "2"))
+        while (self.state / "hold_initialize").exists():  # until the test lets it go on
+            time.sleep(0.02)
         (self.state / f"{args['model_instance_name']}.pid").write_text(str(os.getpid()))
         if (self.state / "crash_initialize").exists():
             os._exit(5)
