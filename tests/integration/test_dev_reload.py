@@ -15,14 +15,10 @@ The tests wait on the server's log and its model events, never on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
-import re
 import subprocess
 import sys
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +28,9 @@ import tritonclient.http as httpclient
 
 import tritonx
 from tritonx import Server
-from tritonx._core.reloader import changed_models
 from tritonx.plugins import make_plugin_manager
 from tritonx.settings_check import SettingsError
-from tritonx.testing import ModelRepositoryBuilder, free_port, identity, loopback_settings
+from tritonx.testing import ModelRepositoryBuilder, ServeProcess, identity, loopback_settings
 
 pytest.importorskip("watchfiles", reason="--reload needs watchfiles (tritonx[reload])")
 
@@ -88,73 +83,23 @@ def onnx_model(k: int) -> bytes:
     ).SerializeToString()
 
 
-class Serve:
-    """``tritonx serve --reload`` over ``root`` (HTTP only, a free loopback port), its log
-    in a file the test reads."""
+class Serve(ServeProcess):
+    """``tritonx serve --reload`` over ``root`` (HTTP only), with the ONNX and Python
+    backends; :meth:`wait_log` reads on from where the previous wait stopped."""
 
-    def __init__(self, root: Path, log: Path, env: dict[str, str], *options: str) -> None:
-        self.url = f"127.0.0.1:{free_port()}"
-        self.log = log
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tritonx",
-                    "serve",
-                    "--reload",
-                    f"--model-repository={root}",
-                    "--http-address=127.0.0.1",
-                    f"--http-port={self.url.rsplit(':', 1)[1]}",
-                    "--allow-grpc=false",
-                    "--allow-metrics=false",
-                    *options,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        self.client = httpclient.InferenceServerClient(self.url)
+    def __init__(self, root: Path, log: Path, *options: str, **env: str | None) -> None:
         self.offset = 0
-        try:
-            self.wait_log("--reload: watching")
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
+        super().__init__(root, log, "--reload", *options, listeners=("http",), env=env)
+        self.client = httpclient.InferenceServerClient(self.http_url)
+        self.wait_log("--reload: watching")
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            self.check_alive()
-            with contextlib.suppress(Exception):
-                if self.client.is_server_ready():
-                    return
-            assert time.monotonic() < deadline, f"not ready:\n{self.log_text()}"
-            threading.Event().wait(0.05)  # a bounded poll of the listener
-
-    def wait_log(self, *patterns: str) -> None:
+    def wait_log(self, *patterns: str) -> int:  # type: ignore[override]
         """Wait until the log, after what earlier waits read, has lines matching
-        ``patterns`` in that order; later waits read on from the last one. (A reload is
-        complete at the model's "successfully loaded '<m>'", which follows the swap, not
-        at its version's "successfully loaded '<m>' version <v>", which precedes it.)"""
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            with self.log.open("rb") as f:
-                f.seek(self.offset)
-                text = f.read().decode(errors="replace")
-            position = 0
-            for pattern in patterns:
-                found = re.compile(pattern).search(text, position)
-                if found is None:
-                    break
-                position = found.end()
-            else:
-                self.offset += len(text[:position].encode())
-                return
-            self.check_alive()
-            assert time.monotonic() < deadline, f"no {patterns} in the log:\n{self.log_text()}"
-            threading.Event().wait(0.02)  # a bounded poll of the log file
+        ``patterns`` in that order. (A reload is complete at the model's "successfully
+        loaded '<m>'", which follows the swap, not at its version's "successfully loaded
+        '<m>' version <v>", which precedes it.)"""
+        self.offset = super().wait_log(self.offset, *patterns)
+        return self.offset
 
     def answer(self, model: str) -> float:
         """The K of ``model``'s answer (OUTPUT0 - INPUT0)."""
@@ -170,40 +115,16 @@ class Serve:
         stats = self.client.get_inference_statistics(model)
         return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
 
-    def check_alive(self) -> None:
-        assert self.proc.poll() is None, f"tritonx serve exited:\n{self.log_text()}"
-
-    def log_text(self) -> str:
-        return self.log.read_text()[-8000:]
-
     def close(self) -> None:
-        self.client.close()
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
+        if hasattr(self, "client"):
+            self.client.close()
+        super().close()
 
 
-@contextlib.contextmanager
-def serving(root: Path, log: Path, env: dict[str, str], *options: str) -> Iterator[Serve]:
-    server = Serve(root, log, env, *options)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
-def plugin_env(**extra: str) -> dict[str, str]:
-    """The environment of a server with the ONNX and Python backends."""
+def needs_backends() -> None:
+    """Skip without the ONNX and Python backends."""
     pytest.importorskip("tritonx_backend_python", reason="needs the Python backend plugin")
     pytest.importorskip("tritonx_backend_onnx", reason="needs the ONNX backend plugin")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    env["TRITONX_PLUGINS"] = "backend_onnx,backend_python"
-    env.update(extra)
-    return env
 
 
 def test_edits_change_the_answers_without_restart(tmp_path: Path) -> None:
@@ -212,7 +133,8 @@ def test_edits_change_the_answers_without_restart(tmp_path: Path) -> None:
     onnx = add_model(repo, "onnx", "onnxruntime", {"model.onnx": onnx_model(10)})
     staging = tmp_path / "staging"
     staging.mkdir()
-    with serving(repo.root, tmp_path / "serve.log", plugin_env()) as serve:
+    needs_backends()
+    with Serve(repo.root, tmp_path / "serve.log") as serve:
         pid = serve.proc.pid
         assert serve.answer("py") == 1 and serve.answer("onnx") == 10
         onnx_answers = 1
@@ -274,9 +196,9 @@ def test_an_edit_of_the_same_size_in_the_same_second(tmp_path: Path) -> None:
     source = py / "1" / "model.py"
     second = time.time_ns() // 10**9 * 10**9
     os.utime(source, ns=(second, second + 1000))
-    env = plugin_env()
-    env.pop("PYTHONDONTWRITEBYTECODE", None)  # what users have: bytecode cached
-    with serving(repo.root, tmp_path / "serve.log", env) as serve:
+    needs_backends()
+    # what users have: bytecode cached
+    with Serve(repo.root, tmp_path / "serve.log", PYTHONDONTWRITEBYTECODE=None) as serve:
         assert serve.answer("py") == 1
         source.write_text(PYTHON_MODEL.format(k=2))  # same size: one digit changed
         os.utime(source, ns=(second, second + 2000))  # the same second, another time
@@ -341,23 +263,6 @@ async def test_explicit_mode_reloads_loaded_models_only(
 
 
 # ------------------------------------------------------------------------ refusals
-
-
-def test_changed_paths_name_their_models(tmp_path: Path) -> None:
-    a, b = tmp_path / "a", tmp_path / "b"
-    changed = changed_models(
-        [a, b],
-        [
-            str(a / "m" / "1"),
-            str(a / "m" / "1" / "model.py"),
-            str(a / "m" / "config.pbtxt"),
-            str(b / "n"),
-            str(a / "top_level_file"),  # a model of its own name: not a folder, not loaded
-            str(a / ".hidden" / "x"),
-            str(tmp_path / "elsewhere" / "x"),
-        ],
-    )
-    assert changed == {"m": "m/1/model.py", "n": "n", "top_level_file": "top_level_file"}
 
 
 @pytest.mark.parametrize("url", ["s3://bucket/models", "gs://bucket/models", "as://acct/c/m"])

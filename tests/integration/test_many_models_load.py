@@ -20,12 +20,7 @@ import contextlib
 import os
 import queue
 import random
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,9 +29,8 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 
-from tritonx.testing import ModelRepositoryBuilder, free_port
+from tritonx.testing import ModelRepositoryBuilder, ServeProcess
 
 pytest.importorskip("onnx", reason="the ONNX models are built with the onnx package")
 pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
@@ -106,6 +100,9 @@ def gather_onnx(weights: np.ndarray) -> bytes:
 
 # ---------------------------------------------------------------------------------- server
 
+#: every server of these tests: explicit mode, nothing loaded at start-up, loads on demand
+ON_DEMAND = ("--model-control-mode=explicit", "--model-load-on-demand=true")
+
 
 def tree_rss(pid: int) -> int:
     """Resident bytes of process ``pid`` and of all its descendants, as the server measures
@@ -125,96 +122,6 @@ def tree_rss(pid: int) -> int:
                     children = Path(f"/proc/{current}/task/{task}/children").read_text()
                     todo.extend(int(c) for c in children.split())
     return total
-
-
-class Serve:
-    """``tritonx serve`` over ``root`` with ``--model-load-on-demand=true`` in explicit
-    mode (nothing loaded at start-up) and the given extra options, on free loopback ports;
-    ready once its HTTP, gRPC and metrics listeners answer. Its log goes to a file (a pipe
-    nobody reads would fill up and block it)."""
-
-    def __init__(self, root: Path, log: Path, *options: str) -> None:
-        self.http_url = f"127.0.0.1:{free_port()}"
-        self.grpc_url = f"127.0.0.1:{free_port()}"
-        self.metrics_url = f"127.0.0.1:{free_port()}"
-        self.log = log
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-        env["TRITONX_PLUGINS"] = "backend_onnx,backend_python"
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tritonx",
-                    "serve",
-                    f"--model-repository={root}",
-                    "--model-control-mode=explicit",
-                    "--model-load-on-demand=true",
-                    "--http-address=127.0.0.1",
-                    f"--http-port={self.http_url.rsplit(':', 1)[1]}",
-                    "--grpc-address=127.0.0.1",
-                    f"--grpc-port={self.grpc_url.rsplit(':', 1)[1]}",
-                    "--metrics-address=127.0.0.1",
-                    f"--metrics-port={self.metrics_url.rsplit(':', 1)[1]}",
-                    *options,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
-
-    def _wait_ready(self, timeout: float = 60.0) -> None:
-        http = httpclient.InferenceServerClient(self.http_url)
-        grpc = grpcclient.InferenceServerClient(self.grpc_url)
-        deadline = time.monotonic() + timeout
-        try:
-            while True:
-                assert self.proc.poll() is None, f"tritonx serve exited:\n{self.log_text()}"
-                with contextlib.suppress(Exception):
-                    if http.is_server_ready() and grpc.is_server_ready() and self.metrics():
-                        return
-                assert time.monotonic() < deadline, f"not ready in {timeout} s:\n{self.log_text()}"
-                # a bounded poll of the listeners: there is no event to wait for
-                threading.Event().wait(0.05)
-        finally:
-            http.close()
-            grpc.close()
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """``/metrics``, as {(sample name, sorted labels): value}."""
-        with urllib.request.urlopen(f"http://{self.metrics_url}/metrics", timeout=30) as answer:
-            text = answer.read().decode()
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-
-    def log_text(self) -> str:
-        return self.log.read_text()[-6000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-
-
-@contextlib.contextmanager
-def serving(root: Path, log: Path, *options: str) -> Iterator[Serve]:
-    server = Serve(root, log, *options)
-    try:
-        yield server
-    finally:
-        server.close()
 
 
 def by_model(metrics: dict[Any, float], sample: str, **match: str) -> dict[str, float]:
@@ -349,7 +256,7 @@ def test_soak_many_models_under_max_loaded_models(soak_repository: Path, tmp_pat
     failures: list[str] = []
     lock = threading.Lock()
 
-    def client_thread(server: Serve, seed: int) -> None:
+    def client_thread(server: ServeProcess, seed: int) -> None:
         data_rng = np.random.default_rng(seed)
         clients = {
             "http": httpclient.InferenceServerClient(server.http_url, network_timeout=120),
@@ -376,8 +283,8 @@ def test_soak_many_models_under_max_loaded_models(soak_repository: Path, tmp_pat
             for client in clients.values():
                 client.close()
 
-    with serving(
-        soak_repository, tmp_path / "serve.log", f"--max-loaded-models={MAX_LOADED}"
+    with ServeProcess(
+        soak_repository, tmp_path / "serve.log", *ON_DEMAND, f"--max-loaded-models={MAX_LOADED}"
     ) as server:
         sampler = Sampler(server.http_url)
         sampling = threading.Thread(target=sampler.run, name="index-sampler")
@@ -488,8 +395,8 @@ def test_memory_budget_holds_with_more_models_than_fit(
     # at the first ONNX load) in this test's base but not in the server's, and would loosen
     # the bound by that library's size; instead the budget leaves room for the library.
     samples: list[Sample] = []
-    with serving(
-        big_repository, tmp_path / "serve.log", f"--model-memory-budget={BUDGET}"
+    with ServeProcess(
+        big_repository, tmp_path / "serve.log", *ON_DEMAND, f"--model-memory-budget={BUDGET}"
     ) as server:
         pid = server.proc.pid
         http = httpclient.InferenceServerClient(server.http_url)

@@ -33,13 +33,8 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-import re
 import shutil
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -50,14 +45,13 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import Server
 from tritonx.errors import TritonXError
 from tritonx.plugins import make_plugin_manager
-from tritonx.testing import ModelRepositoryBuilder, free_port, loopback_settings
+from tritonx.testing import ModelRepositoryBuilder, ServeProcess, loopback_settings
 
 pytest.importorskip("onnx", reason="the ONNX model is built with the onnx package")
 pytest.importorskip("onnxruntime", reason="the ONNX backend needs onnxruntime")
@@ -128,115 +122,6 @@ def write_repository(root: Path) -> None:
 # ---------------------------------------------------------------------------------- server
 
 
-class Serve:
-    """``tritonx serve`` over ``root`` with ``options``, on free loopback ports; ready once
-    its listeners answer. Its log goes to a file the test reads (:meth:`wait_log`)."""
-
-    def __init__(self, root: Path, log: Path, *options: str) -> None:
-        self.http_url = f"127.0.0.1:{free_port()}"
-        self.grpc_url = f"127.0.0.1:{free_port()}"
-        self.metrics_url = f"127.0.0.1:{free_port()}"
-        self.log = log
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-        env["TRITONX_PLUGINS"] = "backend_onnx,backend_python"
-        with log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "tritonx",
-                    "serve",
-                    f"--model-repository={root}",
-                    "--http-address=127.0.0.1",
-                    f"--http-port={self.http_url.rsplit(':', 1)[1]}",
-                    "--grpc-address=127.0.0.1",
-                    f"--grpc-port={self.grpc_url.rsplit(':', 1)[1]}",
-                    "--metrics-address=127.0.0.1",
-                    f"--metrics-port={self.metrics_url.rsplit(':', 1)[1]}",
-                    *options,
-                ],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
-        try:
-            self._wait_ready()
-        except BaseException:
-            self.close()
-            raise
-
-    def _wait_ready(self) -> None:
-        http = httpclient.InferenceServerClient(self.http_url)
-        grpc = grpcclient.InferenceServerClient(self.grpc_url)
-        deadline = time.monotonic() + DEADLINE
-        try:
-            while True:
-                assert self.proc.poll() is None, f"tritonx serve exited:\n{self.log_text()}"
-                with contextlib.suppress(Exception):
-                    if http.is_server_ready() and grpc.is_server_ready() and self.metrics():
-                        return
-                assert time.monotonic() < deadline, f"not ready:\n{self.log_text()}"
-                threading.Event().wait(0.05)  # a bounded poll of the listeners
-        finally:
-            http.close()
-            grpc.close()
-
-    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """``/metrics``, as {(sample name, sorted labels): value} (the parser names a
-        counter's samples with ``_total``)."""
-        with urllib.request.urlopen(f"http://{self.metrics_url}/metrics", timeout=30) as answer:
-            text = answer.read().decode()
-        return {
-            (sample.name, tuple(sorted(sample.labels.items()))): sample.value
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        }
-
-    def log_size(self) -> int:
-        return self.log.stat().st_size
-
-    def wait_log(self, offset: int, *patterns: str) -> int:
-        """Wait until the log, from byte ``offset``, has lines matching ``patterns`` in that
-        order; returns the offset after the last one."""
-        deadline = time.monotonic() + DEADLINE
-        while True:
-            with self.log.open("rb") as f:
-                f.seek(offset)
-                text = f.read().decode(errors="replace")
-            position = 0
-            for pattern in patterns:
-                found = re.compile(pattern).search(text, position)
-                if found is None:
-                    break
-                position = found.end()
-            else:
-                return offset + len(text[:position].encode())
-            assert self.proc.poll() is None, f"tritonx serve exited:\n{self.log_text()}"
-            assert time.monotonic() < deadline, f"no {patterns} in the log:\n{self.log_text()}"
-            threading.Event().wait(0.02)  # a bounded poll of the log file
-
-    def log_text(self) -> str:
-        return self.log.read_text()[-8000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(30)
-
-
-@contextlib.contextmanager
-def serving(root: Path, log: Path, *options: str) -> Iterator[Serve]:
-    server = Serve(root, log, *options)
-    try:
-        yield server
-    finally:
-        server.close()
-
-
 # ---------------------------------------------------------------------------------- traffic
 
 
@@ -262,7 +147,7 @@ class Traffic:
     """16 client threads sending requests to both models until :meth:`stop`; what the
     reloads wrote and completed, shared with them."""
 
-    serve: Serve
+    serve: ServeProcess
     #: the K of the last reload completed, by model
     floor: dict[str, int] = field(default_factory=lambda: dict.fromkeys(MODELS, 100))
     #: the last K written, by model
@@ -439,7 +324,7 @@ class Traffic:
 
 
 @contextlib.contextmanager
-def traffic(serve: Serve) -> Iterator[Traffic]:
+def traffic(serve: ServeProcess) -> Iterator[Traffic]:
     load = Traffic(serve)
     load.start()
     try:
@@ -513,7 +398,7 @@ class Reloads:
         os.rename(staged, self.folder / str(self.version))
 
 
-def explicit_reloads(reloads: Reloads, serve: Serve, plan: str) -> None:
+def explicit_reloads(reloads: Reloads, serve: ServeProcess, plan: str) -> None:
     """``plan``: one letter per reload: ``e`` a rewrite in place, ``v`` a new version folder,
     ``x`` a broken rewrite in place, ``y`` a broken new version folder; each followed by the
     load API (over HTTP and gRPC in turn). A broken one fails and changes nothing served.
@@ -561,7 +446,7 @@ def explicit_reloads(reloads: Reloads, serve: Serve, plan: str) -> None:
         grpc.close()
 
 
-def poll_reloads(reloads: Reloads, serve: Serve, plan: str) -> None:
+def poll_reloads(reloads: Reloads, serve: ServeProcess, plan: str) -> None:
     """``plan``: ``e`` replaces the model file, ``v`` moves a new version folder in; the
     repository poll reloads the model (seen in the log: a load of it that began after the
     change, then its success)."""
@@ -616,7 +501,7 @@ def test_reloads_under_load_fail_no_request(tmp_path: Path) -> None:
     root = tmp_path / "explicit"
     write_repository(root)
     staging = tmp_path / "staging"
-    with serving(
+    with ServeProcess(
         root,
         tmp_path / "explicit.log",
         "--model-control-mode=explicit",
@@ -632,7 +517,7 @@ def test_reloads_under_load_fail_no_request(tmp_path: Path) -> None:
 
     root = tmp_path / "poll"
     write_repository(root)
-    with serving(
+    with ServeProcess(
         root,
         tmp_path / "poll.log",
         "--model-control-mode=poll",

@@ -16,7 +16,8 @@ Helpers: :func:`serve_repository` (a started server over a repository a test wro
 async context manager), :func:`model_status` (a model's state and reason in the repository
 index), :func:`echo_plugin_env` (an environment where the identity backend is an installed
 plugin, for ``tritonx`` subprocesses), :func:`listening` (the addresses a ``tritonx serve``
-subprocess started its listeners on), :func:`listed_plugins` (what ``tritonx plugins``
+subprocess started its listeners on), :class:`ServeProcess` (a ``tritonx serve`` subprocess on
+free loopback ports, its log in a file, ``/metrics`` parsed), :func:`listed_plugins` (what ``tritonx plugins``
 lists for a plugin source tree, without installing it) and :func:`free_port`.
 
 And :class:`BackendContract`, the test suite every backend inherits.
@@ -48,12 +49,14 @@ from tritonx.server import Server
 from tritonx.testing import identity
 from tritonx.testing.contract import BackendContract
 from tritonx.testing.repository import ModelRepositoryBuilder
+from tritonx.testing.serve_process import ServeProcess
 from tritonx.testing.server_thread import ServerThread
 from tritonx.types import ModelState
 
 __all__ = [
     "BackendContract",
     "ModelRepositoryBuilder",
+    "ServeProcess",
     "ServerThread",
     "echo_plugin_env",
     "free_port",
