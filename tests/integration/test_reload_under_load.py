@@ -506,6 +506,7 @@ def test_reloads_under_load_fail_no_request(tmp_path: Path) -> None:
         tmp_path / "explicit.log",
         "--model-control-mode=explicit",
         "--load-model=*",
+        timeout=DEADLINE,
     ) as serve:
         with traffic(serve) as load:
             reloads = {m: Reloads(m, root, load, staging / m) for m in MODELS}
@@ -522,6 +523,7 @@ def test_reloads_under_load_fail_no_request(tmp_path: Path) -> None:
         tmp_path / "poll.log",
         "--model-control-mode=poll",
         "--repository-poll-secs=0.2",
+        timeout=DEADLINE,
     ) as serve:
         with traffic(serve) as load:
             reloads = {m: Reloads(m, root, load, staging / m) for m in MODELS}
