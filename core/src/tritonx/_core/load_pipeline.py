@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -76,6 +77,8 @@ class LoadPipeline:
         self.server = server
         self.cache_enabled = cache_enabled
         self.backends: dict[str, Backend] = {}
+        #: models are completed in worker threads at once: one backend object per name
+        self._backends_lock = threading.Lock()
         self._load_slots = asyncio.Semaphore(max(1, settings.model_load_thread_count))
         self.rate_limiter = RateLimiter.from_settings(
             settings.rate_limit, settings.rate_limit_resource
@@ -237,8 +240,16 @@ class LoadPipeline:
             await asyncio.to_thread(repo.release, name, folder)
 
     def backend(self, name: str, model: str, folder: Path) -> Backend:
+        """The backend object of ``name``, created at its first model (any thread)."""
         backend = self.backends.get(name)
         if backend is not None:
+            return backend
+        with self._backends_lock:
+            return self._create_backend(name, model, folder)
+
+    def _create_backend(self, name: str, model: str, folder: Path) -> Backend:
+        backend = self.backends.get(name)
+        if backend is not None:  # created by another model's thread meanwhile
             return backend
         cls = self.registries.backends.get(name)
         if cls is None:
