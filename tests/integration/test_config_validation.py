@@ -100,11 +100,6 @@ CASES: list[tuple[str, str, str]] = [
         'target_name: [ "OUTPUT0", "OUTPUT0" ] source_input: "INPUT0" } ]\n',
         "target output name 'OUTPUT0' can only be specified once for bo_duplicated_target",
     ),
-    (
-        "bi_valid_refused",
-        IO + batch_input("BATCH_ELEMENT_COUNT", '"INPUT0"'),
-        "batch inputs and batch outputs (model 'bi_valid_refused') are not supported by tritonx",
-    ),
     # ValidateModelConfig
     (
         "negative_max_batch_size",

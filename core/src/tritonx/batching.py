@@ -1,4 +1,9 @@
-"""Helpers for backends that run several requests as one batch (the stack-run-split idiom)."""
+"""Helpers for backends that run several requests as one batch (the stack-run-split idiom).
+
+:class:`BatchIO` is the ragged-batching variant (``allow_ragged_batch`` inputs, ``batch_input``
+and ``batch_output``): ``BatchIO.of(config)`` is None for a model without them; otherwise its
+``concat`` flattens ragged inputs and its ``split`` scatters batch outputs, as Triton's backends
+do. The core adds the batch inputs to the requests of every batch before ``execute``."""
 
 from __future__ import annotations
 
@@ -6,6 +11,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
+from tritonx._core.batch_inputs import BatchIO
 from tritonx.types import InferenceRequest, InferenceResponse
 
 
@@ -39,6 +45,7 @@ def split_outputs(
 
 
 __all__ = [
+    "BatchIO",
     "concat_inputs",
     "split_outputs",
 ]

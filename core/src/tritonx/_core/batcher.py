@@ -13,12 +13,13 @@ Triton's CANCELLED status (failure reason ``CANCELED``), as Triton's queues do.
 
 from __future__ import annotations
 
+import itertools
 import os
 import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 from tritonx.config import ModelConfig
@@ -196,8 +197,11 @@ class DynamicBatcher:
     ) -> None:
         db = config.raw.dynamic_batching if settings is None else settings
         self.max_batch = max(1, config.max_batch_size)
-        self.preferred = frozenset(int(s) for s in db.preferred_batch_size)
-        self.max_preferred = max(self.preferred) if self.preferred else self.max_batch
+        # (Triton's normalization: no preferred size means max_batch_size)
+        self.preferred = frozenset(int(s) for s in db.preferred_batch_size) or frozenset(
+            {self.max_batch}
+        )
+        self.max_preferred = max(self.preferred)
         self.delay_ns = int(db.max_queue_delay_microseconds) * 1000
         self.levels_count = int(db.priority_levels)
         self.default_level = int(db.default_priority_level) if self.levels_count else 1
@@ -214,7 +218,12 @@ class DynamicBatcher:
         self._batching = config.max_batch_size > 0
         self._reject = reject
         self._drop = drop_cancelled
-        self._cond = threading.Condition()
+        lock = threading.RLock()
+        self._cond = threading.Condition(lock)
+        # the queue-timeout thread waits on its own condition (a worker's notify never
+        # wakes it in a worker's place)
+        self._timer_cond = threading.Condition(lock)
+        self._timer: threading.Thread | None = None
         self._count = 0
         self._stopped = False
         self._next_deadline = 0
@@ -235,26 +244,14 @@ class DynamicBatcher:
         )
 
     def split(self, pendings: list[Pending]) -> list[list[Pending]]:
-        """As :meth:`_decide` forms batches without a queue delay: each takes the longest
-        run of requests that fits ``max_batch_size`` with the first one's input shapes."""
+        """As :meth:`_decide` forms batches without a queue delay, one after the other."""
         batches: list[list[Pending]] = []
-        batch: list[Pending] = []
-        total = 0
-        for pending in pendings:
-            size = max(pending.request.batch_size if self._batching else 1, 1)
-            if batch and (
-                total + size > self.max_batch
-                or self._signature(pending) != self._signature(batch[0])
-            ):
-                batches.append(batch)
-                batch, total = [], 0
-            batch.append(pending)
-            total += size
-            if total >= self.max_batch:
-                batches.append(batch)
-                batch, total = [], 0
-        if batch:
-            batches.append(batch)
+        start = 0
+        while start < len(pendings):
+            count, best, _, _ = self._scan(pendings[start:], False)
+            take = best or count
+            batches.append(pendings[start : start + take])
+            start += take
         return batches
 
     # ------------------------------------------------------------------ enqueue
@@ -288,6 +285,12 @@ class DynamicBatcher:
                 pending.deadline_ns = pending.enqueue_ns + timeout
                 if not self._next_deadline or pending.deadline_ns < self._next_deadline:
                     self._next_deadline = pending.deadline_ns
+                    self._timer_cond.notify()
+                if self._timer is None:
+                    self._timer = threading.Thread(
+                        target=self._time_out, name="tritonx-queue-timeout", daemon=True
+                    )
+                    self._timer.start()
             lvl.queue.append(pending)
             self._count += 1
             self._cond.notify()
@@ -336,41 +339,53 @@ class DynamicBatcher:
             )
         return pending.shapes
 
+    def _scan(self, items: Iterable[Pending], drop: bool) -> tuple[int, int, int, bool]:
+        """Triton's ``GetDynamicBatch`` walk over the queue: (requests in the pending batch,
+        requests up to the best preferred size (0: none), the pending batch size, whether the
+        batch cannot grow); count -1 when ``drop`` and a request it reaches is cancelled.
+
+        The pending batch grows while requests fit ``max_batch_size`` and the first one's
+        shapes; the best preferred size is the largest preferred size reached, or the size
+        before the largest preferred size would be exceeded."""
+        pending = count = best = 0
+        first: Pending | None = None
+        for item in items:
+            if drop and item.request.cancelled:
+                return -1, 0, 0, False
+            size = max(item.request.batch_size if self._batching else 1, 1)
+            if first is None:
+                first = item
+            else:
+                if pending + size > self.max_preferred and best == 0:
+                    best = count
+                if pending + size > self.max_batch or self._signature(item) != self._signature(
+                    first
+                ):
+                    return count, best, pending, True
+            pending += size
+            count += 1
+            if pending in self.preferred:
+                best = count
+        return count, best, pending, False
+
     def _decide(self, now: int) -> tuple[int, int]:
         """(how many queued requests to send now, or 0 and when to look again); (-1, 0)
-        when a request the batch would reach is cancelled (drop those first)."""
-        total = count = cut = 0
-        blocked = False
-        first: Pending | None = None
-        drop = self._drop
-        for pending in self._ordered():
-            if drop and pending.request.cancelled:
-                return -1, 0
-            size = pending.request.batch_size if self._batching else 1
-            size = max(size, 1)
-            if first is None:
-                first = pending
-            elif total + size > self.max_batch or self._signature(pending) != self._signature(
-                first
-            ):
-                blocked = True
-                break
-            total += size
-            count += 1
-            if total in self.preferred:
-                cut = count
-            if total >= self.max_batch:
-                blocked = True
-                break
-        assert first is not None
-        waited = now - first.enqueue_ns
-        if cut and waited < self.delay_ns:
-            return cut, 0
-        if blocked or total >= self.max_preferred:
+        when a request the batch would reach is cancelled (drop those first).
+
+        As Triton's ``GetDynamicBatch``: the best preferred batch (:meth:`_scan`) is sent at
+        once unless the oldest request waited the queue delay, in which case everything
+        pending is sent; so is a batch that cannot grow or reached the largest preferred
+        size; otherwise the batch waits for the delay (with no delay: it is sent)."""
+        count, best, pending, send_now = self._scan(self._ordered(), self._drop)
+        if count < 0:
+            return -1, 0
+        oldest = min(p.enqueue_ns for p in itertools.islice(self._ordered(), count))
+        exceeded = self.delay_ns != 0 and now - oldest >= self.delay_ns
+        if best and not exceeded:
+            return best, 0
+        if send_now or pending >= self.max_preferred or exceeded or self.delay_ns == 0:
             return count, 0
-        if self.delay_ns == 0 or waited >= self.delay_ns:
-            return count, 0
-        return 0, first.enqueue_ns + self.delay_ns
+        return 0, oldest + self.delay_ns
 
     def _pop(self, count: int) -> list[Pending]:
         batch: list[Pending] = []
@@ -408,6 +423,18 @@ class DynamicBatcher:
             lvl.queue = keep
         self._next_deadline = next_deadline
 
+    def _time_out(self) -> None:
+        """Apply queue timeouts while no instance asks for a batch (every instance busy):
+        Triton's batcher rejects expired requests while it waits for a free slot."""
+        with self._cond:
+            while not self._stopped:
+                now = time.perf_counter_ns()
+                deadline = self._next_deadline
+                if deadline and now >= deadline:
+                    self._expire(now)
+                    continue
+                self._timer_cond.wait((deadline - now) / 1e9 if deadline else None)
+
     def _drop_cancelled(self) -> None:
         """Fail every queued cancelled request with CANCELLED (Triton's queues do it while
         they look for the next batch)."""
@@ -439,4 +466,5 @@ class DynamicBatcher:
                 lvl.delayed.clear()
             self._count = 0
             self._cond.notify_all()
+            self._timer_cond.notify_all()
         return left

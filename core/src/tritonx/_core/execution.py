@@ -331,7 +331,10 @@ class Async:
         self._started += 1
         start = time.perf_counter_ns()
         try:
-            future = instance.execute_async([p.request for p in batch])
+            requests = [p.request for p in batch]
+            if sched.attach_batch_inputs is not None:
+                sched.attach_batch_inputs(requests)
+            future = instance.execute_async(requests)
         except BaseException as exc:
             self._done(index, batch, start, None, TritonXError.wrap(exc))
             return

@@ -22,6 +22,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from tritonx._core.batch_inputs import BatchIO
 from tritonx._core.batcher import (
     BACKEND,
     CANCELED,
@@ -133,6 +134,11 @@ class InstanceScheduler:
         #: thread that ran a batch, before it is answered (the sequence batcher keeps the
         #: states and issues its slots' next requests)
         self._executed: Executed | None = getattr(self.batcher, "completed", None)
+        #: adds the ``batch_input`` tensors to the requests of each batch it runs
+        batch_io = BatchIO.of(config)
+        self.attach_batch_inputs = (
+            batch_io.attach if batch_io is not None and batch_io.batch_inputs else None
+        )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -514,7 +520,10 @@ class InstanceScheduler:
             batch = self._drop_cancelled(batch)  # (cancelled since it was queued)
             if not batch:
                 return
-        responses, error, times = run_execute(instance, [p.request for p in batch])
+        requests = [p.request for p in batch]
+        if self.attach_batch_inputs is not None:
+            self.attach_batch_inputs(requests)
+        responses, error, times = run_execute(instance, requests)
         self._complete(batch, responses, error, times, post)
 
     def _complete(

@@ -375,8 +375,8 @@ def validate_model_config(config: ModelConfigPb) -> None:
 
 def validate_io(config: ModelConfigPb) -> None:
     """Triton's ``ValidateModelIOConfig``: every input and output, then ``batch_input`` /
-    ``batch_output``; messages end with " for <model>". tritonx runs no batch inputs or
-    outputs, so a config that passes Triton's checks but has them is refused."""
+    ``batch_output``; messages end with " for <model>" (the batch inputs and outputs
+    themselves: ``_core/batch_inputs.py``)."""
     name = config.name
     platform = config.platform
     for t in config.input:
@@ -388,13 +388,6 @@ def validate_io(config: ModelConfigPb) -> None:
         _validate_io_shape(config, "output", t)
         _validate_trt_only_io(t, platform, "output", name)
     _validate_batch_io(config)
-    if len(config.batch_input) or len(config.batch_output):
-        raise TritonXError(
-            f"batch inputs and batch outputs (model '{name}') are not supported by tritonx: "
-            "no tritonx backend receives 'batch_input' tensors or scatters 'batch_output' "
-            "ones; remove them from the config",
-            Code.UNSUPPORTED,
-        )
 
 
 _FORMAT_NHWC = model_config_pb2.ModelInput.Format.FORMAT_NHWC

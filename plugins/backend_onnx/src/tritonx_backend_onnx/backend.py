@@ -24,6 +24,7 @@ from tritonx import (
     ModelConfig,
     ModelInstance,
 )
+from tritonx.batching import BatchIO
 from tritonx.datatypes import DataType
 from tritonx.errors import Code, TritonXError, invalid_arg, not_found
 from tritonx_backend_onnx import accelerators, modelconfig
@@ -217,6 +218,8 @@ class OnnxModelInstance(ModelInstance):
         )
         known = {name for name, _, _ in self._outputs}
         self._outputs_all = self._outputs + [o for o in self._state_outputs if o[0] not in known]
+        #: ragged inputs, batch inputs and batch outputs (None: the model has none)
+        self._batch_io = BatchIO.of(config)
         self._ortvalues = any(dt is DataType.BF16 for _, dt, _ in self._outputs)
         if self._ortvalues and DataType.BYTES in self._input_types.values():
             # BF16 outputs need OrtValue runs, and ONNX Runtime builds no string OrtValues
@@ -234,6 +237,8 @@ class OnnxModelInstance(ModelInstance):
         splitting the results).
         """
         timer = tritonx.compute_timer()
+        if self._batch_io is not None:
+            return self._execute_ragged(requests, self._batch_io, timer)
         if len(requests) > 1 and self._batching and self._same_shapes(requests):
             try:
                 inputs = tritonx.concat_inputs(requests)
@@ -279,6 +284,27 @@ class OnnxModelInstance(ModelInstance):
             else:
                 responses.append(InferenceResponse(outputs=outputs))
         return responses
+
+    def _execute_ragged(
+        self, requests: Sequence[InferenceRequest], batch_io: BatchIO, timer: Any
+    ) -> list[InferenceResponse]:
+        """Run a model with ragged inputs, batch inputs or batch outputs as Triton's ONNX
+        Runtime backend does: always the whole batch in one run (ragged inputs flattened into
+        one 1-dimensional tensor, the batch inputs the core added), batch outputs scattered
+        with their source input's shapes; an error fails every request of the batch."""
+        try:
+            inputs = batch_io.concat(requests)
+            wanted = self._wanted(requests)
+            feeds = self._feeds(inputs)
+            timer.input_done()
+            results = self._infer(feeds, wanted)
+            timer.output_started()
+            total = sum(r.batch_size for r in requests)
+            outputs = self._convert(inputs, wanted, results, total, batch_io.batch_outputs)
+        except Exception as exc:
+            error = _as_error(exc)
+            return [InferenceResponse.failed(error) for _ in requests]
+        return batch_io.split(requests, outputs)
 
     def unload(self) -> None:
         """Drop the session (ONNX Runtime frees its memory)."""
@@ -345,16 +371,24 @@ class OnnxModelInstance(ModelInstance):
         inputs: Mapping[str, np.ndarray],
         wanted: Sequence[tuple[str, DataType, tuple[int, ...]]],
         results: list[Any],
+        total: int | None = None,
+        as_is: frozenset[str] = frozenset(),
     ) -> dict[str, np.ndarray]:
-        """The run's results as numpy arrays of the configured shapes."""
+        """The run's results as numpy arrays of the configured shapes (``total``: the batch
+        size when inputs do not tell it; outputs in ``as_is`` keep the model's shape)."""
         if self._ortvalues:
             results = [ortvalue_to_numpy(v) for v in results]
         batch = next(iter(inputs.values())).shape[0] if self._batching and inputs else None
+        if total is not None and self._batching:
+            batch = total
         outputs: dict[str, np.ndarray] = {}
         for (name, dt, dims), array in zip(wanted, results, strict=True):
             array = np.asarray(array)
             if dt is DataType.BYTES:
                 array = ort_to_bytes(array)
+            if name in as_is:
+                outputs[name] = array
+                continue
             target = (batch, *dims) if batch is not None else dims
             outputs[name] = fit_shape(array, tuple(target))
         return outputs

@@ -135,7 +135,9 @@ def validate(
             _check_dims(name, io.name, info.dims, dims, max_batch, exact=False)
     sb = config.sequence_batching
     injected = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
-    configured = {io.name for io in config.input} | {b.target_name for b in config.batch_input}
+    configured = {io.name for io in config.input} | {
+        n for b in config.batch_input for n in b.target_name
+    }
     uncovered = [n for n in graph_inputs if n not in configured and n not in injected]
     if uncovered:
         expected = len(configured) + len(injected)
@@ -145,6 +147,7 @@ def validate(
             "model configuration)"
         )
     graph_outputs = {t.name: t for t in outputs}
+    scattered = {n for b in config.batch_output for n in b.target_name}
     for io in model_config.outputs:
         info = graph_outputs.get(io.name)
         if info is None:
@@ -153,6 +156,8 @@ def validate(
                 + ", ".join(graph_outputs)
             )
         _check_type(name, "output", io, info)
+        if io.name in scattered:
+            continue  # (Triton: "The batch output shape doesn't necessarily match the model")
         dims = io.reshape if io.reshape is not None else io.dims
         _check_dims(name, io.name, info.dims, dims, max_batch, exact=True)
     if config.HasField("sequence_batching"):
