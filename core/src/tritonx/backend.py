@@ -261,6 +261,9 @@ class Backend(abc.ABC):
     name: ClassVar[str]
     platforms: ClassVar[tuple[str, ...]] = ()
     default_model_filename: ClassVar[str | None] = None
+    #: True when the backend reports a missing model file itself, at load (with its own
+    #: message, e.g. Triton's python backend); False: the core refuses the version first.
+    reports_missing_model_file: ClassVar[bool] = False
     #: Default instance count for KIND_CPU groups that give none (Triton uses 2 for some).
     default_cpu_instance_count: ClassVar[int] = 1
     #: The ``--backend-config=<name>,<key>=<value>`` keys this backend reads, besides

@@ -309,7 +309,11 @@ class LoadPipeline:
         if backend is not None:
             filename = config.raw.default_model_filename or backend.default_model_filename
             model_path = version_path / filename if filename else None
-            if model_path is not None and not model_path.exists():
+            if (
+                model_path is not None
+                and not backend.reports_missing_model_file
+                and not model_path.exists()
+            ):
                 raise TritonXError(
                     f"unable to find '{model_path}' for model '{name}' version {v}",
                     Code.NOT_FOUND,

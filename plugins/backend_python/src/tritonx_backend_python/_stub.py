@@ -98,7 +98,7 @@ class StubRuntime(pb_utils.Runtime):
             response, _final = box.get()
             self._waiting.pop(call_id, None)
             return response
-        iterator = pb_utils.ResponseIterator()
+        iterator = pb_utils.ResponseIterator(functools.partial(self._cancel_bls, call_id))
 
         def pump() -> None:
             while True:
@@ -110,6 +110,10 @@ class StubRuntime(pb_utils.Runtime):
 
         threading.Thread(target=pump, daemon=True, name=f"bls-{call_id}").start()
         return iterator
+
+    def _cancel_bls(self, call_id: int) -> None:
+        """``cancel()`` on a decoupled BLS call's iterator: the server cancels its request."""
+        self._rpc("cancel_bls", call=call_id)
 
     def deliver_bls(self, reply: m.BlsReply) -> None:
         """A BLS reply arrived (reader thread)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonx.backend import AutoCompleteContext, Backend, LoadContext, ModelInstance
-from tritonx.errors import TritonXError, invalid_arg
+from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx_backend_python import _ipc
 from tritonx_backend_python.environment import (
     CACHE_DIR_KEY,
@@ -73,6 +73,7 @@ class PythonBackend(Backend):
 
     name = "python"
     default_model_filename = "model.py"
+    reports_missing_model_file = True
     config_keys = frozenset(
         {
             "execution-mode",
@@ -213,6 +214,14 @@ class PythonBackend(Backend):
         """Start one instance: a worker process, or the model in this process."""
         if ctx.model_path is None:
             raise invalid_arg(f"python model '{ctx.model_name}' names no model file")
+        if not ctx.model_path.is_file():
+            # Triton's stub checks this before it starts Python (and logs it at INFO)
+            message = (
+                f"Failed to preinitialize Python stub: Python model file not found in "
+                f"'{ctx.model_path}'"
+            )
+            ctx.logger.info("%s", message)
+            raise TritonXError(message, Code.INTERNAL)
         requirements = self.requirements(ctx.parameters, ctx.model_dir, ctx.model_name)
         if self._in_process(ctx.parameters, requirements):
             if execution_timeout(ctx.parameters) is not None:

@@ -4,6 +4,7 @@ responses and errors, on the server side."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -11,10 +12,8 @@ import numpy as np
 
 from tritonx.backend import LoadContext
 from tritonx.config import IOConfig, ModelConfig
-from tritonx.datatypes import DataType
-from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.errors import Code, TritonXError
 from tritonx.types import InferenceRequest, InferenceResponse
-from tritonx.wire import dims_str
 from tritonx_backend_python import _ipc, pb_utils
 from tritonx_backend_python.messages import WireError, WireResponse
 
@@ -72,27 +71,34 @@ def to_core_output(array: np.ndarray, datatype: str) -> np.ndarray:
     return array
 
 
-def _dims_match(shape: Sequence[int], dims: Sequence[int]) -> bool:
-    return len(shape) == len(dims) and all(
-        d == -1 or d == s for d, s in zip(dims, shape, strict=True)
-    )
-
-
-def _config_name(datatype: str) -> str:
-    try:
-        return DataType(datatype).config_name
-    except ValueError:
-        return f"TYPE_{datatype}"
+def _config_shape(shape: tuple[int, ...], io: IOConfig, batching: bool) -> tuple[int, ...]:
+    """What Triton's core makes of an output's shape when its config has ``reshape``: the
+    sizes at the reshape's ``-1`` positions fill the ``-1`` positions of ``dims``, after the
+    batch dimension (``InferenceResponse::Output::Reshape``). A shape that does not fit the
+    reshape is left as it is."""
+    assert io.reshape is not None
+    offset = 1 if batching and shape else 0
+    body = shape[offset:]
+    if len(body) != len(io.reshape):
+        return shape
+    variable = [s for s, r in zip(body, io.reshape, strict=True) if r == -1]
+    if sum(1 for d in io.dims if d == -1) != len(variable):
+        return shape
+    sizes = iter(variable)
+    new = (*shape[:offset], *(next(sizes) if d == -1 else d for d in io.dims))
+    return new if math.prod(new) == math.prod(shape) else shape
 
 
 class OutputCheck:
-    """Checks what a python model returns against its config, the way Triton's backends do.
+    """What becomes of the outputs a python model returns, as in Triton.
 
-    Outputs the client will get (those it requested, or every configured output) must have the
-    configured datatype and shape (``-1`` matches any size; batching models add a leading batch
-    dimension; an output with ``reshape`` may also have that shape). Outputs the config does not
-    declare, or the client did not request, are dropped, as Triton's stub prunes them; the
-    state outputs of a sequence batcher's implicit state go to the core as they are.
+    Triton checks neither their datatype nor their shape against the config (the stub keeps
+    the outputs the client requested, or every configured output when it requested none;
+    the core then only looks up the output's config): an output the config does not declare,
+    or the client did not request, is dropped; the others go out as the model made them,
+    except that an output whose config has ``reshape`` gets the config's ``dims`` (the core's
+    ``Reshape``). The state outputs of a sequence batcher's implicit state go to the core as
+    they are.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -101,24 +107,12 @@ class OutputCheck:
         self.batching = config.max_batch_size > 0
         self.states = frozenset(s.output_name for s in config.raw.sequence_batching.state)
 
-    def _shape_ok(self, shape: tuple[int, ...], io: IOConfig) -> bool:
-        if self.batching:
-            if not shape:
-                return False
-            shape = shape[1:]
-        if shape == io.dims:
-            return True
-        return _dims_match(shape, io.dims) or (
-            io.reshape is not None and _dims_match(shape, io.reshape)
-        )
-
     def check(
         self, tensors: Iterable[tuple[str, np.ndarray, str]], requested: Sequence[str] | None
     ) -> dict[str, np.ndarray]:
         """The outputs to return, as the core holds them.
 
         :param tensors: ``(name, array, datatype)`` as the model returned them.
-        :raises TritonXError: INVALID_ARG with Triton's message for a wrong datatype or shape.
         """
         keep = requested or self.names
         out: dict[str, np.ndarray] = {}
@@ -131,35 +125,25 @@ class OutputCheck:
             io = self.outputs.get(name)
             if io is None:
                 continue
-            if datatype != io.datatype.value:
-                raise invalid_arg(
-                    f"unexpected datatype {_config_name(datatype)} for inference output "
-                    f"'{name}', expecting {io.datatype.config_name}"
-                )
-            if not self._shape_ok(array.shape, io):
-                expected = (-1, *io.dims) if self.batching else io.dims
-                raise invalid_arg(
-                    f"unexpected shape for output '{name}', model configuration shape is "
-                    f"{dims_str(expected)}, inference shape is {dims_str(array.shape)}"
-                )
-            out[name] = to_core_output(array, datatype)
+            array = to_core_output(array, datatype)
+            if io.reshape is not None:
+                shape = _config_shape(array.shape, io, self.batching)
+                if shape != array.shape:
+                    array = array.reshape(shape)
+            out[name] = array
         return out
 
     def response(
         self, response: pb_utils.InferenceResponse, requested: Sequence[str] | None
     ) -> InferenceResponse:
-        """A pb_utils response as a core response, its outputs checked (a wrong one turns
-        the response into an error)."""
+        """A pb_utils response as a core response (its outputs as :meth:`check` keeps them)."""
         err = core_error(response.error())
         parameters = parameters_of(response.parameters())
         if err is not None:
             return InferenceResponse(error=err, parameters=parameters)
-        try:
-            outputs = self.check(
-                [(t._name, t._array, t._datatype) for t in response._outputs], requested
-            )
-        except TritonXError as exc:
-            return InferenceResponse(error=exc)
+        outputs = self.check(
+            [(t._name, t._array, t._datatype) for t in response._outputs], requested
+        )
         return InferenceResponse(outputs=outputs, parameters=parameters)
 
 

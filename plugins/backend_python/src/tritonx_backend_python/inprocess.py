@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import sys
+import traceback
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -63,7 +64,7 @@ class InProcessRuntime(pb_utils.Runtime):
             request.timeout(),
             request.parameters(),
         )
-        iterator = pb_utils.ResponseIterator()
+        iterator = pb_utils.ResponseIterator(core.cancel)
 
         def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
             if isinstance(response, TritonXError):
@@ -99,7 +100,10 @@ class InProcessRuntime(pb_utils.Runtime):
         return self.bridge.metrics.op(family, labels, op, value)
 
     def control(self, op: str, **kwargs: Any) -> Any:
-        return self.bridge.submit(self.bridge.control(op, kwargs)).result()
+        try:
+            return self.bridge.submit(self.bridge.control(op, kwargs)).result()
+        except TritonXError as exc:  # as Triton's stub raises the server's error
+            raise pb_utils.TritonModelException(exc.message) from None
 
 
 class InProcessInstance(ModelInstance):
@@ -163,6 +167,9 @@ class InProcessInstance(ModelInstance):
                 pb_requests, _deliverer(requests, check) if self.decoupled else None
             )
         except ExecuteFailed as exc:
+            # logged as Triton's stub logs it (and as a worker does)
+            details = "".join(traceback.format_exception(exc.__cause__ or exc))
+            self.bridge.log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}")
             raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
         if responses is None:
             return None
@@ -175,8 +182,10 @@ class InProcessInstance(ModelInstance):
         """Call the model's ``finalize``."""
         try:
             self.runner.finalize()
-        except Exception:
-            log.exception("finalize of python model '%s' failed", self.name)
+        except Exception as exc:
+            log.exception(
+                "finalize of python model '%s' failed: %s", self.name, exception_text(exc)
+            )
         finally:
             forget_modules(self._module_name)
 

@@ -91,6 +91,8 @@ class WorkerLink:
         self._running: tuple[int, Sequence[InferenceRequest]] | None = None
         #: decoupled requests still open, by key
         self._open: dict[int, InferenceRequest] = {}
+        #: the core requests of the decoupled BLS calls still answering, by call id
+        self._bls_calls: dict[int, InferenceRequest] = {}
         self._control: concurrent.futures.Future[m.Message] | None = None
         self._reader = threading.Thread(
             target=self._read, name=f"tritonx-python-reader-{name}", daemon=True
@@ -395,7 +397,12 @@ class WorkerLink:
             self._reply(m.BlsReply(call_id, wire_response(TritonXError.wrap(exc), writer), True))
             return
 
+        if call.decoupled:
+            self._bls_calls[call_id] = request
+
         def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
+            if final:
+                self._bls_calls.pop(call_id, None)
             if self.gone:
                 return
             self._reply(m.BlsReply(call_id, wire_response(response, writer), final))
@@ -410,6 +417,12 @@ class WorkerLink:
         call_id, op, kwargs = call.call_id, call.op, call.kwargs
         if op == "cancelled":
             self._reply(m.RpcReply(call_id, self.is_cancelled(kwargs["key"]), None))
+            return
+        if op == "cancel_bls":
+            bls = self._bls_calls.get(kwargs["call"])
+            if bls is not None:
+                bls.cancel()
+            self._reply(m.RpcReply(call_id, None, None))
             return
         if op == "metric_value":
             try:

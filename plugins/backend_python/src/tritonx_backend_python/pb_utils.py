@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tritonx_backend_python import _ipc
+from tritonx_backend_python import _dlpack, _ipc
 
 # ---------------------------------------------------------------------- constants
 
@@ -131,6 +131,10 @@ class Runtime:
     """What a model's surroundings provide; the worker or in-process instance installs one."""
 
     model_dir: str = ""
+    #: whether BLS requests may be made: from the end of ``initialize`` until ``finalize``
+    #: starts (Triton's stub refuses them in ``initialize``, ``finalize`` and
+    #: ``auto_complete_config``)
+    bls_open: bool = False
 
     def infer(self, request: InferenceRequest, decoupled: bool) -> Any:
         """Run a BLS request: an :class:`InferenceResponse`, or a :class:`ResponseIterator`."""
@@ -169,6 +173,13 @@ def _set_process_runtime(runtime: Runtime | None) -> None:
 
 def _runtime() -> Runtime:
     return _current.get() or _process_runtime or _default_runtime
+
+
+def _bls_runtime() -> Runtime:
+    runtime = _runtime()
+    if not runtime.bls_open:
+        raise TritonModelException("BLS is only supported during the 'execute' function.")
+    return runtime
 
 
 class _bound_runtime:
@@ -219,16 +230,13 @@ class Tensor:
         return self._name
 
     def as_numpy(self) -> np.ndarray:
-        """The data as a numpy array (BF16 as ``ml_dtypes.bfloat16`` when installed)."""
+        """The data as a numpy array; BF16 is refused as Triton refuses it (numpy has no
+        bfloat16): use ``to_dlpack()`` / ``from_dlpack()``."""
         if self._datatype == "BF16":
-            try:
-                import ml_dtypes
-            except ImportError:
-                raise TritonModelException(
-                    "Tensor dtype is BF16 and cannot be converted to NumPy. Use "
-                    "to_dlpack() and from_dlpack() instead (or install ml_dtypes)."
-                ) from None
-            return self._array.view(ml_dtypes.bfloat16)
+            raise TritonModelException(
+                "Tensor dtype is BF16 and cannot be converted to NumPy. Use "
+                "to_dlpack() and from_dlpack() instead."
+            )
         return self._array
 
     def triton_dtype(self) -> int:
@@ -247,6 +255,8 @@ class Tensor:
         """A DLPack capsule of the data (not for BYTES tensors)."""
         if self._datatype == "BYTES":
             raise TritonModelException("DLPack does not have support for string tensors.")
+        if self._datatype == "BF16":
+            return _dlpack.export_bf16(self._array)
         return self._array.__dlpack__()
 
     def __dlpack__(self, stream: Any = None) -> Any:
@@ -257,14 +267,21 @@ class Tensor:
 
     @staticmethod
     def from_dlpack(name: str, dlpack: Any) -> Tensor:
-        """A tensor from any object with ``__dlpack__`` (torch, numpy, ...)."""
-        if hasattr(dlpack, "__dlpack__"):
-            array = np.from_dlpack(dlpack)
-        else:  # a bare capsule
-            holder = type("_Capsule", (), {})()
-            holder.__dlpack__ = lambda stream=None: dlpack
-            holder.__dlpack_device__ = lambda: (1, 0)
-            array = np.from_dlpack(holder)
+        """A tensor from any object with ``__dlpack__`` (torch, numpy, ...) or a capsule;
+        a bfloat16 one becomes a BF16 tensor."""
+        source = dlpack
+        if not hasattr(dlpack, "__dlpack__"):  # a bare capsule
+            source = type("_Capsule", (), {})()
+            source.__dlpack__ = lambda stream=None: dlpack
+            source.__dlpack_device__ = lambda: (1, 0)
+        try:
+            array = np.from_dlpack(source)
+        except (BufferError, TypeError, ValueError, RuntimeError):
+            capsule = dlpack.__dlpack__() if hasattr(dlpack, "__dlpack__") else dlpack
+            bits = _dlpack.import_bf16(capsule)
+            if bits is None:
+                raise
+            return Tensor(name, bits, datatype="BF16")
         return Tensor(name, array)
 
     def __repr__(self) -> str:
@@ -359,7 +376,8 @@ def _check_parameters(parameters: Any) -> str:
     if isinstance(parameters, str):
         return parameters
     if not isinstance(parameters, dict):
-        raise TritonModelException("Expect parameters to be a dict")
+        # Triton's text names the C++ type it wanted (typeid(py::dict).name() under GCC)
+        raise TritonModelException(f"Expect N8pybind114dictE, got {type(parameters)}")
     for key, value in parameters.items():
         if not isinstance(key, str):
             raise TritonModelException(
@@ -488,6 +506,7 @@ class InferenceRequest:
                 "Unable to send response. Response sender has no reference to the decoupled "
                 "state of the model."
             )
+        self._sender._taken = True
         return self._sender
 
     def is_cancelled(self) -> bool:
@@ -504,12 +523,12 @@ class InferenceRequest:
     def exec(self, decoupled: bool = False) -> Any:
         """Run this BLS request and wait: an :class:`InferenceResponse`, or with
         ``decoupled=True`` an iterator over the responses (errors are response errors)."""
-        return _runtime().infer(self, decoupled)
+        return _bls_runtime().infer(self, decoupled)
 
     async def async_exec(self, decoupled: bool = False) -> Any:
         """Awaitable :meth:`exec`, run in the event loop's executor."""
         loop = asyncio.get_running_loop()
-        runtime = _runtime()
+        runtime = _bls_runtime()
         return await loop.run_in_executor(None, functools.partial(runtime.infer, self, decoupled))
 
     def __repr__(self) -> str:
@@ -575,6 +594,8 @@ class InferenceResponseSender:
         self._lock = threading.Lock()
         self._closed = False
         self._sent = 0
+        #: whether the model took it (``request.get_response_sender()``)
+        self._taken = False
 
     def send(self, response: InferenceResponse | None = None, flags: int = 0) -> None:
         """Send ``response``; ``flags=TRITONSERVER_RESPONSE_COMPLETE_FINAL`` ends the request."""
@@ -614,6 +635,23 @@ class InferenceResponseSender:
     def is_cancelled(self) -> bool:
         """Whether the client cancelled the request."""
         return bool(self._is_cancelled and self._is_cancelled())
+
+    def _count_final(self, response: InferenceResponse) -> None:
+        """A non-decoupled ``execute`` returned ``response`` for this request: count it as
+        the final response (Triton's checks: not a second response, not after the final
+        flag), without delivering it."""
+        with self._lock:
+            if self._sent > 0:
+                raise TritonModelException(
+                    "Unable to send response. Non-decoupled model cannot send more than "
+                    "one response."
+                )
+            if self._closed:
+                raise TritonModelException(
+                    "Unable to send response. Response sender has been closed."
+                )
+            self._closed = True
+            self._sent += 1
 
     def _close(self) -> None:
         with self._lock:
@@ -788,7 +826,14 @@ class Metric:
 
 
 def load_model(model_name: str, config: str = "", files: dict[str, bytes] | None = None) -> None:
-    """Load (or reload) a model; explicit model-control mode only."""
+    """Load (or reload) a model through the server's repository API, with a ``config``
+    override (JSON) and ``files`` (``{"file:<version>/<name>": bytes}``), as the load API
+    takes them; refused as there outside the explicit model-control mode."""
+    if files is not None and not isinstance(files, dict):
+        raise TritonModelException(
+            f"failed to load model '{model_name}', files should be a dictionary of file paths "
+            "and file contents"
+        )
     _runtime().control("load", model_name=model_name, config=config, files=files or {})
 
 
@@ -798,7 +843,21 @@ def unload_model(model_name: str, unload_dependents: bool = False) -> None:
 
 
 def is_model_ready(model_name: str, model_version: str = "") -> bool:
-    """Whether the model (version) is ready."""
+    """Whether the model (``model_version``: a version number as a string; empty: any
+    version) is ready."""
+    if model_version:
+        try:
+            version = int(model_version)
+        except ValueError:
+            raise TritonModelException(
+                "failed to get model version from specified version string "
+                f"'{model_version}' (details: stol), version should be an integral value > 0"
+            ) from None
+        if version < 0:
+            raise TritonModelException(
+                "failed to get model version from specified version string "
+                f"'{model_version}', version should be an integral value > 0"
+            )
     return bool(_runtime().control("ready", model_name=model_name, model_version=model_version))
 
 

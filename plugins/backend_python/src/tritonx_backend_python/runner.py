@@ -18,6 +18,7 @@ import importlib.util
 import inspect
 import sys
 import threading
+import traceback
 from collections.abc import Callable, Coroutine
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -181,48 +182,86 @@ def auto_complete(model_path: Path, module_name: str, config: dict[str, Any]) ->
     return result.as_dict()
 
 
+class BackendCheckFailed(pb_utils.TritonModelException):
+    """A check Triton's backend makes on what ``execute`` returned: its message is reported
+    as it is (no exception type in front), as Triton's stub reports its own exceptions."""
+
+
+class _Answers:
+    """What the response senders of one non-decoupled ``execute`` call have sent: each
+    request's response and whether its final flag came."""
+
+    def __init__(self) -> None:
+        self.responses: dict[int, pb_utils.InferenceResponse] = {}
+        self.final: set[int] = set()
+        self.changed = threading.Condition()
+
+    def send(self, index: int, response: pb_utils.InferenceResponse | None, final: bool) -> None:
+        with self.changed:
+            if response is not None:
+                self.responses[index] = response
+            if final:
+                self.final.add(index)
+                self.changed.notify_all()
+
+    def wait(self, index: int) -> pb_utils.InferenceResponse | None:
+        """The request's response once its final flag came (a sender always sends a response
+        before the final flag of a non-decoupled model)."""
+        with self.changed:
+            self.changed.wait_for(lambda: index in self.final)
+            return self.responses.get(index)
+
+
+#: the error of a request whose ``execute`` returned None for it and never took its sender
+NO_RESPONSE = (
+    "the model returned None for the request and did not take its response sender "
+    "(request.get_response_sender()): no response can come"
+)
+
+
 def check_execute_result(
-    name: str,
-    decoupled: bool,
-    requests: list[pb_utils.InferenceRequest],
-    result: Any,
-    via_sender: dict[int, pb_utils.InferenceResponse],
-) -> list[pb_utils.InferenceResponse] | None:
-    """Triton's checks on what ``execute`` returned; the responses to send back."""
+    name: str, decoupled: bool, requests: list[pb_utils.InferenceRequest], result: Any
+) -> list[pb_utils.InferenceResponse | None] | None:
+    """Triton's checks on what ``execute`` returned: one entry per request (``None`` where
+    the request is answered through its response sender), or ``None`` for decoupled models.
+
+    A response returned for a request counts as that request's final response, as in
+    Triton: a request whose sender already sent its response, or its final flag, fails the
+    call (``Unable to send response. ...``)."""
     if decoupled:
         if result is not None:
-            raise pb_utils.TritonModelException(
+            raise BackendCheckFailed(
                 f"Python model '{name}' is using the decoupled mode and the execute "
                 "function must return None."
             )
         return None
-    if result is None and via_sender:
-        result = [None] * len(requests)
+    if result is None:
+        return [None] * len(requests)
     if not isinstance(result, list):
-        raise pb_utils.TritonModelException(
+        raise BackendCheckFailed(
             f"Expected a list in the execute return, found type '{type(result)}'."
         )
     if len(result) != len(requests):
-        raise pb_utils.TritonModelException(
+        raise BackendCheckFailed(
             "Number of InferenceResponse objects do not match the number of "
             f"InferenceRequest objects. InferenceRequest(s) size is:{len(requests)}, and "
             f"InferenceResponse(s) size is:{len(result)}\n"
         )
-    out: list[pb_utils.InferenceResponse] = []
-    for index, response in enumerate(result):
+    for request, response in zip(requests, result, strict=True):
         if response is None:
-            response = via_sender.get(index)
-            if response is None:
-                response = pb_utils.InferenceResponse(
-                    error=pb_utils.TritonError("the model returned no response for the request")
-                )
-        elif not isinstance(response, pb_utils.InferenceResponse):
-            raise pb_utils.TritonModelException(
+            continue
+        if not isinstance(response, pb_utils.InferenceResponse):
+            raise BackendCheckFailed(
                 "Expected an 'InferenceResponse' object in the execute function return "
                 f"list, found type '{type(response)}'."
             )
-        out.append(response)
-    return out
+        sender = request._sender
+        if sender is not None:
+            try:
+                sender._count_final(response)
+            except pb_utils.TritonModelException as exc:
+                raise BackendCheckFailed(str(exc)) from None
+    return list(result)
 
 
 class ModelRunner:
@@ -264,6 +303,7 @@ class ModelRunner:
             init = getattr(self.model, "initialize", None)
             if init is not None:
                 self._wait(init(args))
+            pb_utils._runtime().bls_open = True
 
     def execute(
         self, requests: list[pb_utils.InferenceRequest], deliver: Deliver | None = None
@@ -275,19 +315,14 @@ class ModelRunner:
             sender is closed then).
         """
         decoupled = self.decoupled
-        via_sender: dict[int, pb_utils.InferenceResponse] = {}
+        answers = None if decoupled else _Answers()
         for index, request in enumerate(requests):
             if decoupled:
                 assert deliver is not None
                 send: Sender = functools.partial(deliver, index)
             else:
-
-                def send(
-                    response: pb_utils.InferenceResponse | None, final: bool, index: int = index
-                ) -> None:
-                    if response is not None:
-                        via_sender[index] = response
-
+                assert answers is not None
+                send = functools.partial(answers.send, index)
             # the server's answer itself, not the request's method: a sender that refers to its
             # request would keep it (and its input tensors' shared memory) until a garbage
             # collection
@@ -304,7 +339,7 @@ class ModelRunner:
                     result = None
                 else:
                     result = future.result()
-            return check_execute_result(self.name, decoupled, requests, result, via_sender)
+            listed = check_execute_result(self.name, decoupled, requests, result)
         except Exception as exc:
             for request in requests:
                 if request._sender is not None:
@@ -313,9 +348,30 @@ class ModelRunner:
         finally:
             if token is not None:
                 pb_utils._current.reset(token)
+        if listed is None:
+            return None
+        assert answers is not None
+        return [
+            self._sent(request, index, answers) if response is None else response
+            for index, (request, response) in enumerate(zip(requests, listed, strict=True))
+        ]
+
+    @staticmethod
+    def _sent(
+        request: pb_utils.InferenceRequest, index: int, answers: _Answers
+    ) -> pb_utils.InferenceResponse:
+        """The response a non-decoupled request gets through its sender (before or after
+        ``execute`` returned): waits for the sender's final flag."""
+        sender = request._sender
+        if sender is None or not (sender._taken or sender.closed):
+            return pb_utils.InferenceResponse(error=pb_utils.TritonError(NO_RESPONSE))
+        response = answers.wait(index)
+        assert response is not None
+        return response
 
     def _failure(self, exc: BaseException) -> str:
-        return failure_message(f"model '{self.name}'", exception_text(exc))
+        text = str(exc) if isinstance(exc, BackendCheckFailed) else exception_text(exc)
+        return failure_message(f"model '{self.name}'", text)
 
     def _async_done(
         self, requests: list[pb_utils.InferenceRequest], future: concurrent.futures.Future[Any]
@@ -328,6 +384,9 @@ class ModelRunner:
             exc = future.exception()
         if exc is None:
             return
+        # Triton's stub logs the coroutine's traceback (Stub::BackgroundFutureDone)
+        with self._bound():
+            pb_utils.Logger.log_error("".join(traceback.format_exception(exc)))
         error = pb_utils.TritonError(self._failure(exc))
         for request in requests:
             sender = request._sender
@@ -344,6 +403,8 @@ class ModelRunner:
         """Call ``finalize`` (if the model has one) and stop the background loop; its
         exceptions propagate."""
         try:
+            with self._bound():
+                pb_utils._runtime().bls_open = False
             fin = getattr(self.model, "finalize", None)
             if fin is not None:
                 with self._bound():

@@ -249,10 +249,15 @@ class WorkerInstance(ModelInstance):
             ) from None
         except EOFError:
             link.shutdown(0)
+            # Triton's text for a stub that died before answering its initialization
+            log.error(
+                "python model instance '%s': the worker process (pid %d) %s during initialize",
+                self.name,
+                proc.pid,
+                describe_exit(link.exit_code),
+            )
             raise TritonXError(
-                f"Stub process '{self.name}' is not healthy: the worker process (pid "
-                f"{proc.pid}) {describe_exit(link.exit_code)} during initialize",
-                Code.INTERNAL,
+                f"Stub process '{self.name}' is not healthy.", Code.INTERNAL
             ) from None
         finally:
             with self._cond:
@@ -526,11 +531,7 @@ class WorkerInstance(ModelInstance):
                     InferenceResponse(error=core_error(err), parameters=parameters_of(params))
                 )
                 continue
-            try:
-                checked = self._check.check(tensors_, request.requested_outputs)
-            except TritonXError as exc:
-                responses.append(InferenceResponse(error=exc))
-                continue
+            checked = self._check.check(tensors_, request.requested_outputs)
             responses.append(InferenceResponse(outputs=checked, parameters=parameters_of(params)))
         return responses
 
