@@ -514,9 +514,9 @@ async def test_statistics_of_the_ensemble_and_its_composing_models(tmp_path: Pat
         assert composing["inference_count"] == 10
     for line in (
         'nv_inference_request_success{model="chain",version="1"} 5',
-        'nv_inference_request_failure{model="chain",version="1",reason="OTHER"} 1',
+        'nv_inference_request_failure{model="chain",reason="OTHER",version="1"} 1',
         'nv_inference_request_success{model="mul3",version="1"} 5',
-        'nv_inference_request_failure{model="add1",version="1",reason="BACKEND"} 1',
+        'nv_inference_request_failure{model="add1",reason="BACKEND",version="1"} 1',
         'nv_inference_exec_count{model="chain",version="1"} 5',
     ):
         assert line in metrics.splitlines(), line

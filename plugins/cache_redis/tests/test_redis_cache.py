@@ -351,7 +351,6 @@ async def test_password(
     [
         ({"host": "127.0.0.1"}, "didn't specify address. Must at a minimum specify 'host' and"),
         ({"port": "6379"}, "didn't specify address"),
-        ({"host": "h", "port": "http"}, "'port' must be an integer from 1 to 65535, got 'http'"),
         ({"host": "h", "port": "70000"}, "'port' must be an integer from 1 to 65535"),
         ({"host": "h", "port": "1", "db": "-1"}, "'db' must be an integer"),
         ({"host": "h", "port": "1", "pool_size": "0"}, "'pool_size' must be an integer from 1"),
@@ -398,9 +397,48 @@ async def test_unreachable_redis_fails_start_up(
     with pytest.raises(TritonXError) as info:
         async with Server(settings, plugin_manager=plugin_manager):
             pass
-    assert str(info.value).startswith(
-        f"Failed to initialize RedisCache: cannot reach Redis at 127.0.0.1:{port}: "
+    assert str(info.value) == (
+        f"Failed to initialize RedisCache: failed to connect to Redis (127.0.0.1:{port}): "
+        "Connection refused"
     )
+
+
+@pytest.mark.parametrize(
+    ("config", "messages"),
+    [
+        # Triton's redis cache reads the port with atoi ("nonexistent" is 0), then connects
+        (
+            {"host": "localhost", "port": "nonexistent"},
+            ["failed to connect to Redis (localhost:0): Connection refused"],
+        ),
+        # the host is resolved before the port is used: its error wins
+        (
+            {"host": "nonexistent.invalid", "port": "nonexistent"},
+            [
+                "failed to connect to Redis (nonexistent.invalid:0): Name or service not known",
+                "failed to connect to Redis (nonexistent.invalid:0): Temporary failure in name "
+                "resolution",
+            ],
+        ),
+    ],
+)
+async def test_connection_failures_have_tritons_texts(
+    model_repository: ModelRepositoryBuilder,
+    plugin_manager: pluggy.PluginManager,
+    config: dict[str, str],
+    messages: list[str],
+) -> None:
+    settings = loopback_settings(
+        model_repository.root,
+        allow_http=False,
+        allow_grpc=False,
+        allow_metrics=False,
+        cache_config={"redis": config},
+    )
+    with pytest.raises(TritonXError) as info:
+        async with Server(settings, plugin_manager=plugin_manager):
+            pass
+    assert str(info.value) in [f"Failed to initialize RedisCache: {m}" for m in messages]
 
 
 # ---------------------------------------------------------------- TLS

@@ -26,7 +26,7 @@ from tritonx._core.inflight import InFlight
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
-from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest, InferenceResponse
 from tritonx.wire import request_prefix
 
 if TYPE_CHECKING:
@@ -60,10 +60,21 @@ class _Step:
     input_dims: Mapping[str, tuple[int, ...]]
 
 
-#: An ensemble tensor's value: the array and the batch size of the request that made it
-#: (0 when it came from a model without batching), or None when the step that should have
-#: written it did not (the tensor is then an absent optional input downstream).
-_Value = tuple[np.ndarray, int] | None
+#: The sequence parameters a step's output carries to the steps that read it (Triton's
+#: ``parameter_override_``): (correlation id, request flags).
+_Seq = tuple[int | str, int]
+
+#: An ensemble tensor's value: the array (None when it is absent: an optional ensemble input
+#: the request left out, or an output its step did not produce, which is then an absent
+#: optional input downstream), the batch size of the request that made it (0 when it came
+#: from a model without batching) and, for a step's output, its sequence parameters.
+_Value = tuple[np.ndarray | None, int, _Seq | None]
+
+#: The most requested-output sets whose pruned data flow an ensemble keeps.
+_PLAN_CACHE = 64
+
+#: Response parameters of a composing model that set the sequence parameters of its outputs.
+_SEQ_PARAMS = ("sequence_id", "sequence_start", "sequence_end")
 
 
 def _reshaped(
@@ -163,12 +174,44 @@ class EnsembleScheduler:
                     uses.append(index)
         self.steps = tuple(steps)
         self.consumers = {t: tuple(s) for t, s in consumers.items()}
+        #: ensemble tensor → the step that writes it
+        self.producers = {t: s.index for s in self.steps for t in s.outputs.values()}
+        self._plans: dict[frozenset[str], Mapping[str, tuple[int, ...]]] = {}
+        self.full_plan = self.plan(None)
         self._targets = tuple(dict.fromkeys((s.model, s.version) for s in self.steps))
         limit = int(raw.ensemble_scheduling.max_inflight_requests)
         self.limiters = tuple(_Limiter(limit) for _ in self.steps) if limit > 0 else ()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: set[_Run] = set()
         self._inflight = InFlight()
+
+    def plan(self, requested: Sequence[str] | None) -> Mapping[str, tuple[int, ...]]:
+        """The data flow of a request for ``requested`` (None: every output): tensor → the
+        steps that read it, without the steps none of whose outputs lead to a requested
+        output (Triton prunes them: they do not run)."""
+        key = frozenset(self.outputs if requested is None else requested)
+        known = self._plans.get(key)
+        if known is not None:
+            return known
+        active: set[int] = set()
+        needed = set(key)
+        pending = list(key)
+        while pending:
+            index = self.producers.get(pending.pop())
+            if index is None or index in active:  # an ensemble input, or a step seen
+                continue
+            active.add(index)
+            for _, tensor in self.steps[index].inputs:
+                if tensor not in needed:
+                    needed.add(tensor)
+                    pending.append(tensor)
+        consumers = {
+            tensor: tuple(i for i in steps if i in active)
+            for tensor, steps in self.consumers.items()
+        }
+        if len(self._plans) < _PLAN_CACHE:
+            self._plans[key] = consumers
+        return consumers
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -311,6 +354,53 @@ class EnsembleScheduler:
             run.request.compute_sink(*phases)
 
 
+def _sequence_override(parameters: Mapping[str, object], correlation_id: int | str) -> _Seq | None:
+    """The sequence parameters a composing model's response sets (``sequence_id``,
+    ``sequence_start``, ``sequence_end``), or None when it sets none; INVALID_ARG with
+    Triton's messages for a parameter of the wrong type."""
+    if not any(name in parameters for name in _SEQ_PARAMS):
+        return None
+    flags = 0
+    if "sequence_id" in parameters:
+        value = parameters["sequence_id"]
+        if isinstance(value, np.integer):
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TritonXError(
+                "expected parameter 'sequence_id' to be TRITONSERVER_PARAMETER_INT or "
+                "TRITONSERVER_PARAMETER_STRING",
+                Code.INVALID_ARG,
+            )
+        correlation_id = value
+    for name, bit in (("sequence_start", SEQUENCE_START), ("sequence_end", SEQUENCE_END)):
+        if name not in parameters:
+            continue
+        value = parameters[name]
+        if not isinstance(value, (bool, np.bool_)):
+            raise TritonXError(
+                f"expect parameter '{name}' to be TRITONSERVER_PARAMETER_BOOL", Code.INVALID_ARG
+            )
+        if value:
+            flags |= bit
+    return correlation_id, flags
+
+
+def _sequence_parameters(seq: _Seq, request_id: int | str) -> dict[str, int | str | bool]:
+    """The response parameters Triton adds to an ensemble response for an output a step
+    wrote: its sequence id (typed as the ensemble request's correlation id) and flags."""
+    correlation_id, flags = seq
+    sequence_id: int | str
+    if isinstance(request_id, str):
+        sequence_id = correlation_id if isinstance(correlation_id, str) else str(correlation_id)
+    else:
+        sequence_id = correlation_id if isinstance(correlation_id, int) else 0
+    return {
+        "sequence_id": sequence_id,
+        "sequence_start": bool(flags & SEQUENCE_START),
+        "sequence_end": bool(flags & SEQUENCE_END),
+    }
+
+
 @dataclass(eq=False)
 class _Run:
     """One ensemble request on its way through the steps (Triton's ``EnsembleContext``).
@@ -336,6 +426,8 @@ class _Run:
     recorded: bool | None = None
     batch_size: int = 0
     _values: dict[str, dict[int, _Value]] = field(default_factory=dict)
+    #: this request's data flow (:meth:`EnsembleScheduler.plan`)
+    _consumers: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     _counters: dict[str, int] = field(default_factory=dict)
     _launched: set[tuple[int, int]] = field(default_factory=set)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -353,10 +445,11 @@ class _Run:
         request = self.request
         self._done = asyncio.get_running_loop().create_future()
         self.batch_size = request.batch_size if sched.batching else 0
+        requested = request.requested_outputs
+        self._consumers = sched.full_plan if requested is None else sched.plan(requested)
         updated: list[tuple[str, int]] = []
         for name in sched.inputs:
-            array = request.inputs.get(name)
-            value: _Value = None if array is None else (array, self.batch_size)
+            value: _Value = (request.inputs.get(name), self.batch_size, None)
             updated.append((name, self._add(name, value)))
         jobs = self._launch(updated)
         try:
@@ -410,9 +503,10 @@ class _Run:
             return []
         sched = self.scheduler
         values = self._values
+        consumers = self._consumers
         jobs: list[tuple[_Step, InferenceRequest]] = []
         for tensor, iteration in updated:
-            for index in sched.consumers.get(tensor, ()):
+            for index in consumers.get(tensor, ()):
                 key = (index, iteration)
                 if key in self._launched:
                     continue
@@ -443,14 +537,31 @@ class _Run:
     def _request(self, step: _Step, iteration: int) -> InferenceRequest:
         request = self.request
         inputs: dict[str, np.ndarray] = {}
+        # Triton's InitStep: the step's sequence parameters are the ensemble request's, or
+        # those its inputs carry from the steps that wrote them (the first input's when they
+        # differ, with Triton's error line)
+        correlation_id, flags = request.correlation_id, request.flags
+        carried = False
         for model_input, tensor in step.inputs:
-            value = self._values[tensor][iteration]
-            if value is None:  # an optional input nobody wrote
+            array, batch_size, seq = self._values[tensor][iteration]
+            if array is not None:  # else an optional input nobody wrote
+                inputs[model_input] = _reshaped(
+                    step.input_dims.get(model_input, ()), step.batching, batch_size, array
+                )
+            if seq is None:
                 continue
-            array, batch_size = value
-            inputs[model_input] = _reshaped(
-                step.input_dims.get(model_input, ()), step.batching, batch_size, array
-            )
+            if carried and seq != (correlation_id, flags):
+                log.error(
+                    "%sDifferent set of response parameters are set for '%s'. Parameter "
+                    "correlation ID %s, flags %d is used.",
+                    request_prefix(request.id),
+                    step.model,
+                    correlation_id,
+                    flags,
+                )
+                continue
+            correlation_id, flags = seq
+            carried = True
         self._prune(step, iteration)
         step_request = InferenceRequest(
             model_name=step.model,
@@ -459,8 +570,8 @@ class _Run:
             id=request.id,
             parameters=dict(request.parameters) if request.parameters else {},
             requested_outputs=step.requested,
-            correlation_id=request.correlation_id,
-            flags=request.flags,
+            correlation_id=correlation_id,
+            flags=flags,
             priority=request.priority,
             timeout_us=request.timeout_us,
             trace=request.trace.spawn_child() if request.trace is not None else None,
@@ -484,12 +595,13 @@ class _Run:
     def _prune(self, step: _Step, iteration: int) -> None:
         """Drop the step's input values that no other step of this iteration still needs
         (decoupled streams would otherwise keep every iteration)."""
-        sched = self.scheduler
         launched = self._launched
+        consumers = self._consumers
+        wanted = self._wanted()
         for _, tensor in step.inputs:
-            if tensor in sched.output_dims:
+            if tensor in wanted:  # the response takes it
                 continue
-            if all((c, iteration) in launched for c in sched.consumers[tensor]):
+            if all((c, iteration) in launched for c in consumers[tensor]):
                 self._values[tensor].pop(iteration, None)
 
     async def _run_step(
@@ -559,10 +671,23 @@ class _Run:
         if not response.empty:
             batch_size = request.batch_size if step.batching else 0
             produced = response.outputs
+            # Triton's ConsumeResponse: outputs carry the step's sequence parameters, or
+            # those the response's parameters set; a mapped output the model did not
+            # produce carries the overridden ones (flags 0 unless set), as Triton's
+            seq: _Seq = (request.correlation_id, request.flags)
+            missing = (request.correlation_id, 0)
+            if response.parameters:
+                override = _sequence_override(response.parameters, request.correlation_id)
+                if override is not None:
+                    seq = missing = override
+            consumers = self._consumers
+            wanted = self._wanted()
             updated: list[tuple[str, int]] = []
             for model_output, tensor in step.outputs.items():
+                if not consumers.get(tensor) and tensor not in wanted:
+                    continue  # read by no step this request runs, and not asked for
                 array = produced.get(model_output)
-                value: _Value = None if array is None else (array, batch_size)
+                value: _Value = (array, batch_size, seq if array is not None else missing)
                 updated.append((tensor, self._add(tensor, value)))
             jobs = self._launch(updated)
             if self.error is None:
@@ -593,19 +718,24 @@ class _Run:
         if iteration is None:
             return None
         sched = self.scheduler
+        consumers = self._consumers
         outputs: dict[str, np.ndarray] = {}
+        parameters: dict[str, int | str | bool] = {}
         for name in sched.outputs:
             if name not in wanted:
                 continue
-            value = values[name][iteration]
-            if not sched.consumers.get(name):
+            array, batch_size, seq = values[name][iteration]
+            if not consumers.get(name):
                 del values[name][iteration]
-            if value is None:  # "Composing models did not output tensor"
+            if array is None:
+                log.debug("Composing models did not output tensor %s", name)
                 continue
-            array, batch_size = value
             outputs[name] = _reshaped(sched.output_dims[name], sched.batching, batch_size, array)
+            if seq is not None:  # Triton: a step's output brings its sequence parameters
+                parameters.update(_sequence_parameters(seq, self.request.correlation_id))
         return InferenceResponse(
             outputs=outputs,
+            parameters=parameters,
             model_name=sched.name,
             model_version=sched.version,
             id=self.request.id,

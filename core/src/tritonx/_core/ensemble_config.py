@@ -322,4 +322,9 @@ def validate_with_composing(config: Any, composing: Mapping[str, Any]) -> bool:
             queue.append(nxt)
     decoupled = label != 0
     config.model_transaction_policy.decoupled = decoupled
+    if decoupled and config.response_cache.enable:  # Triton: ValidateModelConfig, after this
+        raise invalid_arg(
+            f"Response Cache does not currently support model {name} with 'decoupled' "
+            "transaction policy. Please disable the response cache."
+        )
     return decoupled

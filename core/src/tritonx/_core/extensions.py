@@ -33,9 +33,8 @@ def build_cache(
     if not names:
         return None
     if len(names) > 1:
-        raise PluginError(
-            f"--cache-config names {len(names)} caches ({', '.join(sorted(names))}); "
-            "only one response cache can be used"
+        raise PluginError(  # tritonserver's text
+            "found multiple cache configurations, but only a single cache is currently supported"
         )
     name = names[0]
     return _registered(registries.caches, name, "cache", "--cache-config")(cache_config[name])

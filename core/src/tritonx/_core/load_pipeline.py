@@ -252,10 +252,17 @@ class LoadPipeline:
         if backend is not None:  # created by another model's thread meanwhile
             return backend
         cls = self.registries.backends.get(name)
-        if cls is None:
+        if cls is None:  # Triton's text; where it came from, and the cure, in the log
+            log.warning(
+                "model '%s' at %s names backend '%s', which no installed tritonx plugin "
+                "provides: install the plugin that provides it",
+                model,
+                folder,
+                name,
+            )
             raise invalid_arg(
-                f"unable to find backend library for backend '{name}' (model '{model}' at "
-                f"{folder}); install a tritonx plugin that provides it"
+                f"unable to find backend library for backend '{name}', try specifying runtime "
+                "on the model configuration."
             )
         settings = dict(self.settings.backend_config.get("", {}))
         settings.update(self.settings.backend_config.get(name, {}))

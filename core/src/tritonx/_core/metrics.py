@@ -3,7 +3,9 @@
 Names, help texts, types and labels are Triton's (core ``metrics.cc``,
 ``metric_model_reporter.cc``): counters carry no ``_total`` suffix, per-model series are
 labelled ``model`` and ``version`` (plus ``_<tag>`` for ``metric_tags``), failures also
-``reason``. Statistics and metrics read the same counters, so they always agree.
+``reason`` (one series per reason, ``REJECTED``, ``CANCELED``, ``BACKEND``, ``OTHER``, from the
+model's load on); labels are written sorted by name, as Triton's prometheus-cpp writes its
+label maps (``{model="m",reason="OTHER",version="1"}``, a tag ``_team`` first). Statistics and metrics read the same counters, so they always agree.
 """
 
 from __future__ import annotations
@@ -312,6 +314,8 @@ class TritonMetrics:
         for v in self.loaded_versions():
             labels = [("model", v.name), ("version", str(v.version))]
             labels += [(f"_{k}", val) for k, val in v.metric_tags]
+            # Triton's labels are a std::map: prometheus-cpp writes them sorted by name
+            labels.sort()
             out.append(_Version(tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached))
         return out
 
@@ -349,7 +353,7 @@ def _request_families(
         "Number of failed inference requests, all batch sizes",
         "counter",
         (
-            f"nv_inference_request_failure{_labels((*v.labels, ('reason', r)))} {v.stats.fail_reasons.get(r, 0)}\n"
+            f"nv_inference_request_failure{_labels(sorted((*v.labels, ('reason', r))))} {v.stats.fail_reasons.get(r, 0)}\n"
             for v in versions
             for r in FAILURE_REASONS
         ),

@@ -40,6 +40,7 @@ import numpy as np
 
 from tritonx.cache import SCOPE_BYTES, ResponseCache
 from tritonx.datatypes import serialize_bytes_tensor
+from tritonx.errors import TritonXError
 from tritonx.repository import walk_files
 from tritonx.types import InferenceRequest, InferenceResponse
 
@@ -161,8 +162,9 @@ class CacheFront:
     """Looks requests up in the configured cache and stores successful responses.
 
     A cache plugin that raises is never allowed to fail a request: its lookup counts as a
-    miss and its insert is dropped, with a warning (at most one every
-    :data:`WARN_INTERVAL_S` seconds).
+    miss, with a warning (at most one every :data:`WARN_INTERVAL_S` seconds), and its insert
+    is dropped with Triton's error line ``Failed to insert key [<key>] into response cache:
+    <reason>`` (a response larger than the whole cache, a store that is gone).
     """
 
     def __init__(self, cache: ResponseCache) -> None:
@@ -239,8 +241,13 @@ class CacheFront:
         scope._stored_by(self)
         try:
             await self.cache.put(key, response)
-        except Exception as exc:
-            self._warn("insert", exc)
+        except Exception as exc:  # Triton's line: a response that does not fit, a store gone
+            message = exc.message if isinstance(exc, TritonXError) else str(exc)
+            log.error(
+                "Failed to insert key [%s] into response cache: %s",
+                bytes(key).hex(),
+                message or type(exc).__name__,
+            )
         elapsed = time.perf_counter_ns() - start
         lookup_ns = key.lookup_ns if isinstance(key, _Key) else 0
         stats = scheduler.stats

@@ -2,7 +2,8 @@
 
 Triton's default cache, rewritten: entries live in this process, the least recently used ones
 are evicted once their total size would pass ``size`` bytes, and an entry larger than the
-whole cache is not stored. An entry's size is what its outputs occupy (numeric tensors: their
+whole cache is not stored (the insert fails with Triton's "Cache entry is larger than total
+cache size"). An entry's size is what its outputs occupy (numeric tensors: their
 bytes; BYTES tensors: their serialized size, 4 bytes of length per element plus the contents)
 plus its key and output names, so a cache of ``size`` bytes never holds more tensor data than
 that.
@@ -26,7 +27,7 @@ import numpy as np
 
 from tritonx.cache import SCOPE_BYTES, ResponseCache, copy_tensor
 from tritonx.datatypes import bytes_tensor_byte_size
-from tritonx.errors import invalid_arg
+from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.hookspecs import hookimpl
 from tritonx.registry import CacheRegistry
 from tritonx.types import InferenceResponse
@@ -119,14 +120,8 @@ class LocalCache(ResponseCache):
     async def put(self, key: bytes, response: InferenceResponse) -> None:
         key = bytes(key)
         size = entry_size(key, response)
-        if size > self.capacity:
-            log.debug(
-                "local cache: a response of %d bytes is larger than the cache (%d bytes); "
-                "not stored",
-                size,
-                self.capacity,
-            )
-            return
+        if size > self.capacity:  # Triton's local cache refuses it with this text
+            raise TritonXError("Cache entry is larger than total cache size", Code.INTERNAL)
         entry = _Entry(
             tuple((name, copy_tensor(array)) for name, array in response.outputs.items()),
             tuple(response.parameters.items()),

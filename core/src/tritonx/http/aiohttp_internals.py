@@ -18,8 +18,12 @@ each must have):
   way; nothing more is framed or served (aiohttp's own ``data_received`` checks the same).
 * ``_waiter`` (read): the future aiohttp's request loop (``start``) awaits for the next request;
   pending means aiohttp is idle, so a fast request may be answered now (answers leave in order).
-* ``_messages`` (read): the requests aiohttp parsed and has not handled; non-empty means a
-  request's headers are complete (the header deadline ends) and aiohttp is busy.
+* ``_messages`` (read, its entries replaced): the requests aiohttp parsed and has not
+  handled; non-empty means a request's headers are complete (the header deadline ends) and
+  aiohttp is busy. With ``raw_values`` (headers are forwarded), a request just parsed whose
+  header values ended in spaces or tabs is replaced there by a copy (``_replace``, the
+  message's named-tuple API) whose ``raw_headers`` keep them: aiohttp's parser strips them,
+  Triton forwards the bytes as sent.
 * ``_request_in_progress`` (written), ``_handler_waiter`` (read): aiohttp's graceful
   ``shutdown`` waits for a request in progress through that future; a fast request counts as
   one, and resolves the future when answered.
@@ -57,7 +61,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from aiohttp import web
 
-from tritonx.http.framing import MAX_HEAD, parse_head
+from tritonx.http.framing import MAX_HEAD, chunked_with_length, dechunk, parse_head
 
 if TYPE_CHECKING:
     from tritonx.http.fast_infer import FastCall, FastInfer
@@ -134,6 +138,8 @@ class Connection(web.RequestHandler):
         "_no_fast",
         "_on_lost",
         "_opened_at",
+        "_raw_values",
+        "_ws_tail",
     )
 
     def __init__(
@@ -144,9 +150,15 @@ class Connection(web.RequestHandler):
         header_timeout: float,
         body_timeout: float = 0.0,
         fast: FastInfer | None = None,
+        raw_values: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(manager, **kwargs)
+        #: keep the trailing whitespace of header values (they are forwarded)
+        self._raw_values = raw_values
+        #: received bytes with a header line ending in whitespace, whose request aiohttp has
+        #: not parsed yet (its head continues in the next bytes)
+        self._ws_tail = b""
         #: the connection's loop (the ``loop`` aiohttp was given), for its clock and timers
         self._event_loop: asyncio.AbstractEventLoop = kwargs["loop"]
         self._listener = listener
@@ -253,9 +265,54 @@ class Connection(web.RequestHandler):
 
     def _feed(self, data: bytes) -> None:
         """Hand ``data`` to aiohttp's parser."""
-        super().data_received(data)
+        if self._raw_values and (self._ws_tail or b" \r\n" in data or b"\t\r\n" in data):
+            parsed = len(self._messages)
+            super().data_received(data)
+            self._keep_trailing_whitespace(data, parsed)
+        else:
+            super().data_received(data)
         if self._header_since and self._messages:
             self._header_since = 0.0  # its headers are complete
+
+    def _keep_trailing_whitespace(self, data: bytes, parsed: int) -> None:
+        """Give the requests aiohttp parsed from ``data`` (those after the first ``parsed``
+        of its queue) the header values as received, trailing spaces and tabs included."""
+        messages = self._messages
+        buf = self._ws_tail + data if self._ws_tail else data
+        if len(messages) == parsed:  # the head goes on in the next bytes
+            self._ws_tail = buf[-MAX_HEAD:]
+            return
+        self._ws_tail = b""
+        pos = 0
+        for index in range(parsed, len(messages)):
+            message: Any = messages[index][0]  # (or the error of a request it refused)
+            payload = messages[index][1]
+            raw = getattr(message, "raw_headers", None)
+            if not raw:
+                continue
+            target = f"{message.method} {message.path} ".encode("utf-8", "surrogateescape")
+            start = buf.find(target, pos)
+            end = buf.find(b"\r\n\r\n", start) if start >= 0 else -1
+            if end < 0:
+                continue
+            pos = end
+            kept: dict[tuple[bytes, bytes], list[bytes]] = {}
+            for line in buf[start:end].split(b"\r\n")[1:]:
+                name, _, value = line.partition(b":")
+                value = value.lstrip(b" \t")
+                stripped = value.rstrip(b" \t")
+                if stripped != value:
+                    kept.setdefault((name.lower(), stripped), []).append(value)
+            if not kept:
+                continue
+            headers = []
+            for name, value in raw:
+                sent = kept.get((name.lower(), value))
+                headers.append((name, sent.pop(0)) if sent else (name, value))
+            messages[index] = (message._replace(raw_headers=tuple(headers)), payload)
+        rest = buf[pos:]  # (a next request's head may have begun)
+        if b" \r\n" in rest or b"\t\r\n" in rest:
+            self._ws_tail = rest[-MAX_HEAD:]
 
     def _route(self, data: bytes) -> None:
         """Frame ``data`` into requests: a plain ``/infer`` arriving while aiohttp is idle
@@ -284,7 +341,23 @@ class Connection(web.RequestHandler):
                 return
             head = parse_head(data[start:end])
             if head is None:
-                break
+                mixed = chunked_with_length(data[start:end])
+                if mixed is None:
+                    break
+                stop = end + 4 + mixed[1]
+                if stop > size:
+                    if self._header_timeout <= 0:  # nothing would bound the wait
+                        break
+                    self._inbox += memoryview(data)[start:]
+                    self._need = stop - start  # (the header deadline bounds the wait)
+                    return
+                body = dechunk(data[end + 4 : stop])
+                if body is None:
+                    break  # aiohttp answers it (400)
+                # Triton de-chunks it: aiohttp gets the decoded body with its length
+                self._feed(b"%s\r\ncontent-length: %d\r\n\r\n%s" % (mixed[0], len(body), body))
+                start = stop
+                continue
             body_start = end + 4
             stop = body_start + head.length
             route = fast.route(head) if self._waiting() and not self._no_fast else None

@@ -13,10 +13,32 @@ from tritonx.http.binary import Body
 from tritonx.http.errors import BodyError
 
 
-def _too_large(size: int, limit: int) -> BodyError:
+def _too_large(size: int, limit: int, header: str | None) -> BodyError:
+    """Triton's text for a body over ``--http-max-input-size``, by the kind of body
+    (``header``: its ``Inference-Header-Content-Length``): a JSON body ("request JSON size
+    of ..."), a raw binary body (header length 0: "Raw input has a byte_size ... that exceeds
+    the maximum allowed value ..."), a JSON header followed by binary data (its header over
+    the limit: Triton's JSON text; its binary data: "... exceeds the maximum allowed value
+    ...")."""
+    hint = "Use --http-max-input-size to increase the limit."
+    json_length = None
+    if header is not None:
+        text = header.strip()
+        json_length = int(text) if text.isascii() and text.isdigit() else None
+    if header is None or (json_length is not None and json_length > limit):
+        length = size if header is None else json_length
+        return BodyError(
+            f"request JSON size of {length} bytes exceeds the maximum allowed input size of "
+            f"{limit} bytes. {hint}"
+        )
+    if json_length == 0:
+        return BodyError(
+            f"Raw input has a byte_size ({size} bytes) that exceeds the maximum allowed value "
+            f"of {limit} bytes. {hint}"
+        )
     return BodyError(
-        f"request size of {size} bytes exceeds the maximum allowed input size of {limit} "
-        "bytes. Use --http-max-input-size to increase the limit."
+        f"request of {size} bytes (JSON header and binary input data) exceeds the maximum "
+        f"allowed value of {limit} bytes. {hint}"
     )
 
 
@@ -47,15 +69,16 @@ async def read_body(request: web.Request, limit: int, timeout: float = 0.0) -> B
     length = None if compressed else request.content_length
     if length is not None:
         if length > limit:
-            raise _too_large(length, limit)
+            raise _too_large(length, limit, request.headers.get("Inference-Header-Content-Length"))
         if length == 0:
             return b""
     stream = request.content
+    header = request.headers.get("Inference-Header-Content-Length")
     if stream.is_eof() or timeout <= 0:  # all of it is here already: no waiting
-        return await _read_body(stream, length, limit, compressed, None, 0.0)
+        return await _read_body(stream, length, limit, compressed, header, None, 0.0)
     try:
         async with asyncio.timeout(timeout) as deadline:
-            return await _read_body(stream, length, limit, compressed, deadline, timeout)
+            return await _read_body(stream, length, limit, compressed, header, deadline, timeout)
     except TimeoutError:
         raise BodyError(
             f"timed out reading the request body: no data for {timeout:g} s", 408
@@ -67,6 +90,7 @@ async def _read_body(
     length: int | None,
     limit: int,
     compressed: bool,
+    header: str | None,
     deadline: asyncio.Timeout | None,
     timeout: float,
 ) -> Body:
@@ -115,7 +139,7 @@ async def _read_body(
                             f"{limit} bytes. Use --http-max-input-size to increase the limit."
                         )
                     else:
-                        raise _too_large(end, limit)
+                        raise _too_large(end, limit, header)
                     break
                 if end > grown.size:
                     grown.resize(min(cap, max(end, 2 * grown.size)), refcheck=False)

@@ -89,3 +89,67 @@ def parse_head(raw: bytes) -> Head | None:
     else:
         return None
     return Head(parts[0], parts[1], parts[2], fields, length, plain)
+
+
+_HEX = b"0123456789abcdefABCDEF"
+
+
+def chunked_with_length(raw: bytes) -> tuple[bytes, int] | None:
+    """A head with both ``Content-Length`` and ``Transfer-Encoding: chunked`` (which llhttp,
+    and so aiohttp, refuses with 400 while Triton's HTTP server de-chunks the body): the head
+    without those two fields and the declared length; None for any other head, or one that
+    would not be framable without them (a repeated field among the two, another coding)."""
+    lines = raw.split(b"\r\n")
+    kept = [lines[0]]
+    coding: bytes | None = None
+    declared: bytes | None = None
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        key = name.lower()
+        if key == b"transfer-encoding":
+            if coding is not None:
+                return None
+            coding = value.strip(b" \t").lower()
+        elif key == b"content-length":
+            if declared is not None:
+                return None
+            declared = value.strip(b" \t")
+        else:
+            kept.append(line)
+    if coding != b"chunked" or declared is None or not declared.isdigit() or len(declared) > 18:
+        return None
+    head = b"\r\n".join(kept)
+    if parse_head(head) is None:
+        return None
+    return head, int(declared)
+
+
+def dechunk(body: bytes) -> bytes | None:
+    """The data of a whole chunked body (chunk extensions and trailer fields dropped); None
+    when it is malformed or does not end exactly where ``body`` ends."""
+    out = bytearray()
+    pos = 0
+    size = len(body)
+    while True:
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        text = body[pos:eol].split(b";", 1)[0].strip(b" \t")
+        if not text or len(text) > 16 or text.translate(None, _HEX):
+            return None
+        length = int(text, 16)
+        pos = eol + 2
+        if length == 0:
+            break
+        end = pos + length
+        if body[end : end + 2] != b"\r\n":
+            return None
+        out += body[pos:end]
+        pos = end + 2
+    while True:  # trailer fields up to the blank line
+        eol = body.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        if eol == pos:
+            return bytes(out) if eol + 2 == size else None
+        pos = eol + 2

@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -123,6 +125,9 @@ def decode_generate_request(
         string, number or bool.
     """
     doc = parse_json_header(body, len(body), max_input_size)
+    specs = {spec.name: spec for spec in config.metadata_specs()}
+    if isinstance(doc, dict) and _may_repeat(body, specs):
+        doc = _ordered(body)
     request = InferenceRequest(model_name=model_name, inputs={}, model_version=model_version)
     if isinstance(doc, dict) and "id" in doc:
         rid = doc["id"]
@@ -131,9 +136,34 @@ def decode_generate_request(
         request.id = rid
     if not isinstance(doc, dict):
         raise internal("attempt to get members for non-object")
-    specs = {spec.name: spec for spec in config.metadata_specs()}
     _convert(doc, specs, request, max_input_size, top=True)
     return request
+
+
+class _Members(dict[str, Any]):
+    """A JSON object that keeps its members in document order, repeated names included
+    (:attr:`members`; the mapping holds the last value of each, as orjson's)."""
+
+    members: list[tuple[str, Any]]
+
+
+def _members(pairs: list[tuple[str, Any]]) -> _Members:
+    obj = _Members(pairs)
+    obj.members = pairs
+    return obj
+
+
+def _may_repeat(body: Body, specs: Mapping[str, TensorSpec]) -> bool:
+    """Whether an input's name appears more than once in the body (a repeated member
+    would be one; orjson keeps only its last value)."""
+    raw = bytes(body) if isinstance(body, memoryview) else body
+    return any(raw.count(orjson.dumps(name)) > 1 for name in specs)
+
+
+def _ordered(body: Body) -> Any:
+    """The body parsed again with every object's members in order (Triton's generate adds
+    inputs member by member: a repeated input fails at its second occurrence)."""
+    return json.loads(bytes(body), object_pairs_hook=_members)
 
 
 def _convert(
@@ -145,7 +175,8 @@ def _convert(
     top: bool,
 ) -> None:
     consumed = 0  # input bytes so far, per object as in Triton
-    for key, value in doc.items():
+    members = doc.members if isinstance(doc, _Members) else doc.items()
+    for key, value in members:
         if top and key == PARAMETERS_KEY:
             if key in specs:
                 raise invalid_arg(

@@ -84,6 +84,8 @@ class HTTPLimits:
     body_timeout: float = 60.0
     keepalive_timeout: float = 620.0
     max_connections: int = 0
+    #: header values keep their trailing whitespace (``--http-header-forward-pattern``)
+    raw_header_values: bool = False
 
     @property
     def handler_keepalive(self) -> float:
@@ -100,6 +102,7 @@ class HTTPLimits:
             max_connections=settings.http_max_connections
             if settings.http_max_connections > 0
             else default_max_connections(),
+            raw_header_values=bool(settings.http_header_forward_pattern),
         )
 
 
@@ -237,6 +240,7 @@ class LimitedSite(web.BaseSite):
             header_timeout=self._limits.header_timeout,
             body_timeout=self._limits.body_timeout,
             fast=self._fast,
+            raw_values=self._limits.raw_header_values,
             loop=asyncio.get_running_loop(),
             **self._handler_kwargs,
         )

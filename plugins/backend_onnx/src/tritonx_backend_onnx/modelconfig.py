@@ -110,6 +110,26 @@ def validate(
     max_batch = config.max_batch_size
     graph_inputs = {t.name: t for t in inputs}
     allowed_inputs = {**{t.name: t for t in initializers}, **graph_inputs}
+    # onnxruntime_backend's count, checked first: the configured inputs but the optional
+    # ones (taken for initializers), the batch inputs, the sequence controls and states
+    # (tritonx also accepts an overridable initializer configured as a required input)
+    sb = config.sequence_batching
+    expected = (
+        sum(1 for io in config.input if not io.optional)
+        + len(config.batch_input)
+        + len({c.name for c in sb.control_input})
+        + len(sb.state)
+    )
+    required_initializers = sum(
+        1
+        for io in config.input
+        if not io.optional and io.name not in graph_inputs and io.name in allowed_inputs
+    )
+    if len(graph_inputs) not in (expected, expected - required_initializers):
+        raise invalid_arg(
+            f"unable to load model '{name}', configuration expects {expected} inputs, model "
+            f"provides {len(graph_inputs)}"
+        )
     for io in model_config.inputs:
         if io.optional and max_batch != 0:
             raise invalid_arg(
@@ -133,19 +153,6 @@ def validate(
                 )
         else:
             _check_dims(name, io.name, info.dims, dims, max_batch, exact=False)
-    sb = config.sequence_batching
-    injected = {c.name for c in sb.control_input} | {s.input_name for s in sb.state}
-    configured = {io.name for io in config.input} | {
-        n for b in config.batch_input for n in b.target_name
-    }
-    uncovered = [n for n in graph_inputs if n not in configured and n not in injected]
-    if uncovered:
-        expected = len(configured) + len(injected)
-        raise invalid_arg(
-            f"unable to load model '{name}', configuration expects {expected} inputs, model "
-            f"provides {len(graph_inputs)} (model input(s) {', '.join(uncovered)} not in the "
-            "model configuration)"
-        )
     graph_outputs = {t.name: t for t in outputs}
     scattered = {n for b in config.batch_output for n in b.target_name}
     for io in model_config.outputs:

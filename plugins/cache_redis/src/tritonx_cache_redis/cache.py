@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import socket
 import threading
 import time
 from collections.abc import Mapping
@@ -71,6 +72,17 @@ def _int(config: Mapping[str, str], key: str, default: int, low: int, high: int)
     return int(text)
 
 
+def _port(config: Mapping[str, str]) -> int:
+    """``port`` read as Triton's redis cache reads it (``atoi``: its leading digits, 0 when
+    there are none, so a name fails at connection time, after the host is resolved); at most
+    65535."""
+    text = config["port"].strip()
+    digits = text[: len(text) - len(text.lstrip("0123456789"))] if text else ""
+    if not text.isascii() or (digits and int(digits) > 65535):
+        raise _fail(f"'port' must be an integer from 1 to 65535, got '{config['port']}'")
+    return int(digits) if digits else 0
+
+
 def _seconds(config: Mapping[str, str], key: str, default_ms: int) -> float | None:
     ms = _int(config, key, default_ms, 0, 2**31 - 1)
     return None if ms == 0 else ms / 1000
@@ -127,7 +139,7 @@ class RedisSettings:
             raise _fail("cert and key must be given together")
         return cls(
             host=config["host"],
-            port=_int(config, "port", 6379, 1, 65535),
+            port=_port(config),
             db=_int(config, "db", 0, 0, 2**31 - 1),
             user=config.get("user") or os.environ.get(USERNAME_ENV) or None,
             password=config.get("password") or os.environ.get(PASSWORD_ENV) or None,
@@ -222,6 +234,15 @@ class RedisCache(tritonx.ResponseCache):
         super().__init__(config)
         self.settings = RedisSettings.parse(self.config)
         try:
+            self._connect()
+        except OSError as exc:  # Triton's (hiredis's) text: the host resolved first, then the port
+            reason = exc.strerror or str(exc) or type(exc).__name__
+            raise TritonXError(
+                f"Failed to initialize RedisCache: failed to connect to Redis "
+                f"({self.settings.address}): {reason}",
+                Code.INTERNAL,
+            ) from exc
+        try:
             _run_isolated(self._ping())
         except (RedisError, OSError) as exc:
             raise TritonXError(
@@ -235,6 +256,25 @@ class RedisCache(tritonx.ResponseCache):
         self._down = False
         self._warned_at = -60.0
         log.info("response cache 'redis': connected to %s", self.settings.address)
+
+    def _connect(self) -> None:
+        """Resolve the host, then open (and close) a TCP connection to the port: OSError
+        (``socket.gaierror`` for a host that does not resolve) when either fails."""
+        settings = self.settings
+        infos = socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+        error: OSError | None = None
+        for family, kind, proto, _, address in infos:
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(settings.connect_timeout)
+                sock.connect(address)
+                return
+            except OSError as exc:
+                error = exc
+            finally:
+                sock.close()
+        assert error is not None
+        raise error
 
     async def _ping(self) -> None:
         client = self.settings.client()
