@@ -53,7 +53,11 @@ def main(argv: list[str] | None = None) -> int:
         try:
             for name, tree in (("old", args.old), ("new", args.new)):
                 ports = (free_port(), free_port(), free_port())
-                env = dict(os.environ, PYTHONPATH=str(tree.resolve() / "core" / "src"))
+                # the tree's core and plugins (entry points come from the installed
+                # metadata: a plugin whose entry module moved must be disabled)
+                sources = [tree.resolve() / "core" / "src"]
+                sources += sorted((tree.resolve() / "plugins").glob("*/src"))
+                env = dict(os.environ, PYTHONPATH=os.pathsep.join(map(str, sources)))
                 with (work / f"{name}.log").open("wb") as log:
                     proc = subprocess.Popen(
                         run.tritonx_cmd(repo, ports),
