@@ -237,6 +237,17 @@ class ModelInstance(abc.ABC):
         """Why ``is_ready()`` is False (shown as the UNAVAILABLE reason in the index)."""
         return "model instance is not ready"
 
+    def probe_ready(self) -> str | None:
+        """Ask the model itself whether it can serve (Triton's
+        ``TRITONBACKEND_ModelInstanceReady``; e.g. a python model's own ``is_ready()``).
+
+        Called from a worker thread by the model-readiness endpoints only (HTTP
+        ``/v2/models/<m>/ready``, gRPC ``ModelReady``), never per request; may block (bound
+        it yourself). Return None when ready, else why not: the model is then NOT READY
+        there (as in Triton: any instance not ready makes the model not ready). Default:
+        None (nothing to ask)."""
+        return None
+
     @property
     def restarts(self) -> int:
         """How many times the instance recovered by starting again since it loaded (e.g. a

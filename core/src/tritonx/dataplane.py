@@ -8,6 +8,7 @@ with Triton's codes and messages.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
@@ -73,6 +74,8 @@ DECOUPLED_MESSAGES = {
     "grpc": "ModelInfer RPC doesn't support models with decoupled transaction policy",
     "inprocess": "infer() doesn't support models with decoupled transaction policy: use infer_stream()",
 }
+
+log = logging.getLogger("tritonx.dataplane")
 
 
 def tritonx_version() -> str:
@@ -227,6 +230,36 @@ class DataPlane:
         except TritonXError:
             return False
         return True
+
+    async def model_ready_probed(self, name: str, version: int | None = None) -> bool:
+        """:meth:`model_ready`, and the model asked as well (``ModelInstance.probe_ready``,
+        e.g. a python model's ``is_ready()``), as Triton's model-readiness endpoints do; a
+        version found not ready logs Triton's ``Model '<m>' version <v> is not ready: <why>``."""
+        try:
+            entry = self._models.get(name, version)
+        except TritonXError:
+            found = self._loaded_version(name, version)
+            if found is not None and found.scheduler is not None:
+                why = found.scheduler.not_ready_reason()
+                log.info("Model '%s' version %d is not ready: %s", name, found.version, why)
+            return False
+        scheduler = entry.scheduler
+        reason = await scheduler.probe_ready() if scheduler is not None else None
+        if reason is None:
+            return True
+        log.info("Model '%s' version %d is not ready: %s", name, entry.version, reason)
+        return False
+
+    def _loaded_version(self, name: str, version: int | None) -> VersionEntry | None:
+        """A loaded (not necessarily ready) version of ``name``: ``version``, or the latest."""
+        try:
+            versions = self._models.find(name).versions
+        except TritonXError:
+            return None
+        if version is not None:
+            return versions.get(version)
+        loaded = [v for v in versions.values() if v.scheduler is not None]
+        return max(loaded, key=lambda v: v.version) if loaded else None
 
     def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
         entry = self._models.get(name, version)

@@ -240,6 +240,10 @@ class EnsembleScheduler:
         """An ensemble has no instances of its own (its composing models report theirs)."""
         return 0
 
+    async def probe_ready(self) -> str | None:
+        """Nothing to ask: an ensemble is ready while its composing models are."""
+        return None
+
     def not_ready_reason(self) -> str:
         for model, version in self._targets:
             if not self.server.model_ready(model, version):

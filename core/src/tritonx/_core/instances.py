@@ -307,6 +307,19 @@ class InstanceScheduler:
                 ready = True
         return ready
 
+    async def probe_ready(self) -> str | None:
+        """Ask every instance that can be asked (overrides ``probe_ready``), at once; the
+        first reason any gives (Triton: one instance not ready makes the model not ready)."""
+        probes = [
+            asyncio.to_thread(i.probe_ready)
+            for i in self.instances
+            if i is not None and type(i).probe_ready is not ModelInstance.probe_ready
+        ]
+        if not probes:
+            return None
+        reasons = await asyncio.gather(*probes)
+        return next((r for r in reasons if r is not None), None)
+
     def restarts(self) -> int:
         """The instances' restarts since they loaded."""
         return sum(i.restarts for i in self.instances if i is not None)

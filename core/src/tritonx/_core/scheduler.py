@@ -65,6 +65,10 @@ class Scheduler(Protocol):
     def not_ready_reason(self) -> str:
         """Why :meth:`is_ready` is False."""
 
+    async def probe_ready(self) -> str | None:
+        """Ask the instances' models whether they can serve (:meth:`ModelInstance.probe_ready`);
+        None: ready, else the first reason."""
+
     def restarts(self) -> int:
         """How many times its instances restarted since it loaded (:attr:`ModelInstance.restarts`)."""
 

@@ -91,7 +91,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         except TritonXError as exc:
             return fail(context, exc)
         return service_pb2.ModelReadyResponse(
-            ready=self.dataplane.model_ready(request.name, version)
+            ready=await self.dataplane.model_ready_probed(request.name, version)
         )
 
     async def ServerMetadata(

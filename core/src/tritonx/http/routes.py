@@ -333,7 +333,7 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
             version = parse_version(version_str)
         except TritonXError as exc:
             return response_for(exc)
-        if dp.model_ready(model, version):
+        if await dp.model_ready_probed(model, version):
             return web.Response(status=200)
         return error_response("Model version not ready", 400)
     version = parse_version(version_str)

@@ -184,6 +184,17 @@ class Worker:
                     self.runtime.deliver_bls(message)
                 elif type(message) is m.RpcReply:
                     self.runtime.deliver_rpc(message)
+                elif type(message) is m.ReadyCheck:
+                    threading.Thread(
+                        target=self.check_ready, args=(message.call_id,), daemon=True
+                    ).start()
+
+    def check_ready(self, call_id: int) -> None:
+        """Answer a :class:`~messages.ReadyCheck` with the model's ``is_ready()`` (its own
+        thread: the reader goes on delivering BLS replies meanwhile)."""
+        runner = self.runner
+        assert runner is not None
+        self.send(m.ReadyAnswer(call_id, runner.readiness()))
 
     def server_gone(self) -> NoReturn:
         """The server is gone: exit (the segments go with the process: they have no name)."""
@@ -248,7 +259,8 @@ class Worker:
         except Exception as exc:
             self.send(m.InitFailed(exception_text(exc), traceback.format_exc()))
             return False
-        self.send(m.Ready(os.getpid()))
+        model = self.runner.model
+        self.send(m.Ready(os.getpid(), callable(getattr(model, "is_ready", None))))
         return True
 
     def finalize(self) -> None:

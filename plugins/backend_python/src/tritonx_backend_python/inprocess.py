@@ -178,6 +178,11 @@ class InProcessInstance(ModelInstance):
             for r, request in zip(responses, requests, strict=True)
         ]
 
+    def probe_ready(self) -> str | None:
+        """The model's own ``is_ready()``, if it defines one (in this process: no timeout
+        can stop it)."""
+        return self.runner.readiness()
+
     def unload(self) -> None:
         """Call the model's ``finalize``."""
         try:

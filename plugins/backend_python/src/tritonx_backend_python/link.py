@@ -94,6 +94,11 @@ class WorkerLink:
         #: the core requests of the decoupled BLS calls still answering, by call id
         self._bls_calls: dict[int, InferenceRequest] = {}
         self._control: concurrent.futures.Future[m.Message] | None = None
+        #: the model defines ``is_ready()`` (set from its Ready message)
+        self.probes = False
+        #: readiness checks waiting for their answer, by call id
+        self._ready_checks: dict[int, concurrent.futures.Future[str | None]] = {}
+        self._ready_ids = itertools.count(1)
         self._reader = threading.Thread(
             target=self._read, name=f"tritonx-python-reader-{name}", daemon=True
         )
@@ -116,6 +121,22 @@ class WorkerLink:
         is gone; its segment is then free again)."""
         with self._data_lock:
             m.send(self.proc.data, message)
+
+    def check_ready(self, timeout: float) -> str | None:
+        """The model's own ``is_ready()`` (None: ready), or why it cannot tell: no answer
+        within ``timeout`` seconds, or the worker gone."""
+        call_id = next(self._ready_ids)
+        future: concurrent.futures.Future[str | None] = concurrent.futures.Future()
+        self._ready_checks[call_id] = future
+        try:
+            self.send(m.ReadyCheck(call_id))
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            return f"is_ready() did not answer within {timeout:g} s"
+        except (OSError, EOFError, ValueError):
+            return f"Stub process '{self.name}' is not healthy."
+        finally:
+            self._ready_checks.pop(call_id, None)
 
     def _reply(self, message: m.Message) -> None:
         try:
@@ -353,6 +374,10 @@ class WorkerLink:
                 self.bridge.metrics.op(
                     message.family, labels_of(message.labels), message.op, message.value
                 )
+            case m.ReadyAnswer():
+                check = self._ready_checks.pop(message.call_id, None)
+                if check is not None and not check.done():
+                    check.set_result(message.reason)
             case _:
                 control = self._control
                 if control is not None and not control.done():

@@ -110,6 +110,14 @@ class RpcReply(Message):
     error: str | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReadyCheck(Message):
+    """Call the model's ``is_ready()`` (on the control socket, beside a running
+    ``execute``); answered by :class:`ReadyAnswer`."""
+
+    call_id: int
+
+
 # ---------------------------------------------------------------------- worker -> server
 
 
@@ -118,6 +126,16 @@ class Ready(Message):
     """``initialize`` returned."""
 
     pid: int
+    #: the model defines ``is_ready()`` (answers :class:`ReadyCheck`)
+    probes: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ReadyAnswer(Message):
+    """The answer to :class:`ReadyCheck` ``call_id``: None (ready) or why not."""
+
+    call_id: int
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,6 +260,8 @@ KINDS: tuple[type[Message], ...] = (
     Log,
     NewMetricFamily,
     MetricUpdate,
+    ReadyCheck,
+    ReadyAnswer,
 )
 _MAKE: tuple[Callable[..., Message], ...] = KINDS
 

@@ -399,6 +399,23 @@ class ModelRunner:
                 except pb_utils.TritonModelException:
                     pass  # closed meanwhile
 
+    def readiness(self) -> str | None:
+        """The model's own ``is_ready()`` (awaited when a coroutine): None when it returned
+        True, else why the model is not ready (False, a non-boolean, an exception)."""
+        check = getattr(self.model, "is_ready", None)
+        if check is None:
+            return None
+        try:
+            with self._bound():
+                result = self._wait(check())
+        except Exception as exc:
+            return f"is_ready() raised: {exception_text(exc)}"
+        if result is True:
+            return None
+        if result is False:
+            return "is_ready() returned False"
+        return f"is_ready() must return a bool, got {type(result)}"
+
     def finalize(self) -> None:
         """Call ``finalize`` (if the model has one) and stop the background loop; its
         exceptions propagate."""

@@ -59,6 +59,9 @@ INIT_FAILED_GRACE_S = 2.0
 #: once; otherwise restarts back off (0.5 s, 1 s, 2 s ... up to :data:`MAX_BACKOFF_S`).
 STABLE_S = 10.0
 FIRST_BACKOFF_S = 0.5
+#: seconds a model's ``is_ready()`` may take before the model counts as not ready (Triton's
+#: python backend waits as long)
+READY_CHECK_TIMEOUT_S = 5.0
 MAX_BACKOFF_S = 30.0
 
 
@@ -270,6 +273,7 @@ class WorkerInstance(ModelInstance):
             else:
                 error = f"unexpected answer from the worker: {reply!r}"
             raise TritonXError(f"Failed to initialize Python stub: {error}", Code.INTERNAL)
+        link.probes = reply.probes
         return link
 
     def _install(self, link: WorkerLink) -> bool:
@@ -589,6 +593,17 @@ class WorkerInstance(ModelInstance):
     def restarts(self) -> int:
         """How many times a new worker process took over after the previous one died."""
         return self._restarts
+
+    def probe_ready(self) -> str | None:
+        """Triton's instance readiness: the worker alive (else ``Stub process '<instance>'
+        is not healthy.``), and the model's own ``is_ready()`` when it defines one (within
+        :data:`READY_CHECK_TIMEOUT_S`, as Triton's stub)."""
+        link = self._link
+        if link is None or link.gone:
+            return f"Stub process '{self.name}' is not healthy."
+        if not link.probes:
+            return None
+        return link.check_ready(READY_CHECK_TIMEOUT_S)
 
     def abort(self) -> bool:
         """Kill the worker process (and one being started) at once, restarting none: the

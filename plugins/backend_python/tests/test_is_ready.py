@@ -1,0 +1,132 @@
+"""A python model's own ``is_ready()`` decides its readiness on the model-readiness endpoints
+(HTTP ``/v2/models/<m>/ready``, gRPC ``ModelReady``), as Triton's python backend does: True →
+READY; False, an exception, a non-boolean or no answer within 5 s → NOT READY, with Triton's
+log line ``Model '<m>' version <v> is not ready: <why>``; the same once its worker died."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tritonclient.grpc.aio as grpcclient
+import tritonclient.http.aio as httpclient
+
+from tritonx import Server
+from tritonx.testing import loopback_settings
+
+IO = {"inputs": [("IN", "FP32", [2])], "outputs": [("OUT", "FP32", [2])]}
+
+
+@pytest.fixture
+def state(tmp_path: Path) -> Path:
+    folder = tmp_path / "state"
+    folder.mkdir()
+    (folder / "ready").write_text("true")
+    return folder
+
+
+@pytest.fixture(params=["process", "in_process"])
+def mode(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+async def server(model_repository, add_model, plugin_manager, state: Path) -> AsyncIterator[Server]:
+    add_model("probed", "readiness", parameters={"STATE_DIR": str(state)}, **IO)
+    settings = loopback_settings(model_repository.root)
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        yield server
+
+
+async def answers(server: Server) -> tuple[bool, bool]:
+    """``probed``'s readiness over HTTP and gRPC."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        return await http.is_model_ready("probed"), await grpc.is_model_ready("probed")
+    finally:
+        await http.close()
+        await grpc.close()
+
+
+@pytest.mark.parametrize(
+    ("what", "ready", "why"),
+    [
+        ("true", True, None),
+        ("async", True, None),
+        ("false", False, "is_ready() returned False"),
+        ("raise", False, "is_ready() raised: RuntimeError: the database is gone"),
+        ("none", False, "is_ready() must return a bool, got <class 'NoneType'>"),
+    ],
+)
+async def test_is_ready_decides(
+    server: Server, state: Path, caplog: pytest.LogCaptureFixture, what: str, ready: bool, why: Any
+) -> None:
+    caplog.set_level(logging.INFO, logger="tritonx.dataplane")
+    (state / "ready").write_text(what)
+    assert await answers(server) == (ready, ready)
+    lines = [r.getMessage() for r in caplog.records if "is not ready" in r.getMessage()]
+    if why is None:
+        assert not lines
+    else:
+        assert lines == [f"Model 'probed' version 1 is not ready: {why}"] * 2
+    # the model's state as the repository sees it is unchanged: it still serves
+    assert server.model_ready("probed")
+    (state / "ready").write_text("true")
+    assert await answers(server) == (True, True)
+
+
+async def test_an_is_ready_that_hangs_is_not_ready(
+    server: Server, state: Path, mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    if mode == "in_process":
+        pytest.skip("no timeout can stop an is_ready() running in the server's process")
+    caplog.set_level(logging.INFO, logger="tritonx.dataplane")
+    (state / "ready").write_text("hang")
+    http = httpclient.InferenceServerClient(server.http_url)
+    try:
+        assert not await http.is_model_ready("probed")
+    finally:
+        await http.close()
+    assert "Model 'probed' version 1 is not ready: is_ready() did not answer within 5 s" in [
+        r.getMessage() for r in caplog.records
+    ]
+
+
+async def test_a_dead_worker_logs_tritons_line(
+    model_repository, add_model, plugin_manager, tmp_path: Path, mode: str, caplog
+) -> None:
+    if mode == "in_process":
+        pytest.skip("only a worker process can die")
+    life = tmp_path / "life"
+    life.mkdir()
+    add_model(
+        "life",
+        "lifecycle",
+        parameters={"STATE_DIR": str(life)},
+        extra='instance_group [ { name: "life", count: 1, kind: KIND_CPU } ]\n',
+        inputs=[("COMMAND", "BYTES", [1])],
+        outputs=[("PID", "INT64", [1]), ("SAW_CANCEL", "BOOL", [1])],
+    )
+    caplog.set_level(logging.INFO, logger="tritonx.dataplane")
+    settings = loopback_settings(model_repository.root)
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        (life / "crash_initialize").touch()  # restarts keep dying
+        os.kill(int((life / "life_0.pid").read_text()), signal.SIGKILL)
+        http = httpclient.InferenceServerClient(server.http_url)
+        try:
+            while await http.is_model_ready("life"):  # until the death is noticed
+                pass
+        finally:
+            await http.close()
+    assert any(
+        r.getMessage().startswith(
+            "Model 'life' version 1 is not ready: Stub process 'life_0' is not healthy"
+        )
+        for r in caplog.records
+    )
