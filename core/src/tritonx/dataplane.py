@@ -243,10 +243,18 @@ class DataPlane:
                 why = found.scheduler.not_ready_reason()
                 log.info("Model '%s' version %d is not ready: %s", name, found.version, why)
             return False
-        scheduler = entry.scheduler
-        reason = await scheduler.probe_ready() if scheduler is not None else None
-        if reason is None:
-            return True
+        for _ in range(2):
+            scheduler = entry.scheduler
+            reason = await scheduler.probe_ready() if scheduler is not None else None
+            if reason is None:
+                return True
+            try:
+                current = self._models.get(name, version)
+            except TritonXError:
+                break
+            if current is entry:
+                break
+            entry = current  # a reload swapped the asked version out meanwhile: ask the new one
         log.info("Model '%s' version %d is not ready: %s", name, entry.version, reason)
         return False
 

@@ -21,7 +21,7 @@ EXAMPLES: list[m.Message] = [
     m.Finalize(),
     m.BlsReply(3, WIRE, True),
     m.RpcReply(4, 1.5, None),
-    m.Ready(1234),
+    m.Ready(1234, True),
     m.InitFailed("RuntimeError: x", "Traceback ..."),
     m.AutoCompleted('{"name": "m"}', None),
     m.Finalized(),
@@ -32,6 +32,8 @@ EXAMPLES: list[m.Message] = [
     m.Log(2, "a line"),
     m.NewMetricFamily("family", "what it counts", 0),
     m.MetricUpdate("family", (("model", "m"),), "increment", 1.0),
+    m.ReadyCheck(5),
+    m.ReadyAnswer(5, "is_ready() returned False"),
 ]
 
 

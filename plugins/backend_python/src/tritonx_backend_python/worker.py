@@ -599,6 +599,8 @@ class WorkerInstance(ModelInstance):
         is not healthy.``), and the model's own ``is_ready()`` when it defines one (within
         :data:`READY_CHECK_TIMEOUT_S`, as Triton's stub)."""
         link = self._link
+        if self._closing:
+            return None  # being unloaded (a reload swapped it out): not a failure
         if link is None or link.gone:
             return f"Stub process '{self.name}' is not healthy."
         if not link.probes:
