@@ -21,7 +21,6 @@ are imported here.
 from __future__ import annotations
 
 import functools
-import importlib
 import itertools
 import json
 import os
@@ -33,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tritonx_backend_python import _ipc, pb_utils
+from tritonx_backend_python import _ipc, _sitedir, pb_utils
 from tritonx_backend_python import messages as m
 from tritonx_backend_python.runner import (
     MODULE_NAME,
@@ -386,22 +385,8 @@ def run_forked(conn: socket.socket, data: socket.socket, site_dir: str | None = 
     """Entry point of a forkserver-started worker; ``site_dir``: the model's own packages
     (none of which the forkserver has imported), put first on ``sys.path``."""
     if site_dir is not None:
-        layer_site_dir(site_dir)
+        _sitedir.layer(site_dir)
     run(_ipc.Channel(conn.detach()), _ipc.Channel(data.detach()))
-
-
-def layer_site_dir(site_dir: str) -> None:
-    """Put a folder of packages first on ``sys.path`` (``site.addsitedir`` semantics) and its
-    console scripts first on ``PATH``."""
-    import site
-
-    before = list(sys.path)
-    site.addsitedir(site_dir)
-    sys.path[:] = [p for p in sys.path if p not in before] + before
-    os.environ["PATH"] = os.pathsep.join(
-        p for p in (os.path.join(site_dir, "bin"), os.environ.get("PATH", "")) if p
-    )
-    importlib.invalidate_caches()
 
 
 def report_modules(conn: Any) -> None:

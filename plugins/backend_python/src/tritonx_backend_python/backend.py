@@ -169,7 +169,7 @@ class PythonBackend(Backend):
         elif requirements is not None and ctx.check_only:
             after = self._auto_complete_checking(ctx, requirements, before)
         else:
-            python = worker_env(parameters, ctx.model_dir, model, ctx.backend_config)
+            python = worker_env(parameters, ctx.model_dir, model, self.environments)
             after = auto_complete_in_worker(path, before, python, self.stub_timeout)
         if after == before:
             return
@@ -231,7 +231,9 @@ class PythonBackend(Backend):
                     "middle of execute()"
                 )
             return InProcessInstance(ctx)
-        return WorkerInstance(ctx, self.stub_timeout, self.shm_prefix, self.workers, self.closed)
+        return WorkerInstance(
+            ctx, self.stub_timeout, self.shm_prefix, self.environments, self.workers, self.closed
+        )
 
     def close(self) -> None:
         """Kill any worker still running (normally all were unloaded already; an execute()

@@ -409,7 +409,7 @@ def _read(requirements: Path) -> bytes:
 
 
 def worker_env(
-    parameters: Mapping[str, str], model_dir: Path, model: str, backend_config: Mapping[str, str]
+    parameters: Mapping[str, str], model_dir: Path, model: str, cache: EnvironmentCache
 ) -> WorkerEnv | None:
     """How the model's workers start: under its ``EXECUTION_ENV_PATH`` interpreter, or the
     server's interpreter with its requirements' environment first on ``sys.path`` (built now
@@ -427,5 +427,4 @@ def worker_env(
         return WorkerEnv(python=env_python(env, model_dir))
     if requirements is None:
         return None
-    cache = EnvironmentCache.from_config(backend_config)
     return WorkerEnv(site_dir=str(cache.ensure(requirements.path, model)))

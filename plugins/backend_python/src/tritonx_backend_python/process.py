@@ -34,24 +34,17 @@ _forkserver_lock = threading.Lock()
 _live_workers: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
 
 #: ``python -c`` program of a worker whose model has its own packages (a folder built from its
-#: requirements): before anything is imported, the folder goes first on ``sys.path`` with
-#: ``site.addsitedir`` semantics (its ``.pth`` files work) and the server's packages stay
-#: behind it; then the stub runs. ``tritonx`` is hidden while the stub is imported: the
-#: package's entry point would import the whole server (aiohttp, grpc...), which a worker does
-#: not need and whose dependencies would meet the folder's versions.
+#: requirements): the folder goes first on ``sys.path`` before anything else is imported
+#: (:func:`tritonx_backend_python._sitedir.layer`; the package imports nothing of the server),
+#: the server's packages stay behind it; then the stub runs.
 _LAYERED_STUB = """\
-import os, site, sys
+import sys
 site_dir, package_root, *fds = sys.argv[1:]
-if not os.path.isdir(site_dir):
-    raise SystemExit(f"tritonx: the model's environment {site_dir} is gone")
-before = list(sys.path)
-site.addsitedir(site_dir)
-sys.path[:] = [p for p in sys.path if p not in before] + before
 if package_root not in sys.path:
     sys.path.append(package_root)
-sys.modules["tritonx"] = None
+from tritonx_backend_python._sitedir import layer
+layer(site_dir)
 from tritonx_backend_python._stub import main
-del sys.modules["tritonx"]
 main(fds)
 """
 
@@ -213,7 +206,6 @@ class WorkerProcess:
             fds = [theirs.fileno(), data_theirs.fileno()]
             if env.site_dir is not None:  # the server's interpreter, the model's packages first
                 argv = [sys.executable, "-c", _LAYERED_STUB, env.site_dir, package_root]
-                env_bin = str(Path(env.site_dir) / "bin")  # the requirements' console scripts
             else:
                 assert env.python is not None
                 environ["PYTHONPATH"] = os.pathsep.join(
@@ -221,7 +213,7 @@ class WorkerProcess:
                 )
                 argv = [env.python, "-m", "tritonx_backend_python._stub"]
                 env_bin = str(Path(env.python).parent)
-            environ["PATH"] = os.pathsep.join((env_bin, environ.get("PATH", "")))
+                environ["PATH"] = os.pathsep.join((env_bin, environ.get("PATH", "")))
             self._popen = subprocess.Popen(
                 [*argv, *map(str, fds)], pass_fds=fds, env=environ, close_fds=True
             )

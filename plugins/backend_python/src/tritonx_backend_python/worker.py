@@ -43,7 +43,7 @@ from tritonx_backend_python.convert import (
     parameters_of,
 )
 from tritonx_backend_python.debug import debug_setting
-from tritonx_backend_python.environment import worker_env
+from tritonx_backend_python.environment import EnvironmentCache, worker_env
 from tritonx_backend_python.link import WorkerLink, not_healthy
 from tritonx_backend_python.process import WorkerEnv, WorkerProcess, describe_exit
 
@@ -148,6 +148,7 @@ class WorkerInstance(ModelInstance):
     :param ctx: the load context.
     :param stub_timeout: how long ``initialize`` / ``finalize`` may take (seconds).
     :param shm_prefix: the name prefix of shared-memory segments.
+    :param environments: the cache of models' own environments (their requirements).
     :param workers: the backend's set of live worker processes; this instance's join it.
     :param closed: set when the backend closes (the server exits): workers are not restarted.
     """
@@ -159,6 +160,7 @@ class WorkerInstance(ModelInstance):
         ctx: LoadContext,
         stub_timeout: float,
         shm_prefix: str,
+        environments: EnvironmentCache,
         workers: weakref.WeakSet[WorkerProcess] | None = None,
         closed: threading.Event | None = None,
     ) -> None:
@@ -176,7 +178,7 @@ class WorkerInstance(ModelInstance):
         self._check = OutputCheck(ctx.config)
         self._keys = itertools.count(1)
         #: EXECUTION_ENV_PATH's interpreter, or the model's requirements (built now unless cached)
-        self._python = worker_env(ctx.parameters, ctx.model_dir, ctx.model_name, ctx.backend_config)
+        self._python = worker_env(ctx.parameters, ctx.model_dir, ctx.model_name, environments)
         #: the worker's debugger (TRITONX_DEBUG_MODEL), None without one
         self.debug = debug_setting(ctx.model_name, ctx.instance.index)
         self._init = m.Init(
