@@ -412,6 +412,29 @@ async def test_completion_streams(server: Server) -> None:
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == 3
 
 
+def test_each_choice_gets_its_own_seed(server: Server) -> None:
+    """With ``n`` choices and a seed, choice ``i`` is generated with ``seed + i``."""
+    with client(server) as c:
+        answer = c.completions.create(model="trtllm_echo", prompt="hi", n=3, seed=3)
+        seeds = sorted(json.loads(choice.text)["seed"] for choice in answer.choices)
+        assert seeds == [3, 4, 5]
+        # ... wrapping around at the int64 edge (to -2**63, which this model's UINT64 seed
+        # tensor holds as 2**63)
+        answer = c.completions.create(model="trtllm_echo", prompt="hi", n=2, seed=(1 << 63) - 1)
+        seeds = sorted(json.loads(choice.text)["seed"] for choice in answer.choices)
+        assert seeds == [(1 << 63) - 1, 1 << 63]
+
+
+def test_text_modalities_and_parallel_tool_calls_are_accepted(server: Server) -> None:
+    with client(server) as c:
+        answer = c.chat.completions.create(
+            model="mock_llm",
+            messages=ask("hi"),
+            extra_body={"modalities": ["text"], "parallel_tool_calls": False, "store": False},
+        )
+        assert answer.choices
+
+
 def test_a_tensorrt_llm_model_gets_one_tensor_per_parameter(server: Server) -> None:
     with client(server) as c:
         answer = c.completions.create(
@@ -525,6 +548,8 @@ BAD_CHAT: list[tuple[dict[str, Any], str | None, str | None]] = [
     ({"top_logprobs": 2}, "top_logprobs", None),
     ({"stream_options": {"include_usage": True}}, "stream_options", None),
     ({"colour": "blue"}, "colour", "unknown_parameter"),
+    ({"modalities": ["text", "audio"]}, "modalities", "unsupported_parameter"),
+    ({"store": True}, "store", "unsupported_parameter"),
     ({"response_format": {"type": "json_object"}}, "response_format", "unsupported_parameter"),
     ({"tool_choice": "auto"}, "tool_choice", None),
     ({"tools": [{"type": "function"}]}, "tools[0].function", "missing_required_parameter"),
@@ -555,6 +580,7 @@ BAD_MESSAGES: list[tuple[Any, str]] = [
     ([{"role": "user"}], "messages[0].content"),
     ([{"content": "hi"}], "messages[0].role"),
     ([{"role": "robot", "content": "hi"}], "messages[0].role"),
+    ([{"role": ["user"], "content": "hi"}], "messages[0].role"),  # (unhashable: was a 500)
     ([{"role": "user", "content": 5}], "messages[0].content"),
     ([{"role": "user", "content": "a"}, {"role": "assistant"}], "messages[1].content"),
     ([{"role": "tool", "content": "sunny"}], "messages[0].tool_call_id"),

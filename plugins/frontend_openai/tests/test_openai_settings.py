@@ -208,6 +208,7 @@ BAD_SETTINGS = [
     ({"restricted_api": "inference"}, "restricted_api: each group must be"),
     ({"restricted_api": "inference:a=1;inference:b=2"}, "can not be in more than one group"),
     ({"tokenizer": "/nonexistent"}, "tokenizer: is not a folder"),
+    ({"chat_template": "/nonexistent.jinja"}, "chat_template: is neither a template nor a file"),
 ]
 
 

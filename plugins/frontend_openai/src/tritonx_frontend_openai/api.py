@@ -563,6 +563,8 @@ class API:
                 ]
         except* TritonXError as failed:
             raise from_triton(failed.exceptions[0]) from None
+        except* Exception as failed:  # e.g. OpenAIError, a model that sent no response
+            raise failed.exceptions[0] from None
         vectors = np.concatenate(
             [
                 embedder.vectors(t.result().outputs, size)
@@ -664,13 +666,7 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
     raw = body["messages"]
     if not isinstance(raw, list):
         raise v.wrong_type("messages", "an array", raw)
-    if not raw:
-        raise invalid(
-            "Invalid 'messages': empty array. Expected an array with minimum length 1, but got "
-            "an empty array instead.",
-            param="messages",
-            code="empty_array",
-        )
+    v.array_length("messages", raw, low=1)
     out = []
     for i, message in enumerate(raw):
         where = f"messages[{i}]"
@@ -679,6 +675,8 @@ def _messages(body: Mapping[str, Any]) -> list[dict[str, Any]]:
         role = message.get("role")
         if role is None:
             raise v.missing(f"{where}.role")
+        if not isinstance(role, str):
+            raise v.wrong_type(f"{where}.role", "a string", role)
         if role not in _ROLES:
             raise invalid(
                 f"Invalid value: '{role}'. Supported values are: 'system', 'developer', "
@@ -755,13 +753,7 @@ def _tool_mode(body: Mapping[str, Any]) -> ToolMode:
         return ToolMode()
     if not isinstance(tools, list):
         raise v.wrong_type("tools", "an array", tools)
-    if len(tools) > MAX_TOOLS:
-        raise invalid(
-            f"Invalid 'tools': array too long. Expected an array with maximum length "
-            f"{MAX_TOOLS}, but got an array with length {len(tools)} instead.",
-            param="tools",
-            code="array_above_max_length",
-        )
+    v.array_length("tools", tools, high=MAX_TOOLS)
     names = []
     for k, tool in enumerate(tools):
         where = f"tools[{k}]"
@@ -833,20 +825,7 @@ def _check_chat_extras(body: Mapping[str, Any]) -> None:
 def _embedding_inputs(body: Mapping[str, Any]) -> list[str]:
     texts = _texts(body, "input")
     value = body["input"]
-    if not texts:
-        raise invalid(
-            "Invalid 'input': empty array. Expected an array with minimum length 1, but got an "
-            "empty array instead.",
-            param="input",
-            code="empty_array",
-        )
-    if len(texts) > MAX_EMBEDDING_INPUTS:
-        raise invalid(
-            f"Invalid 'input': array too long. Expected an array with maximum length "
-            f"{MAX_EMBEDDING_INPUTS}, but got an array with length {len(texts)} instead.",
-            param="input",
-            code="array_above_max_length",
-        )
+    v.array_length("input", texts, low=1, high=MAX_EMBEDDING_INPUTS)
     for i, text in enumerate(texts):
         if not text:
             where = "input" if isinstance(value, str) else f"input[{i}]"

@@ -57,13 +57,22 @@ class Context:
 
 
 class Counter:
-    """Counts tokens of texts the model did not count (the model's tokenizer)."""
+    """Counts tokens of texts the model did not count (the model's tokenizer), for one
+    request: a prompt shared by its ``n`` choices is counted once."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
+        self._prompts: dict[str, int] = {}
 
     def count(self, text: str) -> int:
         return int(self.tokenizer.count(text)) if text else 0
+
+    def prompt(self, text: str) -> int:
+        """:meth:`count`, once per distinct prompt of the request."""
+        known = self._prompts.get(text)
+        if known is None:
+            known = self._prompts[text] = self.count(text)
+        return known
 
 
 class StopMatcher:
@@ -185,7 +194,7 @@ async def choice(
             generated.append(tail)
             yield Piece(index, tail)
     if prompt_tokens is None:
-        prompt_tokens = counter.count(params.prompt)
+        prompt_tokens = counter.prompt(params.prompt)
     if completion_tokens is None:
         completion_tokens = counter.count("".join(generated))
     if stopped:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tritonx import PluginError
+from tritonx_frontend_openai.chat import looks_like_template
 
 #: The environment variable holding API keys (comma or whitespace separated).
 API_KEYS_ENV = "TRITONX_OPENAI_API_KEYS"
@@ -107,6 +108,12 @@ class Options:
             tokenizer = Path(config["tokenizer"]).expanduser()
             if not tokenizer.is_dir():
                 raise _bad("tokenizer", "is not a folder", config["tokenizer"])
+        chat_template = config.get("chat_template") or None
+        if chat_template is not None and not looks_like_template(chat_template):
+            path = Path(chat_template).expanduser().resolve()  # (relative: to the working dir)
+            if not path.is_file():
+                raise _bad("chat_template", "is neither a template nor a file", chat_template)
+            chat_template = str(path)
         parser = config.get("tool_call_parser") or None
         if parser is not None:
             check_tool_parser(parser, "--frontend-config openai,tool_call_parser")
@@ -121,7 +128,7 @@ class Options:
             models=models,
             request_format=request_format,
             default_max_tokens=default_max_tokens,
-            chat_template=config.get("chat_template") or None,
+            chat_template=chat_template,
             tokenizer=tokenizer,
             tool_call_parser=parser,
             api_keys=frozenset(keys),

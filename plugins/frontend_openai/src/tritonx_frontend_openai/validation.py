@@ -130,20 +130,7 @@ def opt_int(
             value = int(value)
         else:
             raise wrong_type(name, "an integer", value)
-    if low is not None and value < low:
-        raise invalid(
-            f"Invalid '{name}': integer below minimum value. Expected a value >= {low}, but got "
-            f"{value} instead.",
-            param=name,
-            code="integer_below_min_value",
-        )
-    if high is not None and value > high:
-        raise invalid(
-            f"Invalid '{name}': integer above maximum value. Expected a value <= {high}, but got "
-            f"{value} instead.",
-            param=name,
-            code="integer_above_max_value",
-        )
+    _in_range(name, value, value, low, high, "integer")
     return value
 
 
@@ -156,21 +143,47 @@ def opt_float(
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise wrong_type(name, "a decimal", value)
     number = float(value)
+    _in_range(name, number, value, low, high, "decimal")
+    return number
+
+
+def _in_range(
+    name: str, number: float, shown: Any, low: float | None, high: float | None, word: str
+) -> None:
+    """OpenAI's error for a number outside ``[low, high]`` (``word``: integer / decimal)."""
     if low is not None and number < low:
         raise invalid(
-            f"Invalid '{name}': decimal below minimum value. Expected a value >= {low}, but got "
-            f"{value} instead.",
+            f"Invalid '{name}': {word} below minimum value. Expected a value >= {low}, but got "
+            f"{shown} instead.",
             param=name,
-            code="decimal_below_min_value",
+            code=f"{word}_below_min_value",
         )
     if high is not None and number > high:
         raise invalid(
-            f"Invalid '{name}': decimal above maximum value. Expected a value <= {high}, but got "
-            f"{value} instead.",
+            f"Invalid '{name}': {word} above maximum value. Expected a value <= {high}, but got "
+            f"{shown} instead.",
             param=name,
-            code="decimal_above_max_value",
+            code=f"{word}_above_max_value",
         )
-    return number
+
+
+def array_length(name: str, items: list[Any], low: int = 0, high: int | None = None) -> None:
+    """OpenAI's errors for an array shorter than ``low`` (only 1 is used: "empty array") or
+    longer than ``high``."""
+    if low and not items:
+        raise invalid(
+            f"Invalid '{name}': empty array. Expected an array with minimum length 1, but got "
+            "an empty array instead.",
+            param=name,
+            code="empty_array",
+        )
+    if high is not None and len(items) > high:
+        raise invalid(
+            f"Invalid '{name}': array too long. Expected an array with maximum length {high}, "
+            f"but got an array with length {len(items)} instead.",
+            param=name,
+            code="array_above_max_length",
+        )
 
 
 def opt_object(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
@@ -188,13 +201,7 @@ def stop_sequences(body: Mapping[str, Any], limit: int = 4) -> tuple[str, ...]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, list):
         raise wrong_type("stop", "a string or an array of strings", value)
-    if len(items) > limit:
-        raise invalid(
-            f"Invalid 'stop': array too long. Expected an array with maximum length {limit}, "
-            f"but got an array with length {len(items)} instead.",
-            param="stop",
-            code="array_above_max_length",
-        )
+    array_length("stop", items, high=limit)
     for i, item in enumerate(items):
         if not isinstance(item, str):
             raise wrong_type(f"stop[{i}]", "a string", item)
