@@ -156,6 +156,27 @@ async def test_content_length_with_chunked_transfer_encoding_is_dechunked(
         writer.close()
 
 
+async def test_content_length_with_chunked_over_the_input_size_is_not_held(
+    server: Server,
+) -> None:
+    """A Content-Length + chunked head declaring more than --http-max-input-size is answered
+    400 at once: its body is never buffered waiting to be de-chunked."""
+    host, port = server.http_url.rsplit(":", 1)
+    reader, writer = await asyncio.open_connection(host, int(port))
+    try:
+        writer.write(
+            b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\n"
+            b"Content-Length: 999999999999\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + _chunked(b"x" * 64, 1)
+        )
+        await writer.drain()
+        # (held instead, it would wait for the 60 s header deadline and then be dropped)
+        status = await reader.readuntil(b"\r\n")
+        assert b" 400 " in status, status
+    finally:
+        writer.close()
+
+
 @pytest.mark.parametrize("endpoint", ["generate", "generate_stream"])
 async def test_generate_refuses_a_repeated_input_as_triton(server: Server, endpoint: str) -> None:
     # Triton's QA cases (L0_http generate_endpoint_test.py), with INPUT0/INPUT1 of "multi"

@@ -342,8 +342,8 @@ class Connection(web.RequestHandler):
             head = parse_head(data[start:end])
             if head is None:
                 mixed = chunked_with_length(data[start:end])
-                if mixed is None:
-                    break
+                if mixed is None or mixed[1] > fast.limit:
+                    break  # (over the input size: never buffered here; aiohttp answers it)
                 stop = end + 4 + mixed[1]
                 if stop > size:
                     if self._header_timeout <= 0:  # nothing would bound the wait

@@ -133,12 +133,13 @@ class FastInfer:
         rule of ``http_restricted_api``).
     """
 
-    __slots__ = ("_dataplane", "_limit", "_pipeline", "_rule")
+    __slots__ = ("_dataplane", "_pipeline", "_rule", "limit")
 
     def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
         self._dataplane = dataplane
         self._pipeline = Pipeline(dataplane, "http")
-        self._limit = settings.http_max_input_size
+        #: the largest body this listener accepts (``--http-max-input-size``)
+        self.limit = settings.http_max_input_size
         rule = settings.http_restricted_api.get("inference")
         self._rule = None if rule is None else (rule[0].lower().encode(), rule[1].encode())
 
@@ -147,7 +148,7 @@ class FastInfer:
         arrived whole); None to leave it to aiohttp."""
         if head.method != b"POST" or head.version != b"HTTP/1.1" or not head.plain:
             return None
-        if head.length > MAX_FAST_BODY or head.length > self._limit:
+        if head.length > MAX_FAST_BODY or head.length > self.limit:
             return None
         fields = head.fields
         for name in _SLOW_HEADERS:
@@ -189,7 +190,7 @@ class FastInfer:
                 served.config,
                 model,
                 version,
-                self._limit,
+                self.limit,
                 pipeline.dataplane.shared_memory,
             )
             del body
