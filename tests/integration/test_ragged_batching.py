@@ -197,6 +197,26 @@ async def test_a_ragged_request_alone(
     np.testing.assert_array_equal(out["OUT_SCATTER"], data * 2)
 
 
+async def test_warmup_of_a_model_with_batch_inputs(
+    model_repository: ModelRepositoryBuilder, plugin_manager: pluggy.PluginManager
+) -> None:
+    """Warmup samples get the batch inputs too (as Triton's backend computes them at warmup):
+    the model loads and serves."""
+    warmup = (
+        'model_warmup [ { name: "ragged_zeros" batch_size: 2 count: 2 inputs { key: "INPUT" '
+        "value: { data_type: TYPE_FP32 dims: [ 3 ] zero_data: true } } } ]\n"
+    )
+    model_repository.add(
+        "ragged", config=RAGGED_CONFIG + warmup, versions={1: {"model.onnx": ragged_model()}}
+    )
+    data = np.array([[1.0, 2.0]], np.float32)
+    async with server(model_repository, plugin_manager) as srv:
+        assert srv.model_ready("ragged")
+        async with httpclient.InferenceServerClient(srv.http_url) as client:
+            out = await asyncio.wait_for(infer_ragged(client, data), WAIT_S)
+    np.testing.assert_array_equal(out["OUT_SCATTER"], data * 2)
+
+
 class Recorder(tritonx.Backend):
     """Records the batch tensors ``concat_inputs`` makes of each batch's requests."""
 

@@ -429,10 +429,11 @@ class DataPlane:
 
     def _after_lookup(self, entry: VersionEntry, request: InferenceRequest) -> VersionEntry:
         """The version to queue a request on after a cache miss: ``entry``, or the version
-        that replaced it while a cache plugin awaited (a reload swapped it out)."""
+        that replaced it while a cache plugin awaited (a reload swapped it out), accepted as
+        any request is (validated against its config)."""
         if entry.ready:
             return entry
-        return self._models.get(request.model_name, request.model_version)
+        return self._accept(request, None)
 
     def _enqueue(
         self, entry: VersionEntry, request: InferenceRequest

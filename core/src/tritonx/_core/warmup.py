@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from tritonx._core.batch_inputs import BatchIO
 from tritonx._core.validation import validate_request
 from tritonx.backend import ModelInstance
 from tritonx.config import ModelConfig
@@ -176,6 +177,9 @@ def _execute(
     """One execution of a sample's requests; the error messages of its responses."""
     errors: list[str] = []
     requests = [_fresh(r) for r in templates]
+    batch_io = BatchIO.of(config)
+    if batch_io is not None and batch_io.batch_inputs:  # as for every batch the core runs
+        batch_io.attach(requests)
     finals: list[threading.Event] = []
     if config.decoupled:
         for request in requests:
