@@ -13,7 +13,6 @@ Triton's CANCELLED status (failure reason ``CANCELED``), as Triton's queues do.
 
 from __future__ import annotations
 
-import itertools
 import os
 import queue
 import threading
@@ -248,7 +247,7 @@ class DynamicBatcher:
         batches: list[list[Pending]] = []
         start = 0
         while start < len(pendings):
-            count, best, _, _ = self._scan(pendings[start:], False)
+            count, best, _, _, _ = self._scan(pendings[start:], False)
             take = best or count
             batches.append(pendings[start : start + take])
             start += take
@@ -339,19 +338,21 @@ class DynamicBatcher:
             )
         return pending.shapes
 
-    def _scan(self, items: Iterable[Pending], drop: bool) -> tuple[int, int, int, bool]:
+    def _scan(self, items: Iterable[Pending], drop: bool) -> tuple[int, int, int, bool, int]:
         """Triton's ``GetDynamicBatch`` walk over the queue: (requests in the pending batch,
         requests up to the best preferred size (0: none), the pending batch size, whether the
-        batch cannot grow); count -1 when ``drop`` and a request it reaches is cancelled.
+        batch cannot grow, the oldest enqueue time in the batch); count -1 when ``drop`` and a
+        request it reaches is cancelled.
 
         The pending batch grows while requests fit ``max_batch_size`` and the first one's
         shapes; the best preferred size is the largest preferred size reached, or the size
         before the largest preferred size would be exceeded."""
         pending = count = best = 0
+        oldest = 0
         first: Pending | None = None
         for item in items:
             if drop and item.request.cancelled:
-                return -1, 0, 0, False
+                return -1, 0, 0, False, 0
             size = max(item.request.batch_size if self._batching else 1, 1)
             if first is None:
                 first = item
@@ -361,12 +362,14 @@ class DynamicBatcher:
                 if pending + size > self.max_batch or self._signature(item) != self._signature(
                     first
                 ):
-                    return count, best, pending, True
+                    return count, best, pending, True, oldest
+            if not count or item.enqueue_ns < oldest:
+                oldest = item.enqueue_ns
             pending += size
             count += 1
             if pending in self.preferred:
                 best = count
-        return count, best, pending, False
+        return count, best, pending, False, oldest
 
     def _decide(self, now: int) -> tuple[int, int]:
         """(how many queued requests to send now, or 0 and when to look again); (-1, 0)
@@ -376,10 +379,9 @@ class DynamicBatcher:
         once unless the oldest request waited the queue delay, in which case everything
         pending is sent; so is a batch that cannot grow or reached the largest preferred
         size; otherwise the batch waits for the delay (with no delay: it is sent)."""
-        count, best, pending, send_now = self._scan(self._ordered(), self._drop)
+        count, best, pending, send_now, oldest = self._scan(self._ordered(), self._drop)
         if count < 0:
             return -1, 0
-        oldest = min(p.enqueue_ns for p in itertools.islice(self._ordered(), count))
         exceeded = self.delay_ns != 0 and now - oldest >= self.delay_ns
         if best and not exceeded:
             return best, 0
