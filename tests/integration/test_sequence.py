@@ -532,11 +532,6 @@ CONFIG_ERRORS = {
         "Number of dimensions in 'initial_state' doesn't match the size of 'state' dimensions "
         "for state input 'I'. 2 != 1",
     ),
-    "iterative": (
-        "iterative_sequence: true",
-        "model 'iterative': iterative sequences (sequence_batching.iterative_sequence) are not "
-        "supported by tritonx yet",
-    ),
     "state_no_name": (
         'state [ { input_name: "I" output_name: "O" data_type: TYPE_INT32 dims: [ 2 ] '
         "initial_state { data_type: TYPE_INT32 dims: [ 2 ] zero_data: true } } ]",

@@ -36,6 +36,8 @@ from tritonx.repoagent import AgentContext, RepoAgent
 from tritonx.repository import Repository
 from tritonx.server import Server
 from tritonx.types import (
+    REQUEST_RELEASE_ALL,
+    REQUEST_RELEASE_RESCHEDULE,
     SEQUENCE_END,
     SEQUENCE_START,
     InferenceRequest,
@@ -50,6 +52,8 @@ from tritonx.types import (
 )
 
 __all__ = [
+    "REQUEST_RELEASE_ALL",
+    "REQUEST_RELEASE_RESCHEDULE",
     "SEQUENCE_END",
     "SEQUENCE_START",
     "AgentContext",

@@ -200,6 +200,9 @@ class ModelInstance(abc.ABC):
         """Run ``requests`` and return one response per request, in order.
 
         Decoupled models return ``None`` and answer through ``request.response_sender``.
+        A request whose ``release_flags`` the instance set to
+        :data:`~tritonx.types.REQUEST_RELEASE_RESCHEDULE` runs again in a later batch
+        (iterative sequences): its entry in the returned list is ignored.
         """
 
     def execute_async(

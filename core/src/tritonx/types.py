@@ -24,6 +24,13 @@ if TYPE_CHECKING:
 SEQUENCE_START = 1
 SEQUENCE_END = 2
 
+#: Release flags a backend sets on ``request.release_flags`` during ``execute``, as Triton's
+#: ``TRITONSERVER_RequestReleaseFlag``: the request is done (the default), or it goes back to
+#: its model's queue for another execution (models with ``sequence_batching {
+#: iterative_sequence: true }`` only; Triton's request rescheduling).
+REQUEST_RELEASE_ALL = 1
+REQUEST_RELEASE_RESCHEDULE = 2
+
 
 @dataclass(frozen=True, slots=True)
 class TensorSpec:
@@ -54,6 +61,13 @@ class InferenceRequest:
     A transport calls :meth:`cancel` when the client went away (HTTP disconnect, gRPC
     cancel or deadline); schedulers drop a cancelled request before it executes and backends
     may poll :meth:`is_cancelled` (python_backend's ``request.is_cancelled()``).
+
+    A backend reschedules a request (Triton's ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE``) by
+    setting :attr:`release_flags` to :data:`REQUEST_RELEASE_RESCHEDULE` before ``execute``
+    returns: it is executed again in a later batch, with its sequence's state, and answered
+    by a later execution (a non-decoupled model's entry for it in the returned list is
+    ignored). Only models with ``sequence_batching { iterative_sequence: true }`` take it;
+    elsewhere the request fails with Triton's error.
     """
 
     model_name: str
@@ -80,6 +94,9 @@ class InferenceRequest:
     #: the event loop with the compute input, infer and output durations (ns) the step's
     #: model records for this request, which the ensemble's own statistics sum up.
     compute_sink: Callable[[int, int, int], None] | None = None
+    #: Set by a backend during ``execute``: :data:`REQUEST_RELEASE_ALL` (done) or
+    #: :data:`REQUEST_RELEASE_RESCHEDULE` (execute it again); the core resets it.
+    release_flags: int = REQUEST_RELEASE_ALL
 
     def cancel(self) -> None:
         """Mark the request cancelled: its client is gone, its answer will not be read."""

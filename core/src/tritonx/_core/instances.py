@@ -49,7 +49,13 @@ from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.stats import LatencyStats, ModelStats
-from tritonx.types import InferenceRequest, InferenceResponse, ResponseSender
+from tritonx.types import (
+    REQUEST_RELEASE_ALL,
+    REQUEST_RELEASE_RESCHEDULE,
+    InferenceRequest,
+    InferenceResponse,
+    ResponseSender,
+)
 
 log = logging.getLogger("tritonx.scheduler")
 
@@ -134,6 +140,13 @@ class InstanceScheduler:
         #: thread that ran a batch, before it is answered (the sequence batcher keeps the
         #: states and issues its slots' next requests)
         self._executed: Executed | None = getattr(self.batcher, "completed", None)
+        #: the batcher's ``reschedule(pending)`` when it takes rescheduled requests back
+        #: (iterative sequences), else None
+        self._rescheduler: Callable[[Pending], None] | None = (
+            getattr(self.batcher, "reschedule", None)
+            if getattr(self.batcher, "iterative", False)
+            else None
+        )
         #: adds the ``batch_input`` tensors to the requests of each batch it runs
         batch_io = BatchIO.of(config)
         self.attach_batch_inputs = (
@@ -551,15 +564,32 @@ class InstanceScheduler:
         completion path of every batch, whichever mode ran it. Rows without a client
         (``deliver`` None: the sequence batcher's fillers) ran but are not answered."""
         executed = self._executed
+        moved = _rescheduled(batch)
+        if moved:  # rows released with REQUEST_RELEASE_RESCHEDULE (rare: iterative sequences)
+            failed = self._refuse_rescheduling(batch, moved, error)
+            if failed is not None or error is not None:
+                moved = None  # nothing runs again: the refused rows fail with ``failed``
+        else:
+            failed = None
         if self.decoupled:
             if error is not None:
                 for pending in batch:
                     sender = pending.request.response_sender
                     if pending.deliver is not None and sender is not None and not sender.is_closed:
                         sender.send(InferenceResponse.failed(error), final=True)
+            for index, failure in failed or ():
+                sender = batch[index].request.response_sender
+                if sender is not None and not sender.is_closed:
+                    sender.send(failure, final=True)
             if executed is not None:
                 executed(batch, None)
-            post(self._record, batch, times)
+            marks: list[InferenceResponse] | None = None
+            if moved:
+                marks = [RAN] * len(batch)
+                for index in moved:
+                    marks[index] = RESCHEDULED
+                self._reschedule(batch, moved)
+            post(self._record, batch, times, marks)
             return
         if error is None and (responses is None or len(responses) != len(batch)):
             got = "None" if responses is None else str(len(responses))
@@ -569,15 +599,60 @@ class InstanceScheduler:
             )
         if error is not None:
             responses = [InferenceResponse.failed(error) for _ in batch]
+            for index in moved or ():
+                batch[index].request.release_flags = REQUEST_RELEASE_ALL
+            moved = None
         assert responses is not None
+        if moved or failed:
+            responses = list(responses)
+            for index, failure in failed or ():
+                responses[index] = failure
+            for index in moved or ():  # an entry that is a response still gives its states
+                if not isinstance(responses[index], InferenceResponse):
+                    responses[index] = RESCHEDULED
         if executed is not None:
             executed(batch, responses)
+        if moved:
+            for index in moved:
+                responses[index] = RESCHEDULED  # type: ignore[index]
+            self._reschedule(batch, moved)
         name, version = self.config.name, self.version
         for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None:
+            if pending.deliver is not None and response is not RESCHEDULED:
                 request = pending.request
                 self._finish(response, name, version, request.id, request.requested_outputs)
         post(self._resolve, batch, responses, times)
+
+    def _refuse_rescheduling(
+        self, batch: list[Pending], moved: list[int], error: TritonXError | None
+    ) -> list[tuple[int, InferenceResponse]] | None:
+        """The rows ``execute`` released with ``REQUEST_RELEASE_RESCHEDULE`` that fail
+        instead of running again: every one when the model does not take rescheduled
+        requests (Triton's error, logged as Triton's backends log a failed release); None
+        when they run again, or the execution failed (its error answers them)."""
+        if error is None and self._rescheduler is not None:
+            return None
+        for index in moved:
+            batch[index].request.release_flags = REQUEST_RELEASE_ALL
+        if error is not None:
+            return None
+        refusal = TritonXError(
+            "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model "
+            "is not configured to handle such a flag.",
+            Code.INVALID_ARG,
+        )
+        log.error("Failed to release request: %s", refusal.message)
+        return [(index, InferenceResponse.failed(refusal)) for index in moved]
+
+    def _reschedule(self, batch: list[Pending], moved: list[int]) -> None:
+        """Queue the rescheduled rows again (after the batcher saw the execution)."""
+        reschedule = self._rescheduler
+        if reschedule is None:
+            return
+        for index in moved:
+            pending = batch[index]
+            pending.request.release_flags = REQUEST_RELEASE_ALL
+            reschedule(pending)
 
     def _fail_batch(self, batch: list[Pending], exc: Exception) -> None:
         """A batch whose responses could not be handed back (a backend returning something
@@ -626,8 +701,10 @@ class InstanceScheduler:
         every row it ran (each request's batch size, fillers included: a backend's
         ``total_batch_size``); only requests with a client count as inferences (fillers are
         Triton's null requests, which collect no statistics); a request's queue and compute
-        times count only when it succeeded (Triton's failure statistics have neither).
-        ``responses``: None for a decoupled model (its requests count alike)."""
+        times count only when it succeeded (Triton's failure statistics have neither), and a
+        rescheduled row's only once an execution releases it. ``responses``: None for a
+        decoupled model (its requests count alike), or :data:`RAN` / :data:`RESCHEDULED`
+        marks when some of its rows were rescheduled."""
         stats = self.stats
         start, input_end, output_start, end = times
         phases = (input_end - start, output_start - input_end, end - output_start)
@@ -640,7 +717,9 @@ class InstanceScheduler:
             if pending.deliver is None:
                 fillers += rows
                 continue
-            if responses is None or responses[at].error is None:
+            if responses is None:
+                record_request(stats, pending, start, phases)
+            elif (response := responses[at]).error is None and response is not RESCHEDULED:
                 record_request(stats, pending, start, phases)
             if request.trace is not None:
                 trace_compute(request, times)
@@ -657,7 +736,7 @@ class InstanceScheduler:
     ) -> None:
         self._record(batch, times, responses)
         for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None:
+            if pending.deliver is not None and response is not RESCHEDULED:
                 self._resolve_one(pending, response)
 
     def _resolve_one(self, pending: Pending, response: InferenceResponse) -> None:
@@ -678,6 +757,24 @@ class InstanceScheduler:
             held, held_response = self._held.pop(self._next_seq)
             self._next_seq += 1
             _deliver(held, held_response)
+
+
+#: What a rescheduled row's response is replaced with: it is neither answered nor counted
+#: as a request until an execution releases it (its row counts in the execution's size).
+RESCHEDULED = InferenceResponse()
+#: A decoupled row that ran and was released (its statistics count as usual).
+RAN = InferenceResponse()
+
+
+def _rescheduled(batch: list[Pending]) -> list[int] | None:
+    """The indexes of the rows ``execute`` set ``REQUEST_RELEASE_RESCHEDULE`` on, or None."""
+    moved: list[int] | None = None
+    for index, pending in enumerate(batch):
+        if pending.request.release_flags & REQUEST_RELEASE_RESCHEDULE:
+            if moved is None:
+                moved = []
+            moved.append(index)
+    return moved
 
 
 def record_request(

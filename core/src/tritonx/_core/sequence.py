@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tritonx.datatypes import DataType, deserialize_bytes_tensor
-from tritonx.errors import TritonXError, invalid_arg, unsupported
+from tritonx.errors import TritonXError, invalid_arg
 from tritonx.proto import model_config_pb2
 from tritonx.wire import request_prefix
 
@@ -245,11 +245,6 @@ def sequence_settings(config: Any, model_dir: Path | None) -> SequenceSettings:
     """
     sb = config.sequence_batching
     name = config.name
-    if sb.iterative_sequence:
-        raise unsupported(
-            f"model '{name}': iterative sequences (sequence_batching.iterative_sequence) are "
-            "not supported by tritonx yet"
-        )
     batching = config.max_batch_size > 0
     shape = (1, 1) if batching else (1,)
     settings = SequenceSettings(model=name, batching=batching)

@@ -42,6 +42,7 @@ from tritonx._core.sequence import SequenceSettings
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import (
+    REQUEST_RELEASE_RESCHEDULE,
     SEQUENCE_END,
     SEQUENCE_START,
     InferenceRequest,
@@ -125,6 +126,11 @@ class SequenceBatcher:
         self.settings = settings
         self._decoupled = config.decoupled
         self._reject = reject
+        #: ``iterative_sequence``: one request is a whole sequence, which its executions
+        #: reschedule (:meth:`reschedule`) until one releases it
+        self.iterative = bool(sb.iterative_sequence)
+        #: the correlation IDs iterative sequences get when their request has none
+        self._next_corrid = 1
         self._idle_ns = int(sb.max_sequence_idle_microseconds) * 1000
         self._max_batch = max(1, config.max_batch_size)
         # direct batches must not mix shapes of inputs with variable dimensions (Triton's
@@ -198,6 +204,10 @@ class SequenceBatcher:
         Triton's messages for requests the sequence batcher cannot take."""
         request = pending.request
         cid = request.correlation_id
+        if not cid and self.iterative:  # Triton's IterativeSequencer: a sequence of its own
+            cid = request.correlation_id = self._next_corrid
+            self._next_corrid += 1
+            request.flags = SEQUENCE_START
         self.settings.check_correlation_id(request.id, cid)
         if request.batch_size > 1:
             raise invalid_arg(
@@ -426,19 +436,70 @@ class SequenceBatcher:
     def completed(
         self, batch: Sequence[Pending], responses: Sequence[InferenceResponse] | None
     ) -> None:
-        """After an execution (on the instance's thread): keep the state outputs."""
+        """After an execution (on the instance's thread, before rescheduled rows come back
+        through :meth:`reschedule`): keep the state outputs; in iterative sequences, end the
+        sequences whose request the execution released."""
         states = self.settings.states
-        if not states or responses is None:
-            return
-        for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is None or response.error is not None:
-                continue
-            state = pending.sequence.state
-            outputs = response.outputs
-            for spec in states:
-                value = outputs.get(spec.output_name)
-                if value is not None:
-                    state[spec.input_name] = value
+        if states and responses is not None:
+            for pending, response in zip(batch, responses, strict=True):
+                if pending.deliver is None or response.error is not None:
+                    continue
+                state = pending.sequence.state
+                outputs = response.outputs
+                for spec in states:
+                    value = outputs.get(spec.output_name)
+                    if value is not None:
+                        state[spec.input_name] = value
+        if self.iterative:
+            self._end_released(batch)
+
+    def _end_released(self, batch: Sequence[Pending]) -> None:
+        """Iterative sequences: a request released without ``RESCHEDULE`` ends its sequence
+        (its slot is freed once its queue ran), as Triton's ``IterativeSequencer`` ends it
+        with a cancelled END request."""
+        with self._lock:
+            for pending in batch:
+                request = pending.request
+                if (
+                    pending.deliver is None
+                    or request.release_flags & REQUEST_RELEASE_RESCHEDULE
+                    or request.flags & SEQUENCE_END  # its slot was released when it was taken
+                ):
+                    continue
+                sequence: _Sequence = pending.sequence
+                cid = sequence.corrid
+                if self._active.get(cid) is sequence:
+                    del self._active[cid]
+                    self._last_seen.pop(cid, None)
+                self._end(sequence)
+
+    def reschedule(self, pending: Pending) -> None:
+        """Queue a request its execution released with ``RESCHEDULE`` again, in its
+        sequence's slot, as neither the start nor the end of it (Triton's
+        ``IterativeSequencer::RescheduleRequest``); it fails when its sequence ended
+        meanwhile (idle timeout, cancellation, an END request) or the batcher stopped."""
+        request = pending.request
+        request.flags = 0
+        sequence: _Sequence = pending.sequence
+        with self._lock:
+            slot = sequence.slot
+            if self._stopped:
+                error = TritonXError("Server exiting", Code.UNAVAILABLE)
+            elif slot is None or slot.sequence is not sequence or sequence.ending:
+                error = invalid_arg(
+                    f"inference request for sequence {sequence.corrid} to model "
+                    f"'{self.model}' must specify the START flag on the first request of the "
+                    "sequence"
+                )
+            else:
+                now = time.perf_counter_ns()
+                self._last_seen[sequence.corrid] = now
+                if not self._next_idle:
+                    self._next_idle = now + self._idle_ns
+                    self._reaper_cv.notify()
+                self._enqueue(slot, pending)
+                return
+        self._reject(pending, error, REJECTED)
 
     # ------------------------------------------------------------------ slots (lock held)
 

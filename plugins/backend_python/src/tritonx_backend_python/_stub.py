@@ -41,6 +41,7 @@ from tritonx_backend_python.runner import (
     ModelRunner,
     auto_complete,
     exception_text,
+    rescheduled,
 )
 
 
@@ -314,15 +315,16 @@ class Worker:
             self.send(m.Log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}"))
             self.done(m.Done(message.batch_id, None, [], None, str(exc), runtime.sent))
             return
+        again = rescheduled(requests)
         if responses is None:
-            self.done(m.Done(message.batch_id, None, [], None, None, runtime.sent))
+            self.done(m.Done(message.batch_id, None, [], None, None, runtime.sent, again))
             return
         tensors, metas = _outputs(responses)
         segment, descs = _ipc.pack_tensors(tensors, writer)
         # the inputs' segment goes back to the server before it reads the result, so that
         # its next request can reuse it (an output may be an input array)
         del requests, responses, tensors
-        self.done(m.Done(message.batch_id, segment, descs, metas, None, runtime.sent))
+        self.done(m.Done(message.batch_id, segment, descs, metas, None, runtime.sent, again))
 
     def done(self, message: m.Done) -> None:
         """A batch's result: on the data socket, read by the server thread that waits for it;

@@ -14,7 +14,7 @@ from typing import Any
 
 from tritonx.backend import LoadContext, ModelInstance
 from tritonx.errors import Code, TritonXError, invalid_arg
-from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx.types import REQUEST_RELEASE_RESCHEDULE, InferenceRequest, InferenceResponse
 from tritonx_backend_python import pb_utils
 from tritonx_backend_python.bridge import ServerBridge
 from tritonx_backend_python.convert import (
@@ -37,6 +37,7 @@ from tritonx_backend_python.runner import (
     auto_complete,
     exception_text,
     forget_modules,
+    rescheduled,
 )
 
 log = logging.getLogger("tritonx.backend.python")
@@ -171,11 +172,14 @@ class InProcessInstance(ModelInstance):
             details = "".join(traceback.format_exception(exc.__cause__ or exc))
             self.bridge.log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}")
             raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
+        again = rescheduled(pb_requests)
+        for index in again:  # the core runs them again (iterative sequences)
+            requests[index].release_flags = REQUEST_RELEASE_RESCHEDULE
         if responses is None:
             return None
         return [
-            check.response(r, request.requested_outputs)
-            for r, request in zip(responses, requests, strict=True)
+            InferenceResponse() if index in again else check.response(r, request.requested_outputs)
+            for index, (r, request) in enumerate(zip(responses, requests, strict=True))
         ]
 
     def probe_ready(self) -> str | None:

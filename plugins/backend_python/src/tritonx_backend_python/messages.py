@@ -171,6 +171,8 @@ class Done(Message):
     error: str | None
     #: how many messages the worker had sent on the control socket by then
     sent: int
+    #: the indexes of the requests the model released with ``RESCHEDULE``
+    rescheduled: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

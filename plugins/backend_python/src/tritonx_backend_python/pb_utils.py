@@ -517,7 +517,10 @@ class InferenceRequest:
         return self._cancel_seen
 
     def set_release_flags(self, flags: int) -> None:
-        """``TRITONSERVER_REQUEST_RELEASE_ALL`` or ``_RESCHEDULE`` (rescheduling unsupported)."""
+        """``TRITONSERVER_REQUEST_RELEASE_ALL`` (the default) or ``_RESCHEDULE``: run the
+        request again in a later batch (models with ``sequence_batching {
+        iterative_sequence: true }``; set it before ``execute`` returns, and return None for
+        the request from a non-decoupled model)."""
         self._release_flags = flags
 
     def exec(self, decoupled: bool = False) -> Any:

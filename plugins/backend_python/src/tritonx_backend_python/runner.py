@@ -182,6 +182,18 @@ def auto_complete(model_path: Path, module_name: str, config: dict[str, Any]) ->
     return result.as_dict()
 
 
+#: What :meth:`ModelRunner.execute` lists for a request the model rescheduled (its answer
+#: comes from a later execution): an empty response the server does not deliver.
+RESCHEDULED = pb_utils.InferenceResponse()
+
+
+def rescheduled(requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
+    """The indexes of the requests ``execute`` released with
+    ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` (``request.set_release_flags``)."""
+    flag = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+    return tuple(i for i, request in enumerate(requests) if request._release_flags & flag)
+
+
 class BackendCheckFailed(pb_utils.TritonModelException):
     """A check Triton's backend makes on what ``execute`` returned: its message is reported
     as it is (no exception type in front), as Triton's stub reports its own exceptions."""
@@ -250,6 +262,11 @@ def check_execute_result(
     for request, response in zip(requests, result, strict=True):
         if response is None:
             continue
+        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+            raise BackendCheckFailed(
+                "Expected a None object in the execute function return list for reschduled "
+                f"request, found type '{type(response)}'."
+            )
         if not isinstance(response, pb_utils.InferenceResponse):
             raise BackendCheckFailed(
                 "Expected an 'InferenceResponse' object in the execute function return "
@@ -352,7 +369,11 @@ class ModelRunner:
             return None
         assert answers is not None
         return [
-            self._sent(request, index, answers) if response is None else response
+            response
+            if response is not None
+            else RESCHEDULED
+            if request._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            else self._sent(request, index, answers)
             for index, (request, response) in enumerate(zip(requests, listed, strict=True))
         ]
 

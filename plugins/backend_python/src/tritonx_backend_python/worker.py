@@ -29,7 +29,7 @@ import numpy as np
 
 from tritonx.backend import LoadContext, ModelInstance
 from tritonx.errors import Code, TritonXError, invalid_arg
-from tritonx.types import InferenceRequest, InferenceResponse
+from tritonx.types import REQUEST_RELEASE_RESCHEDULE, InferenceRequest, InferenceResponse
 from tritonx_backend_python import _ipc
 from tritonx_backend_python import messages as m
 from tritonx_backend_python._ipc import Channel
@@ -525,13 +525,21 @@ class WorkerInstance(ModelInstance):
         """The core's responses from the worker's answer to ``requests``."""
         if done.error is not None:
             raise TritonXError(done.error, Code.INTERNAL)
+        again = done.rescheduled
+        for index in again:  # the core runs them again (iterative sequences)
+            requests[index].release_flags = REQUEST_RELEASE_RESCHEDULE
         if done.responses is None:
             return None
         outputs: list[list[tuple[str, np.ndarray, str]]] = [[] for _ in requests]
         for (index, name), array, datatype in _ipc.unpack_tensors(done.segment, done.tensors):
             outputs[index].append((name, array, datatype))
         responses: list[InferenceResponse] = []
-        for request, tensors_, (err, params) in zip(requests, outputs, done.responses, strict=True):
+        for index, (request, tensors_, (err, params)) in enumerate(
+            zip(requests, outputs, done.responses, strict=True)
+        ):
+            if again and index in again:
+                responses.append(InferenceResponse())  # answered by a later execution
+                continue
             if err is not None:
                 responses.append(
                     InferenceResponse(error=core_error(err), parameters=parameters_of(params))
