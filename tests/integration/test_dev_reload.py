@@ -250,9 +250,12 @@ async def test_explicit_mode_reloads_loaded_models_only(
     async with Server(settings, plugin_manager=pm) as server:
         start = len(events.seen)
         # the model not loaded changes first: by the time the loaded one's reload is done,
-        # its change was seen (in the same batch or an earlier one)
-        (other / "config.pbtxt").write_text((other / "config.pbtxt").read_text() + "# edit\n")
-        (loaded / "config.pbtxt").write_text((loaded / "config.pbtxt").read_text() + "# edit\n")
+        # its change was seen (in the same batch or an earlier one). (A change that leaves
+        # the config as it was, or changes only its instance groups, updates the model in
+        # place, as Triton: no reload to wait for.)
+        edit = 'parameters { key: "edit" value: { string_value: "1" } }\n'
+        (other / "config.pbtxt").write_text((other / "config.pbtxt").read_text() + edit)
+        (loaded / "config.pbtxt").write_text((loaded / "config.pbtxt").read_text() + edit)
         await events.wait_for("loaded", tritonx.ModelState.LOADING, start)
         await events.wait_for("loaded", tritonx.ModelState.UNAVAILABLE, start)  # old one gone
         assert server.model_ready("loaded")

@@ -225,6 +225,8 @@ class DynamicBatcher:
         self._timer: threading.Thread | None = None
         self._count = 0
         self._stopped = False
+        #: instances removed by an instance-group update (:meth:`retire`)
+        self._retired: set[int] = set()
         self._next_deadline = 0
         # Triton's test knob: hold the first batch until this many requests are queued
         self._hold = int(os.environ.get("TRITONSERVER_DELAY_SCHEDULER", "0") or 0)
@@ -296,11 +298,19 @@ class DynamicBatcher:
 
     # ------------------------------------------------------------------ batch formation
 
+    def retire(self, instance: int) -> None:
+        """Instance ``instance`` was removed (an instance-group update): its ``get`` returns
+        None from now on."""
+        with self._cond:
+            self._retired.add(instance)
+            self._cond.notify_all()
+
     def get(self, instance: int = 0) -> list[Pending] | None:
-        """Block until a batch is due and return it; None once stopped."""
+        """Block until a batch is due and return it; None once stopped (or ``instance``
+        retired)."""
         with self._cond:
             while True:
-                if self._stopped:
+                if self._stopped or (self._retired and instance in self._retired):
                     return None
                 now = time.perf_counter_ns()
                 if self._next_deadline and now >= self._next_deadline:

@@ -43,6 +43,9 @@ class VersionEntry:
     cached: bool = False
     #: the response cache's key scope for this load of the version (None: not cached)
     cache_scope: CacheScope | None = None
+    #: the files its load read besides config.pbtxt (``version_files``): a reload whose
+    #: config changed only in its instance groups, with these unchanged, updates in place
+    files: tuple[tuple[str, int, int], ...] | None = None
     _labels: LabelCache | None = field(default=None, repr=False)
 
     @property

@@ -15,11 +15,12 @@ completion path (:meth:`InstanceScheduler._complete`), which the sequence schedu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 from tritonx._core.batch_inputs import BatchIO
@@ -48,6 +49,7 @@ from tritonx._core.watchdog import format_stack
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
+from tritonx.proto import model_config_pb2
 from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import (
     REQUEST_RELEASE_ALL,
@@ -130,6 +132,9 @@ class InstanceScheduler:
         self._steady = False
         #: held by an instance's thread, or by the loop running a batch inline on it
         self._locks = [threading.Lock() for _ in self.contexts]
+        #: instances an instance-group update removed (:meth:`update_instances`): passive
+        #: from then on, unloaded, their thread gone or leaving
+        self._retired = [False] * len(self.contexts)
         self._inline_limit_ns = int(inline_execution_us * 1000)
         #: how accepted requests reach the instances (chosen at start)
         self.execution: Execution = Queued(self.batcher)
@@ -179,10 +184,7 @@ class InstanceScheduler:
         if errors:
             await self.stop()
             raise TritonXError.wrap(errors[0])
-        self._steady = not all(self.passive) and all(
-            instance is not None and type(instance).is_ready is ModelInstance.is_ready
-            for instance in self.instances
-        )
+        self._steady = self._is_steady()
         active = [
             instance
             for instance, passive in zip(self.instances, self.passive, strict=True)
@@ -205,10 +207,124 @@ class InstanceScheduler:
             self._timed = self.execution.executed
         self._route = self.execution.submit  # the mode's submit, one lookup per request
 
+    def _is_steady(self) -> bool:
+        return not all(self.passive) and all(
+            instance is not None and type(instance).is_ready is ModelInstance.is_ready
+            for instance, gone in zip(self.instances, self._retired, strict=True)
+            if not gone
+        )
+
+    #: whether :meth:`update_instances` can change the instances in place (the sequence
+    #: scheduler's slots belong to its instances: a new instance group reloads it)
+    updates_instances = True
+
+    async def update_instances(
+        self,
+        config: ModelConfig,
+        contexts: Sequence[LoadContext],
+        passive: Sequence[bool],
+        warm: Callable[[list[tuple[str, ModelInstance]]], Awaitable[None]],
+    ) -> tuple[int, int]:
+        """Change the instances to those of ``config``'s instance groups while serving, as
+        Triton's ``UpdateInstanceGroup``: an instance whose group settings (all but the
+        group's name and count) and device match a running one's reuses it, untouched; the
+        others are loaded, warmed up (``warm``) and only then take requests; running
+        instances left over finish their batch and are unloaded. Returns (added, removed).
+
+        :raises TritonXError: a new instance failed to load or warm up; the instances
+            running before keep serving, unchanged.
+        """
+        assert self._loop is not None
+        loop = self._loop
+        running: dict[bytes, list[int]] = {}
+        for index, ctx in enumerate(self.contexts):
+            if not self._retired[index]:
+                running.setdefault(_signature(ctx), []).append(index)
+        wanted: list[LoadContext] = []
+        wanted_passive: list[bool] = []
+        for ctx, is_passive in zip(contexts, passive, strict=True):
+            same = running.get(_signature(ctx))
+            if same:
+                same.pop()  # reused as it is (Triton takes the last one)
+            else:
+                wanted.append(ctx)
+                wanted_passive.append(is_passive)
+        removed = [index for indexes in running.values() for index in indexes]
+        added: list[int] = []
+        ready: list[asyncio.Future[None]] = []
+        go = threading.Event()
+        for ctx, is_passive in zip(wanted, wanted_passive, strict=True):
+            index = len(self.contexts)
+            ctx = dataclasses.replace(ctx, instance=dataclasses.replace(ctx.instance, index=index))
+            self.contexts.append(ctx)
+            self.passive.append(is_passive)
+            self.instances.append(None)
+            self._running.append(None)
+            self._busy.append(False)
+            self._locks.append(threading.Lock())
+            self._retired.append(False)
+            fut: asyncio.Future[None] = loop.create_future()
+            ready.append(fut)
+            thread = threading.Thread(
+                target=self._worker,
+                args=(index, ctx, fut, self._ticket(ctx), go),
+                name=f"tritonx-{ctx.instance.name}-v{self.version}",
+                daemon=True,
+            )
+            self._threads.append(thread)
+            added.append(index)
+            thread.start()
+        results = await asyncio.gather(*ready, return_exceptions=True)
+        error = next((r for r in results if isinstance(r, BaseException)), None)
+        if error is None:
+            try:
+                await warm(
+                    [
+                        (self.contexts[i].instance.name, instance)
+                        for i in added
+                        if (instance := self.instances[i]) is not None
+                    ]
+                )
+            except BaseException as exc:
+                error = exc
+        if error is not None:  # the instances that were running stay as they are
+            await asyncio.gather(*(self._retire(index) for index in added))
+            go.set()
+            raise TritonXError.wrap(error)
+        go.set()
+        self.config = config
+        await asyncio.gather(*(self._retire(index) for index in removed))
+        self._steady = self._is_steady()
+        return len(added), len(removed)
+
+    async def _retire(self, index: int) -> None:
+        """Take instance ``index`` out of service: no batch goes to it any more, the one it
+        runs finishes, then it is unloaded (its thread leaves when it next wakes)."""
+        self._retired[index] = True
+        self.passive[index] = True
+        retire = getattr(self.batcher, "retire", None)
+        if retire is not None:
+            retire(index)
+        await asyncio.to_thread(self._unload_retired, index)
+
+    def _unload_retired(self, index: int) -> None:
+        with self._locks[index]:  # (its running batch, if any, ends first)
+            instance, self.instances[index] = self.instances[index], None
+        if instance is None:
+            return
+        try:
+            instance.unload()
+        except Exception:
+            log.exception(
+                "unloading instance %s of %s failed",
+                self.contexts[index].instance.name,
+                self.config.name,
+            )
+
     def _ticket(self, ctx: LoadContext) -> Ticket | None:
         if not self.rate_limiter.enabled:
             return None
-        group = next(g for g in self.config.raw.instance_group if g.name == ctx.instance.group_name)
+        group = next(g for g in ctx.config.raw.instance_group if g.name == ctx.instance.group_name)
         resources = [
             (r.name, int(r.count), bool(r.__getattribute__("global")))
             for r in group.rate_limiter.resources
@@ -233,6 +349,12 @@ class InstanceScheduler:
         self._stopping.set()
         self._steady = False
         active = sum(1 for p in self.passive if not p)
+        # retired instances' threads may still wait in the queue (one stop each)
+        active += sum(
+            1
+            for gone, thread in zip(self._retired, self._threads, strict=False)
+            if gone and thread.is_alive()
+        )
         left = self.batcher.stop(active)
         left.extend(self.execution.stop())
         if self._loop is not None:
@@ -313,7 +435,11 @@ class InstanceScheduler:
         if self._steady:
             return True
         ready = False
-        for instance, passive in zip(self.instances, self.passive, strict=True):
+        for instance, passive, gone in zip(
+            self.instances, self.passive, self._retired, strict=True
+        ):
+            if gone:
+                continue
             if instance is None:
                 return False
             if not ready and not passive and instance.is_ready():
@@ -463,7 +589,12 @@ class InstanceScheduler:
                     self._reject(pending, exc)
 
     def _worker(
-        self, index: int, ctx: LoadContext, ready: asyncio.Future[None], ticket: Ticket | None
+        self,
+        index: int,
+        ctx: LoadContext,
+        ready: asyncio.Future[None],
+        ticket: Ticket | None,
+        go: threading.Event | None = None,
     ) -> None:
         loop = self._loop
         assert loop is not None
@@ -480,6 +611,9 @@ class InstanceScheduler:
             return
         self.instances[index] = instance
         loop.call_soon_threadsafe(_set_result, ready, None)
+        if go is not None:  # added by an instance-group update: warmed up first
+            go.wait()
+        retired = self._retired
         if not self.passive[index]:
             get = self.batcher.get
             limiter = self.rate_limiter
@@ -495,7 +629,7 @@ class InstanceScheduler:
             def post(callback: Callable[..., object], *args: Any) -> None:
                 answers.append((callback, args))
 
-            while True:
+            while not retired[index]:
                 if not instance.is_ready():
                     # recovering (e.g. restarting its worker process): leave the queue to the
                     # instances that serve
@@ -506,6 +640,9 @@ class InstanceScheduler:
                 if batch is None:
                     break
                 with lock:  # (the loop may be running a batch on this instance)
+                    if retired[index]:  # removed meanwhile: another instance runs it
+                        self._queue_all([batch])
+                        break
                     busy[index] = True
                     running[index] = batch
                     try:
@@ -527,6 +664,8 @@ class InstanceScheduler:
                 answers.clear()
         else:  # passive instances are loaded but never given requests
             self._stopping.wait()
+        if retired[index]:  # unloaded by _retire
+            return
         try:
             if not self.passive[index]:
                 with self._locks[index]:  # an asynchronous batch may still be running on it
@@ -764,6 +903,17 @@ class InstanceScheduler:
 RESCHEDULED = InferenceResponse()
 #: A decoupled row that ran and was released (its statistics count as usual).
 RAN = InferenceResponse()
+
+
+def _signature(ctx: LoadContext) -> bytes:
+    """What makes two instances interchangeable (Triton's ``InstanceConfigSignature`` and
+    device): the group's settings but its name and count, and the device."""
+    group = next(g for g in ctx.config.raw.instance_group if g.name == ctx.instance.group_name)
+    normalized = model_config_pb2.ModelInstanceGroup()
+    normalized.CopyFrom(group)
+    normalized.name = ""
+    normalized.count = 1
+    return normalized.SerializeToString(deterministic=True) + str(ctx.instance.device_id).encode()
 
 
 def _rescheduled(batch: list[Pending]) -> list[int] | None:

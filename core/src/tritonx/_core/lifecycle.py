@@ -62,7 +62,12 @@ from tritonx._core.entries import (
     VersionEntry,
     merge_versions,
 )
-from tritonx._core.load_pipeline import LoadPipeline, open_repository
+from tritonx._core.load_pipeline import (
+    LoadPipeline,
+    only_instances_changed,
+    open_repository,
+    version_files,
+)
 from tritonx._core.load_request import (
     LoadRequest,
     check_model_name,
@@ -640,10 +645,25 @@ class ModelManager:
         new_versions: dict[int, VersionEntry] = {}
         cached = bool(prepared.config.response_cache.enable) and self.pipeline.cache_enabled
         stamp = await asyncio.to_thread(load_stamp, prepared) if cached else b""
+        files = await asyncio.to_thread(
+            lambda: {v: version_files(prepared.model_dir, v) for v in prepared.selected}
+        )
+        # Triton's UpdateModelConfig: a serving version whose config changed only in its
+        # instance groups, and whose files did not, keeps serving: its instances change by
+        # the difference
+        updates = {
+            v: serving
+            for v in prepared.selected
+            if (serving := entry.versions.get(v)) is not None
+            and self._updatable(serving, config, prepared, files[v])
+        }
         for v in prepared.selected:
+            if v in updates:
+                continue
             new_versions[v] = VersionEntry(
                 v, ModelState.LOADING, config=config, model_dir=prepared.model_dir, cached=cached
             )
+            new_versions[v].files = files[v]
             new_versions[v].cache_scope = CacheScope(name, v, stamp) if cached else None
             if v not in entry.versions:
                 # shown LOADING (index, readiness) while it loads; it serves only once the
@@ -654,7 +674,9 @@ class ModelManager:
             *(
                 self.pipeline.load_version(new_versions[v], config, prepared, prepared.versions[v])
                 for v in prepared.selected
-            )
+                if v not in updates
+            ),
+            *(self._update(u, config, prepared, new_versions) for u in updates.values()),
         )
         for v in prepared.missing:
             new_versions[v] = VersionEntry(
@@ -697,6 +719,46 @@ class ModelManager:
             log.info("successfully loaded '%s'", name)
         else:
             log.info("failed to load '%s'", name)
+
+    @staticmethod
+    def _updatable(
+        old: VersionEntry,
+        config: ModelConfig,
+        prepared: Prepared,
+        files: tuple[tuple[str, int, int], ...],
+    ) -> bool:
+        """Whether a reload of serving version ``old`` to ``config`` only changes its
+        instance groups (Triton: not an ensemble, the version's files unmodified, the
+        configs equal but for ``instance_group`` and ``version_policy``)."""
+        return (
+            old.ready
+            and old.files == files
+            and old.model_dir == prepared.model_dir
+            and old.config is not None
+            and bool(getattr(old.scheduler, "updates_instances", False))
+            and only_instances_changed(old.config.raw, config.raw)
+        )
+
+    async def _update(
+        self,
+        old: VersionEntry,
+        config: ModelConfig,
+        prepared: Prepared,
+        new_versions: dict[int, VersionEntry],
+    ) -> None:
+        """Update ``old``'s instance groups in place; it stays the version's entry, or a
+        failed entry aborts the load (``old`` serves on, unchanged)."""
+        v = old.version
+        try:
+            await self.pipeline.update_version(old, config, prepared, prepared.versions[v])
+        except Exception as exc:
+            err = TritonXError.wrap(exc)
+            log.error("failed to load '%s' version %d: %s", config.name, v, err.as_string())
+            new_versions[v] = VersionEntry(
+                v, ModelState.UNAVAILABLE, err.as_string(), config=config
+            )
+            return
+        new_versions[v] = old
 
     # ------------------------------------------------------------------ internals: unload
 

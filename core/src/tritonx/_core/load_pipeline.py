@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable
@@ -27,13 +28,13 @@ from tritonx._core.entries import Prepared, VersionEntry
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.scheduler import Scheduler, make_scheduler
-from tritonx._core.warmup import warm_up
+from tritonx._core.warmup import warm_up, warm_up_instances
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
 from tritonx.errors import Code, PluginError, TritonXError, invalid_arg
 from tritonx.plugins import Registries
 from tritonx.proto import model_config_pb2
-from tritonx.repository import Repository
+from tritonx.repository import Repository, walk_files
 from tritonx.types import ModelState
 
 if TYPE_CHECKING:
@@ -347,6 +348,40 @@ class LoadPipeline:
             ventry.load_seconds = time.monotonic() - started
         return scheduler
 
+    async def update_version(
+        self, ventry: VersionEntry, config: ModelConfig, prepared: Prepared, version_path: Path
+    ) -> None:
+        """Give the serving version ``ventry`` the instance groups of ``config`` in place
+        (Triton's ``UpdateModelConfig``: a reload whose config changed only there and whose
+        files did not): only the difference is loaded or unloaded, the other instances
+        serve on; then ``config`` becomes the version's. Raises when an added instance fails
+        (the version serves on as it was)."""
+        name, v = config.name, ventry.version
+        scheduler = ventry.scheduler
+        backend = prepared.backend
+        assert scheduler is not None and backend is not None
+        filename = config.raw.default_model_filename or backend.default_model_filename
+        model_path = version_path / filename if filename else None
+        contexts, passive = self.instance_contexts(
+            config, v, prepared.model_dir, version_path, model_path, backend
+        )
+        async with self._load_slots:
+            added, removed = await scheduler.update_instances(  # type: ignore[attr-defined]
+                config,
+                contexts,
+                passive,
+                lambda pairs: warm_up_instances(pairs, config, prepared.model_dir, v),
+            )
+        ventry.config = config
+        log.info(
+            "updated '%s' version %d in place (only its instance groups changed): %d "
+            "instances added, %d removed",
+            name,
+            v,
+            added,
+            removed,
+        )
+
     def instance_contexts(
         self,
         config: ModelConfig,
@@ -390,3 +425,31 @@ class LoadPipeline:
         if passive and all(passive):
             raise invalid_arg(f"model '{config.name}' has only passive instances")
         return contexts, passive
+
+
+def only_instances_changed(old: Any, new: Any) -> bool:
+    """Whether two normalized configs differ in ``instance_group`` / ``version_policy`` at
+    most (Triton's ``ConfigChangeRequiresReload`` is False)."""
+    a, b = type(old)(), type(new)()
+    a.CopyFrom(old)
+    b.CopyFrom(new)
+    for field_name in ("instance_group", "version_policy"):
+        a.ClearField(field_name)
+        b.ClearField(field_name)
+    return bool(a == b)
+
+
+def version_files(model_dir: Path, version: int) -> tuple[tuple[str, int, int], ...]:
+    """(path, mtime, size) of the files a version's load reads besides ``config.pbtxt``: its
+    version folder and the model folder's other files (Triton's
+    ``IsModelVersionModified``). Called from a worker thread."""
+    others = {str(version)}
+    files: list[tuple[str, int, int]] = []
+    for rel, _, st in walk_files(model_dir):
+        top, sep, _ = rel.partition(os.sep)
+        if not sep and rel == "config.pbtxt":
+            continue
+        if sep and top.isdigit() and top not in others:
+            continue
+        files.append((rel, st.st_mtime_ns, st.st_size))
+    return tuple(sorted(files))

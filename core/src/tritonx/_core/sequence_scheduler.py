@@ -137,6 +137,7 @@ class SequenceScheduler(InstanceScheduler):
     """
 
     drops_cancelled = False
+    updates_instances = False
 
     batcher: SequenceBatcher
 

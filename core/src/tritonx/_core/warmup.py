@@ -243,6 +243,23 @@ async def warm_up(scheduler: Scheduler, config: ModelConfig, model_dir: Path, ve
         raise
 
 
+async def warm_up_instances(
+    instances: list[tuple[str, ModelInstance]], config: ModelConfig, model_dir: Path, version: int
+) -> None:
+    """Warm up ``instances`` ((name, instance) pairs: those an instance-group update added)
+    with the config's warmup samples; raises the warmup error."""
+    if not config.raw.model_warmup or not instances:
+        return
+    samples = await asyncio.to_thread(build_samples, config, model_dir, version)
+    if samples:
+        await asyncio.gather(
+            *(
+                asyncio.to_thread(run_samples, instance, name, config, samples)
+                for name, instance in instances
+            )
+        )
+
+
 def _instance_names(config: ModelConfig) -> list[str]:
     kinds = model_config_pb2.ModelInstanceGroup.Kind
     names: list[str] = []
