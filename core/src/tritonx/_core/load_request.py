@@ -66,11 +66,12 @@ class LoadRequest:
 
 
 def check_model_name(name: str) -> None:
-    """Refuse empty names and names that are paths (Triton's messages)."""
+    """Refuse empty names and names that are paths (Triton's ``ValidateModelName``: ``..``
+    or a ``/``; a backend may refuse more, as the python backend's stub names)."""
     trimmed = name.strip()
     if not trimmed:
         raise invalid_arg("Model name cannot be empty. Please enter a valid name to deploy.")
-    if trimmed == ".." or "/" in trimmed or "\\" in trimmed:
+    if trimmed == ".." or "/" in trimmed:
         raise invalid_arg(
             f"invalid model name '{name}', model name must not contain path traversal characters"
         )

@@ -150,6 +150,7 @@ class PythonBackend(Backend):
 
     def auto_complete_config(self, ctx: AutoCompleteContext) -> None:
         """Run the model's ``auto_complete_config`` (when it defines one) on the config."""
+        check_stub_name(ctx.config.name or ctx.model_dir.name)
         path = ctx.model_path
         if path is None or not path.is_file():
             return
@@ -212,6 +213,7 @@ class PythonBackend(Backend):
 
     def load(self, ctx: LoadContext) -> ModelInstance:
         """Start one instance: a worker process, or the model in this process."""
+        check_stub_name(ctx.instance.name)
         if ctx.model_path is None:
             raise invalid_arg(f"python model '{ctx.model_name}' names no model file")
         if not ctx.model_path.is_file():
@@ -241,3 +243,15 @@ class PythonBackend(Backend):
         self.closed.set()
         for worker in list(self.workers):
             worker.kill()
+
+
+#: Characters Triton's python backend refuses in the names its stubs are started with (its
+#: ``INVALID_CHARS``: model and instance names reach a command line there).
+INVALID_NAME_CHARS = frozenset(";|&$`<>()[]{}\\\"'*?~#!")
+
+
+def check_stub_name(name: str) -> None:
+    """Triton's ``IsValidIdentifier`` on a model's (auto-complete) or instance's name: a name
+    holding a shell metacharacter fails the load, as Triton's stub launcher fails it."""
+    if not name or not INVALID_NAME_CHARS.isdisjoint(name):
+        raise invalid_arg("Invalid stub name: contains invalid characters")
