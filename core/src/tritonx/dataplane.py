@@ -13,6 +13,7 @@ import time
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -287,6 +288,12 @@ class DataPlane:
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The completed, normalized config of a ready version."""
         return _config(self._models.get(name, version))
+
+    def model_folder(self, name: str, version: int | None = None) -> Path | None:
+        """The folder a ready version was loaded from: its repository folder, the local copy
+        of a cloud repository's, the folder a repository agent or a load-API file override
+        made (None when unknown)."""
+        return self._models.get(name, version).model_dir
 
     def model_statistics(
         self, name: str = "", version: int | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Coroutine
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from prometheus_client import CollectorRegistry
@@ -100,6 +101,12 @@ class ServerHandle:
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:
         """The completed, normalized config of a ready model version."""
         return self._dataplane.model_config(name, version)
+
+    def model_folder(self, name: str, version: int | None = None) -> Path | None:
+        """The folder a ready model version was loaded from (a local copy for cloud
+        repositories, the override folder of a load with files); raises like
+        :meth:`model_config`."""
+        return self._dataplane.model_folder(name, version)
 
     async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
         """Load or reload ``name``; allowed only in explicit model control mode, as Triton's

@@ -17,6 +17,7 @@ import socket
 import ssl
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import fields, replace
+from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -359,6 +360,11 @@ class Server:
 
     def model_config(self, name: str, version: int | None = None) -> ModelConfig:
         return self.dataplane.model_config(name, version)
+
+    def model_folder(self, name: str, version: int | None = None) -> Path | None:
+        """The folder a ready model version was loaded from (see
+        :meth:`tritonx.handle.ServerHandle.model_folder`)."""
+        return self.dataplane.model_folder(name, version)
 
     def model_statistics(
         self, name: str = "", version: int | None = None

@@ -398,3 +398,44 @@ def test_tokenizer_setting_counts_usage(
     with serve_openai(repo.root) as server, client(server) as c:
         answer = c.completions.create(model="trtllm_echo", prompt="a,b", max_tokens=500)
         assert answer.usage is not None and answer.usage.prompt_tokens == 1  # whitespace
+
+
+def test_files_of_a_model_loaded_with_overrides_are_its_own(
+    tmp_path: Path, serve_openai: Any
+) -> None:
+    """A model loaded through the load API with a config and files (no folder of that name in
+    the repository) reads its chat template from the files it was loaded with, and a model
+    whose repository folder is overridden reads the override's, not the repository's."""
+    import tritonclient.http as httpclient
+    from google.protobuf import json_format, text_format
+    from tritonclient.grpc import model_config_pb2
+
+    root = tmp_path / "models"
+    root.mkdir()
+    log = tmp_path / "requests.jsonl"
+    source = copy_mock_llm(tmp_path / "source", "source")
+    copy_mock_llm(root, "replaced", parameters={"chat_template": "t.jinja"})
+    (root / "replaced" / "t.jinja").write_text("REPOSITORY:{{ messages[0]['content'] }}")
+    files = {
+        "file:1/model.py": (source / "1" / "model.py").read_bytes(),
+        "file:t.jinja": b"OVERRIDE:{{ messages[0]['content'] }}",
+    }
+
+    def config(name: str) -> str:
+        parsed = text_format.Parse(
+            (source / "config.pbtxt").read_text(), model_config_pb2.ModelConfig()
+        )
+        parsed.name = name
+        parsed.parameters["chat_template"].string_value = "t.jinja"
+        parsed.parameters["request_log"].string_value = str(log)
+        return json_format.MessageToJson(parsed, preserving_proto_field_name=True)
+
+    with serve_openai(root, model_control_mode="explicit") as server:
+        triton = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        for name in ("loaded", "replaced"):
+            triton.load_model(name, config=config(name), files=files)
+        with client(server) as c:
+            for name in ("loaded", "replaced"):
+                c.chat.completions.create(model=name, messages=HELLO)
+        triton.close()
+    assert logged_prompts(log) == ["OVERRIDE:" + HELLO[0]["content"]] * 2

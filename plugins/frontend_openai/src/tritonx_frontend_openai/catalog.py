@@ -241,23 +241,13 @@ class Catalog:
         """The names of the ready models (the repository index)."""
         return sorted({entry.name for entry in self.server.repository_index(ready_only=True)})
 
-    def _local_repositories(self) -> list[Path]:
-        """The repositories given as local folders (where model folders are looked up)."""
-        out = []
-        for repo in self.settings.model_repository:
-            if repo.startswith("file://"):
-                repo = repo.removeprefix("file://")
-            elif "://" in repo:
-                continue
-            out.append(Path(repo))
-        return out
-
     def _model_folder(self, name: str) -> Path | None:
-        for root in self._local_repositories():
-            folder = root / name
-            if folder.is_dir():
-                return folder
-        return None
+        """The folder the ready model was loaded from (its repository folder, a cloud
+        repository's local copy, a load-API override's folder)."""
+        try:
+            return self.server.model_folder(name)
+        except TritonXError:
+            return None
 
     def _resource_folder(self, config: ModelConfig, folder: Path | None) -> Path | None:
         """The folder the model's tokenizer and chat template are looked for in
