@@ -26,13 +26,10 @@ tf = pytest.importorskip("tensorflow")
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
-import tritonx_backend_tensorflow  # noqa: E402
 from google.protobuf import json_format  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
-from tritonx_backend_tensorflow import models  # noqa: E402
-from tritonx_backend_tensorflow.backend import TensorFlowBackend  # noqa: E402
-from tritonx_backend_tensorflow.settings import parse_backend_config  # noqa: E402
 
+import tritonx_backend_tensorflow  # noqa: E402
 from tritonx import InferenceRequest, InstanceSpec, LoadContext, Server  # noqa: E402
 from tritonx.config import ModelConfig  # noqa: E402
 from tritonx.errors import Code, TritonXError  # noqa: E402
@@ -47,6 +44,9 @@ from tritonx.testing import (  # noqa: E402
 )
 from tritonx.testing import model_status as status  # noqa: E402
 from tritonx.types import ModelState  # noqa: E402
+from tritonx_backend_tensorflow import models  # noqa: E402
+from tritonx_backend_tensorflow.backend import TensorFlowBackend  # noqa: E402
+from tritonx_backend_tensorflow.settings import parse_backend_config  # noqa: E402
 
 SAVEDMODEL = "model.savedmodel"
 ONE_CPU = "instance_group [ { count: 1, kind: KIND_CPU } ]\n"
