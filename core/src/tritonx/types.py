@@ -230,6 +230,8 @@ class ServerMetadata:
 
 
 __all__ = [
+    "REQUEST_RELEASE_ALL",
+    "REQUEST_RELEASE_RESCHEDULE",
     "SEQUENCE_END",
     "SEQUENCE_START",
     "InferenceRequest",
