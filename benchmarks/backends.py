@@ -16,8 +16,12 @@ Backends (one ``tritonx serve`` each, serving its two models: ``max_batch_size``
 ``dynamic_batching`` with no queue delay (Triton's default: a request at concurrency 1 does
 not wait for others), one CPU instance, the framework's default threads; onnxruntime: intra-op
 threads 2, inter-op 1, as the ``cnn`` row): ``onnxruntime`` (``*_onnx``), ``pytorch``
-(TorchScript ``*_torchscript`` and ``torch.export`` ``*_torch_export``) and ``openvino``
-(``*_openvino``, FP32 inference precision). Per backend: load time and resident memory (process
+(TorchScript ``*_torchscript`` and ``torch.export`` ``*_torch_export``), ``openvino``
+(``*_openvino``, FP32 inference precision) and ``tensorflow`` (``cnn_tensorflow``: the CNN as a
+SavedModel built from the same weights, NCHW input transposed in the graph; no MiniLM export)
+and ``fil`` (``trees_fil``: an XGBoost binary classifier of 100 trees of depth 6 over 32
+features, probabilities; the reference is Treelite's GTIL in-process, the predictor the fil
+backend runs for XGBoost models). Per backend: load time and resident memory (process
 start to ready, then RSS after one request per model) of a bare Python process that imports the
 framework and loads the same models (``python backends.py load ...``) and of ``tritonx
 serve``; then per model and concurrency (1 and 16, HTTP), the framework in-process on the same
@@ -52,13 +56,25 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "onnxruntime": ("onnx",),
     "pytorch": ("torchscript", "export"),
     "openvino": ("openvino",),
+    "tensorflow": ("savedmodel",),
+    "fil": ("xgboost_json",),
 }
+#: the formats tritonx.examples.minilm.export writes
+MINILM_FORMATS = ("onnx", "torchscript", "export", "openvino")
+#: the formats the CNN is written in (the others serve a model of their own kind)
+CNN_FORMATS = ("onnx", "torchscript", "export", "openvino", "savedmodel")
+#: what a format's model needs besides its framework and plugin (to be built)
+BUILD_NEEDS = {"xgboost_json": ("xgboost",)}
+#: the tree model of the FIL rows (``trees_fil``): an XGBoost binary classifier
+TREES, TREE_DEPTH, TREE_FEATURES = 100, 6, 32
 #: format -> (framework module, tritonx plugin module, model-name suffix, model file)
 FORMATS: dict[str, tuple[str, str, str, str]] = {
     "onnx": ("onnxruntime", "tritonx_backend_onnx", "onnx", "model.onnx"),
     "torchscript": ("torch", "tritonx_backend_torch", "torchscript", "model.pt"),
     "export": ("torch", "tritonx_backend_torch", "torch_export", "model.pt2"),
     "openvino": ("openvino", "tritonx_backend_openvino", "openvino", "model.xml"),
+    "savedmodel": ("tensorflow", "tritonx_backend_tensorflow", "tensorflow", "model.savedmodel"),
+    "xgboost_json": ("treelite", "tritonx_backend_fil", "fil", "xgboost.json"),
 }
 CNN_CONFIG = """name: "{name}"
 {platform}
@@ -77,7 +93,7 @@ TEXT = (
 def missing(fmt: str) -> str | None:
     """Why ``fmt``'s rows cannot run here, or None."""
     framework, plugin, _, _ = FORMATS[fmt]
-    for module in (framework, plugin, "onnx"):
+    for module in (framework, plugin, "onnx", *BUILD_NEEDS.get(fmt, ())):
         if importlib.util.find_spec(module) is None:
             return f"{module} is not installed"
     return None
@@ -178,6 +194,87 @@ def torch_cnn(onnx_bytes: bytes) -> Any:
     return Cnn().eval()
 
 
+def save_tf_cnn(onnx_bytes: bytes, path: Path) -> None:
+    """run.py's CNN as a TensorFlow SavedModel at ``path`` with the ONNX graph's weights
+    (batch norms folded into the convolutions, as :func:`torch_cnn`): signature
+    ``serving_default``, input ``input`` [-1, 3, 224, 224] (NCHW, transposed to TensorFlow's
+    NHWC inside the graph), output ``logits``."""
+    import numpy as np
+    import onnx
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ INFO lines
+    import tensorflow as tf
+    from onnx import numpy_helper
+
+    graph = onnx.load_from_string(onnx_bytes).graph
+    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
+    nodes = list(graph.node)
+    steps: list[tuple[str, list[str], str, dict[str, Any]]] = []
+    consts: dict[str, Any] = {}
+    i = 0
+    while i < len(nodes):
+        node = nodes[i]
+        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "Conv":
+            w = weights[node.input[1]].astype(np.float64)
+            b = np.zeros(w.shape[0])
+            out = node.output[0]
+            nxt = nodes[i + 1] if i + 1 < len(nodes) else None
+            if nxt is not None and nxt.op_type == "BatchNormalization" and nxt.input[0] == out:
+                scale, bias, mean, var = (weights[n].astype(np.float64) for n in nxt.input[1:])
+                eps = next((a.f for a in nxt.attribute if a.name == "epsilon"), 1e-5)
+                factor = scale / np.sqrt(var + eps)
+                w, b = w * factor[:, None, None, None], bias - mean * factor
+                out = nxt.output[0]
+                i += 1
+            # OIHW -> HWIO
+            consts[f"{out}_w"] = tf.constant(w.transpose(2, 3, 1, 0).astype(np.float32))
+            consts[f"{out}_b"] = tf.constant(b.astype(np.float32))
+            steps.append(("conv", [node.input[0]], out, attrs))
+        elif node.op_type == "Gemm" and attrs.get("transB") == 1:
+            out = node.output[0]
+            consts[f"{out}_w"] = tf.constant(weights[node.input[1]].T.copy())
+            consts[f"{out}_b"] = tf.constant(weights[node.input[2]])
+            steps.append(("linear", [node.input[0]], out, attrs))
+        elif node.op_type in ("Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten"):
+            steps.append((node.op_type, list(node.input), node.output[0], attrs))
+        else:
+            raise ValueError(f"save_tf_cnn: unsupported ONNX node {node.op_type}")
+        i += 1
+
+    def pad(x: Any, pads: Sequence[int], value: float = 0.0) -> Any:
+        top, left, bottom, right = pads
+        return tf.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=value)
+
+    class Cnn(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3, 224, 224], tf.float32)])
+        def serve(self, input: Any) -> dict[str, Any]:
+            env = {"input": tf.transpose(input, [0, 2, 3, 1])}
+            for op, inputs, out, attrs in steps:
+                x = env[inputs[0]]
+                if op == "conv":
+                    s = attrs["strides"]
+                    y = tf.nn.conv2d(pad(x, attrs["pads"]), consts[f"{out}_w"], s, "VALID")
+                    env[out] = tf.nn.bias_add(y, consts[f"{out}_b"])
+                elif op == "linear":
+                    env[out] = tf.matmul(x, consts[f"{out}_w"]) + consts[f"{out}_b"]
+                elif op == "Relu":
+                    env[out] = tf.nn.relu(x)
+                elif op == "MaxPool":
+                    k, st = attrs["kernel_shape"], attrs["strides"]
+                    env[out] = tf.nn.max_pool2d(pad(x, attrs["pads"], -np.inf), k, st, "VALID")
+                elif op == "Add":
+                    env[out] = x + env[inputs[1]]
+                elif op == "GlobalAveragePool":
+                    env[out] = tf.reduce_mean(x, [1, 2], keepdims=True)
+                else:  # Flatten, axis 1
+                    env[out] = tf.reshape(x, [tf.shape(x)[0], -1])
+            return {"logits": env["logits"]}
+
+    module = Cnn()
+    tf.saved_model.save(module, str(path), signatures={"serving_default": module.serve})
+
+
 def write_cnn(repo: Path, formats: Sequence[str]) -> None:
     """``cnn_<suffix>`` per format under ``repo``, all from run.py's CNN graph."""
     import torch
@@ -191,6 +288,7 @@ def write_cnn(repo: Path, formats: Sequence[str]) -> None:
         "torchscript": 'platform: "pytorch_libtorch"',
         "export": 'platform: "torch_aoti"',
         "openvino": 'backend: "openvino"',
+        "savedmodel": 'platform: "tensorflow_savedmodel"',
     }
     module = torch_cnn(onnx_bytes) if {"torchscript", "export"} & set(formats) else None
     example = torch.randn(2, 3, 224, 224)
@@ -210,6 +308,8 @@ def write_cnn(repo: Path, formats: Sequence[str]) -> None:
             source.write_bytes(onnx_bytes)
             ov.save_model(ov.convert_model(str(source)), str(path), compress_to_fp16=False)
             source.unlink()
+        elif fmt == "savedmodel":
+            save_tf_cnn(onnx_bytes, path)
         elif fmt == "torchscript":
             with torch.no_grad():
                 traced = torch.jit.trace(module, (example,), strict=False, check_trace=False)
@@ -220,6 +320,33 @@ def write_cnn(repo: Path, formats: Sequence[str]) -> None:
                     module, (example,), dynamic_shapes=({0: Dim("batch", max=1024)},)
                 )
             torch.export.save(program, str(path))
+
+
+TREES_CONFIG = """name: "trees_fil"
+backend: "fil"
+max_batch_size: 16
+input [ {{ name: "input__0", data_type: TYPE_FP32, dims: [ {features} ] }} ]
+output [ {{ name: "output__0", data_type: TYPE_FP32, dims: [ 2 ] }} ]
+parameters {{ key: "model_type", value: {{ string_value: "xgboost_json" }} }}
+parameters {{ key: "is_classifier", value: {{ string_value: "true" }} }}
+parameters {{ key: "predict_proba", value: {{ string_value: "true" }} }}
+dynamic_batching {{ }}
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+
+
+def write_trees(repo: Path) -> None:
+    """``trees_fil``: an XGBoost binary classifier (:data:`TREES` trees of depth
+    :data:`TREE_DEPTH` over :data:`TREE_FEATURES` features, trained on synthetic data) for
+    the FIL backend, probabilities of both classes."""
+    from tritonx_backend_fil import models
+
+    x = models.data(2000, TREE_FEATURES)
+    model, _ = models.xgboost_model("binary", "json", trees=TREES, depth=TREE_DEPTH, x=x)
+    folder = repo / "trees_fil"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "xgboost.json").write_bytes(model)
+    (folder / "config.pbtxt").write_text(TREES_CONFIG.format(features=TREE_FEATURES))
 
 
 def build(work: Path, with_minilm: bool) -> dict[str, Path]:
@@ -240,16 +367,20 @@ def build(work: Path, with_minilm: bool) -> dict[str, Path]:
     if with_minilm:
         from tritonx.examples.minilm import export
 
-        export.export(staging, formats)
+        export.export(staging, [f for f in formats if f in MINILM_FORMATS])
     for backend, repo in repos.items():
         fmts = [f for f in BACKENDS[backend] if f in formats]
         for fmt in fmts if with_minilm else ():
+            if fmt not in MINILM_FORMATS:
+                continue
             folder = staging / f"minilm_{FORMATS[fmt][2]}"
             if fmt == "onnx":
                 with (folder / "config.pbtxt").open("a") as f:
                     f.write(ORT_THREADS)
             shutil.move(folder, repo / folder.name)
-        write_cnn(repo, fmts)
+        write_cnn(repo, [f for f in fmts if f in CNN_FORMATS])
+        if "xgboost_json" in fmts:
+            write_trees(repo)
     shutil.rmtree(staging, ignore_errors=True)
     return repos
 
@@ -293,6 +424,9 @@ def inputs(model: str, batch: int) -> dict[str, Any]:
     if model.startswith("minilm_"):
         ids, mask = minilm_tokens()
         return {"input_ids": np.repeat(ids, batch, 0), "attention_mask": np.repeat(mask, batch, 0)}
+    if model.startswith("trees_"):
+        rows = np.random.default_rng(0).standard_normal((batch, TREE_FEATURES))
+        return {"input__0": rows.astype(np.float32)}
     x = np.random.default_rng(0).standard_normal((batch, 3, 224, 224)).astype(np.float32)
     return {"input": x}
 
@@ -322,6 +456,17 @@ def runner(fmt: str, folder: Path) -> Callable[[dict[str, Any]], Any]:
             return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
 
         return run_ov
+    if fmt == "xgboost_json":  # Treelite's GTIL: the predictor the fil backend runs
+        import treelite
+
+        forest = treelite.frontend.load_xgboost_model(path, format_choice="json")
+        return lambda feed: [treelite.gtil.predict(forest, feed["input__0"])]
+    if fmt == "savedmodel":
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ INFO lines
+        import tensorflow as tf
+
+        serve = tf.saved_model.load(str(path)).signatures["serving_default"]
+        return lambda feed: [t.numpy() for t in serve(**feed).values()]
     import torch
 
     if fmt == "torchscript":
