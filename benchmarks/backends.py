@@ -227,14 +227,14 @@ def save_tf_cnn(onnx_bytes: bytes, path: Path) -> None:
                 w, b = w * factor[:, None, None, None], bias - mean * factor
                 out = nxt.output[0]
                 i += 1
-            # OIHW -> HWIO
-            consts[f"{out}_w"] = tf.constant(w.transpose(2, 3, 1, 0).astype(np.float32))
-            consts[f"{out}_b"] = tf.constant(b.astype(np.float32))
+            # OIHW -> HWIO; variables, as a trained model saves its weights
+            consts[f"{out}_w"] = tf.Variable(w.transpose(2, 3, 1, 0).astype(np.float32))
+            consts[f"{out}_b"] = tf.Variable(b.astype(np.float32))
             steps.append(("conv", [node.input[0]], out, attrs))
         elif node.op_type == "Gemm" and attrs.get("transB") == 1:
             out = node.output[0]
-            consts[f"{out}_w"] = tf.constant(weights[node.input[1]].T.copy())
-            consts[f"{out}_b"] = tf.constant(weights[node.input[2]])
+            consts[f"{out}_w"] = tf.Variable(weights[node.input[1]].T.copy())
+            consts[f"{out}_b"] = tf.Variable(weights[node.input[2]])
             steps.append(("linear", [node.input[0]], out, attrs))
         elif node.op_type in ("Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten"):
             steps.append((node.op_type, list(node.input), node.output[0], attrs))
@@ -247,6 +247,10 @@ def save_tf_cnn(onnx_bytes: bytes, path: Path) -> None:
         return tf.pad(x, [[0, 0], [top, bottom], [left, right], [0, 0]], constant_values=value)
 
     class Cnn(tf.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.weights = dict(consts)  # tracked: saved as the model's variables
+
         @tf.function(input_signature=[tf.TensorSpec([None, 3, 224, 224], tf.float32)])
         def serve(self, input: Any) -> dict[str, Any]:
             env = {"input": tf.transpose(input, [0, 2, 3, 1])}
