@@ -21,7 +21,9 @@ threads 2, inter-op 1, as the ``cnn`` row): ``onnxruntime`` (``*_onnx``), ``pyto
 SavedModel built from the same weights, NCHW input transposed in the graph; no MiniLM export)
 and ``fil`` (``trees_fil``: an XGBoost binary classifier of 100 trees of depth 6 over 32
 features, probabilities; the reference is Treelite's GTIL in-process, the predictor the fil
-backend runs for XGBoost models). Per backend: load time and resident memory (process
+backend runs for XGBoost models) and ``dali`` (``jpeg_dali``: a 640x480 JPEG decoded, resized
+to 224x224 and normalized by tritonx.examples.dali_preprocessing's pipeline; the reference is
+the same pipeline in-process, one iteration per call). Per backend: load time and resident memory (process
 start to ready, then RSS after one request per model) of a bare Python process that imports the
 framework and loads the same models (``python backends.py load ...``) and of ``tritonx
 serve``; then per model and concurrency (1 and 16, HTTP), the framework in-process on the same
@@ -58,15 +60,19 @@ BACKENDS: dict[str, tuple[str, ...]] = {
     "openvino": ("openvino",),
     "tensorflow": ("savedmodel",),
     "fil": ("xgboost_json",),
+    "dali": ("dali",),
 }
 #: the formats tritonx.examples.minilm.export writes
 MINILM_FORMATS = ("onnx", "torchscript", "export", "openvino")
 #: the formats the CNN is written in (the others serve a model of their own kind)
 CNN_FORMATS = ("onnx", "torchscript", "export", "openvino", "savedmodel")
 #: what a format's model needs besides its framework and plugin (to be built)
-BUILD_NEEDS = {"xgboost_json": ("xgboost",)}
+BUILD_NEEDS = {"xgboost_json": ("xgboost",), "dali": ("PIL",)}
 #: the tree model of the FIL rows (``trees_fil``): an XGBoost binary classifier
 TREES, TREE_DEPTH, TREE_FEATURES = 100, 6, 32
+#: the pre-processing of the DALI rows (``jpeg_dali``): a 640x480 JPEG decoded, resized to
+#: 224x224, normalized to CHW FP32 (tritonx.examples.dali_preprocessing's pipeline)
+JPEG_SIZE, PIXELS = (640, 480), 224
 #: format -> (framework module, tritonx plugin module, model-name suffix, model file)
 FORMATS: dict[str, tuple[str, str, str, str]] = {
     "onnx": ("onnxruntime", "tritonx_backend_onnx", "onnx", "model.onnx"),
@@ -75,6 +81,7 @@ FORMATS: dict[str, tuple[str, str, str, str]] = {
     "openvino": ("openvino", "tritonx_backend_openvino", "openvino", "model.xml"),
     "savedmodel": ("tensorflow", "tritonx_backend_tensorflow", "tensorflow", "model.savedmodel"),
     "xgboost_json": ("treelite", "tritonx_backend_fil", "fil", "xgboost.json"),
+    "dali": ("nvidia.dali", "tritonx_backend_dali", "dali", "model.dali"),
 }
 CNN_CONFIG = """name: "{name}"
 {platform}
@@ -353,6 +360,54 @@ def write_trees(repo: Path) -> None:
     (folder / "config.pbtxt").write_text(TREES_CONFIG.format(features=TREE_FEATURES))
 
 
+JPEG_CONFIG = """name: "jpeg_dali"
+backend: "dali"
+max_batch_size: 16
+input [ {{ name: "IMAGE", data_type: TYPE_UINT8, dims: [ -1 ], allow_ragged_batch: true }} ]
+output [ {{ name: "PIXELS", data_type: TYPE_FP32, dims: [ 3, {size}, {size} ] }} ]
+dynamic_batching {{ }}
+instance_group [ {{ count: 1, kind: KIND_CPU }} ]
+"""
+
+
+def jpeg_image() -> Any:
+    """The DALI rows' image: a smooth 640x480 picture (gradients and circles) as JPEG bytes,
+    UINT8 1-D."""
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    w, h = JPEG_SIZE
+    yy, xx = np.mgrid[0:h, 0:w]
+    rgb = np.stack(
+        [xx * 255 // w, yy * 255 // h, ((xx - w / 2) ** 2 + (yy - h / 2) ** 2) ** 0.5 % 256],
+        axis=-1,
+    ).astype(np.uint8)
+    out = io.BytesIO()
+    Image.fromarray(rgb).save(out, format="JPEG", quality=90)
+    return np.frombuffer(out.getvalue(), np.uint8)
+
+
+def write_jpeg_pipeline(repo: Path) -> None:
+    """``jpeg_dali``: the example's pre-processing pipeline at 224x224, batches up to 16."""
+    from tritonx.examples.dali_preprocessing import preprocess_pipeline
+
+    folder = repo / "jpeg_dali"
+    (folder / "1").mkdir(parents=True, exist_ok=True)
+    (folder / "1" / "model.dali").write_bytes(preprocess_pipeline(PIXELS, batch_size=16))
+    (folder / "config.pbtxt").write_text(JPEG_CONFIG.format(size=PIXELS))
+
+
+def jpeg_input_data(work: Path) -> Path:
+    """perf_analyzer's ``--input-data`` file for ``jpeg_dali``: the JPEG as UINT8 content."""
+    image = jpeg_image()
+    path = work / "backends-jpeg-input.json"
+    row = {"IMAGE": {"content": image.tolist(), "shape": [len(image)]}}
+    path.write_text(json.dumps({"data": [row]}))
+    return path
+
+
 def build(work: Path, with_minilm: bool) -> dict[str, Path]:
     """One repository per backend (its formats' ``minilm_*`` and ``cnn_*``); backends whose
     framework or plugin is missing are left out with a note."""
@@ -385,6 +440,8 @@ def build(work: Path, with_minilm: bool) -> dict[str, Path]:
         write_cnn(repo, [f for f in fmts if f in CNN_FORMATS])
         if "xgboost_json" in fmts:
             write_trees(repo)
+        if "dali" in fmts:
+            write_jpeg_pipeline(repo)
     shutil.rmtree(staging, ignore_errors=True)
     return repos
 
@@ -428,6 +485,8 @@ def inputs(model: str, batch: int) -> dict[str, Any]:
     if model.startswith("minilm_"):
         ids, mask = minilm_tokens()
         return {"input_ids": np.repeat(ids, batch, 0), "attention_mask": np.repeat(mask, batch, 0)}
+    if model.startswith("jpeg_"):
+        return {"IMAGE": [jpeg_image()] * batch}  # one sample per image (a DALI batch)
     if model.startswith("trees_"):
         rows = np.random.default_rng(0).standard_normal((batch, TREE_FEATURES))
         return {"input__0": rows.astype(np.float32)}
@@ -460,6 +519,25 @@ def runner(fmt: str, folder: Path) -> Callable[[dict[str, Any]], Any]:
             return [request.get_output_tensor(i).data.copy() for i in range(len(compiled.outputs))]
 
         return run_ov
+    if fmt == "dali":  # the pipeline as the dali backend runs it: one iteration per call
+        from nvidia import dali
+
+        pipe = dali.Pipeline.deserialize(
+            serialized_pipeline=path.read_bytes(),
+            batch_size=16,
+            num_threads=1,
+            device_id=None,
+            prefetch_queue_depth=1,
+        )
+        pipe.build()
+
+        def run_dali(feed: dict[str, Any]) -> Any:
+            for name, samples in feed.items():
+                pipe.feed_input(name, samples)
+            (out,) = pipe.run()
+            return [out.as_array()]
+
+        return run_dali
     if fmt == "xgboost_json":  # Treelite's GTIL: the predictor the fil backend runs
         import treelite
 
@@ -549,14 +627,16 @@ def raw_load(fmts: Sequence[str], repo: Path, rss: Callable[[int], int]) -> dict
 
 def warm_up(url: str, models: Sequence[str]) -> None:
     """One batch-1 request per model over HTTP (binary tensors)."""
+    import numpy as np
     import tritonclient.http as httpclient
 
     client = httpclient.InferenceServerClient(url)
     try:
         for model in models:
             tensors = []
-            for name, array in inputs(model, 1).items():
-                datatype = "INT64" if array.dtype.kind == "i" else "FP32"
+            for name, value in inputs(model, 1).items():
+                array = np.stack(value) if isinstance(value, list) else value  # DALI samples
+                datatype = {"i": "INT64", "u": "UINT8"}.get(array.dtype.kind, "FP32")
                 tensor = httpclient.InferInput(name, list(array.shape), datatype)
                 tensor.set_data_from_numpy(array)
                 tensors.append(tensor)
@@ -598,6 +678,7 @@ def points(
         with_minilm = False
     repos = build(work, with_minilm)
     data = minilm_input_data(work) if with_minilm else None
+    jpeg_data = jpeg_input_data(work) if "dali" in repos else None
     rows: list[Any] = []
     for backend, repo in repos.items():
         fmts = [f for f in BACKENDS[backend] if missing(f) is None]
@@ -620,6 +701,13 @@ def points(
                 extra: tuple[str, ...] = ()
                 if model.startswith("minilm_"):
                     extra = ("--input-data", str(data))
+                elif model.startswith("jpeg_"):
+                    extra = (
+                        "--input-data",
+                        str(jpeg_data),
+                        "--shape",
+                        f"IMAGE:{len(jpeg_image())}",
+                    )
                 for c in concurrencies:
                     # the reference right before its perf_analyzer points (the server idle),
                     # so that both see the same machine: batch 1 for concurrency 1, the
