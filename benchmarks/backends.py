@@ -119,21 +119,25 @@ def minilm_missing() -> str | None:
 # ----------------------------------------------------------------------------- the CNN
 
 
-def torch_cnn(onnx_bytes: bytes) -> Any:
-    """run.py's CNN as a torch module with the ONNX graph's weights: ``forward(input)`` ->
-    ``{"logits": ...}``. Supports the graph's operators (Conv + BatchNormalization, folded;
-    Relu, MaxPool, Add, GlobalAveragePool, Flatten, Gemm) and nothing else."""
+#: One step of the CNN: (operator, input tensor names, output name, ONNX attributes).
+Step = tuple[str, list[str], str, dict[str, Any]]
+
+
+def cnn_steps(onnx_bytes: bytes) -> tuple[list[Step], dict[str, Any]]:
+    """run.py's CNN graph as steps over named tensors, with its weights as numpy arrays:
+    convolutions with their batch norm folded in (``<out>_w`` OIHW, ``<out>_b``), ``linear``
+    for Gemm (``<out>_w`` [out, in], ``<out>_b``), and Relu, MaxPool, Add, GlobalAveragePool,
+    Flatten as they are; any other operator is refused. The torch and TensorFlow versions of
+    the CNN are built from these."""
     import numpy as np
     import onnx
-    import torch
-    import torch.nn.functional as F
     from onnx import numpy_helper
 
     graph = onnx.load_from_string(onnx_bytes).graph
     weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
     nodes = list(graph.node)
-    steps: list[tuple[str, list[str], str, dict[str, Any]]] = []
-    tensors: dict[str, Any] = {}
+    steps: list[Step] = []
+    arrays: dict[str, Any] = {}
     i = 0
     while i < len(nodes):
         node = nodes[i]
@@ -150,19 +154,30 @@ def torch_cnn(onnx_bytes: bytes) -> Any:
                 w, b = w * factor[:, None, None, None], bias - mean * factor
                 out = nxt.output[0]
                 i += 1
-            tensors[f"{out}_w"] = torch.tensor(w.astype(np.float32))
-            tensors[f"{out}_b"] = torch.tensor(b.astype(np.float32))
+            arrays[f"{out}_w"] = w.astype(np.float32)
+            arrays[f"{out}_b"] = b.astype(np.float32)
             steps.append(("conv", [node.input[0]], out, attrs))
         elif node.op_type == "Gemm" and attrs.get("transB") == 1:
             out = node.output[0]
-            tensors[f"{out}_w"] = torch.tensor(weights[node.input[1]])
-            tensors[f"{out}_b"] = torch.tensor(weights[node.input[2]])
+            arrays[f"{out}_w"] = weights[node.input[1]]
+            arrays[f"{out}_b"] = weights[node.input[2]]
             steps.append(("linear", [node.input[0]], out, attrs))
         elif node.op_type in ("Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten"):
             steps.append((node.op_type, list(node.input), node.output[0], attrs))
         else:
-            raise ValueError(f"torch_cnn: unsupported ONNX node {node.op_type}")
+            raise ValueError(f"cnn_steps: unsupported ONNX node {node.op_type}")
         i += 1
+    return steps, arrays
+
+
+def torch_cnn(onnx_bytes: bytes) -> Any:
+    """run.py's CNN as a torch module with the ONNX graph's weights (:func:`cnn_steps`):
+    ``forward(input)`` -> ``{"logits": ...}``."""
+    import torch
+    import torch.nn.functional as F
+
+    steps, arrays = cnn_steps(onnx_bytes)
+    tensors = {name: torch.tensor(array) for name, array in arrays.items()}
 
     class Cnn(torch.nn.Module):
         def __init__(self) -> None:
@@ -203,51 +218,24 @@ def torch_cnn(onnx_bytes: bytes) -> Any:
 
 def save_tf_cnn(onnx_bytes: bytes, path: Path) -> None:
     """run.py's CNN as a TensorFlow SavedModel at ``path`` with the ONNX graph's weights
-    (batch norms folded into the convolutions, as :func:`torch_cnn`): signature
+    (:func:`cnn_steps`) kept as variables, as a trained model saves them: signature
     ``serving_default``, input ``input`` [-1, 3, 224, 224] (NCHW, transposed to TensorFlow's
     NHWC inside the graph), output ``logits``."""
     import numpy as np
-    import onnx
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # TensorFlow's C++ INFO lines
     import tensorflow as tf
-    from onnx import numpy_helper
 
-    graph = onnx.load_from_string(onnx_bytes).graph
-    weights = {i.name: numpy_helper.to_array(i) for i in graph.initializer}
-    nodes = list(graph.node)
-    steps: list[tuple[str, list[str], str, dict[str, Any]]] = []
+    steps, arrays = cnn_steps(onnx_bytes)
     consts: dict[str, Any] = {}
-    i = 0
-    while i < len(nodes):
-        node = nodes[i]
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in node.attribute}
-        if node.op_type == "Conv":
-            w = weights[node.input[1]].astype(np.float64)
-            b = np.zeros(w.shape[0])
-            out = node.output[0]
-            nxt = nodes[i + 1] if i + 1 < len(nodes) else None
-            if nxt is not None and nxt.op_type == "BatchNormalization" and nxt.input[0] == out:
-                scale, bias, mean, var = (weights[n].astype(np.float64) for n in nxt.input[1:])
-                eps = next((a.f for a in nxt.attribute if a.name == "epsilon"), 1e-5)
-                factor = scale / np.sqrt(var + eps)
-                w, b = w * factor[:, None, None, None], bias - mean * factor
-                out = nxt.output[0]
-                i += 1
-            # OIHW -> HWIO; variables, as a trained model saves its weights
-            consts[f"{out}_w"] = tf.Variable(w.transpose(2, 3, 1, 0).astype(np.float32))
-            consts[f"{out}_b"] = tf.Variable(b.astype(np.float32))
-            steps.append(("conv", [node.input[0]], out, attrs))
-        elif node.op_type == "Gemm" and attrs.get("transB") == 1:
-            out = node.output[0]
-            consts[f"{out}_w"] = tf.Variable(weights[node.input[1]].T.copy())
-            consts[f"{out}_b"] = tf.Variable(weights[node.input[2]])
-            steps.append(("linear", [node.input[0]], out, attrs))
-        elif node.op_type in ("Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten"):
-            steps.append((node.op_type, list(node.input), node.output[0], attrs))
-        else:
-            raise ValueError(f"save_tf_cnn: unsupported ONNX node {node.op_type}")
-        i += 1
+    for op, _, out, _ in steps:
+        w, b = arrays.get(f"{out}_w"), arrays.get(f"{out}_b")
+        if op == "conv":  # OIHW -> HWIO
+            consts[f"{out}_w"] = tf.Variable(w.transpose(2, 3, 1, 0).copy())
+        elif op == "linear":  # [out, in] -> [in, out]
+            consts[f"{out}_w"] = tf.Variable(w.T.copy())
+        if b is not None:
+            consts[f"{out}_b"] = tf.Variable(b)
 
     def pad(x: Any, pads: Sequence[int], value: float = 0.0) -> Any:
         top, left, bottom, right = pads

@@ -136,24 +136,28 @@ def listening(
 
 def listed_plugins(plugin_root: Path, folder: Path) -> dict[str, dict[str, Any]]:
     """What ``tritonx plugins`` lists, by name, for the plugin distribution whose
-    ``pyproject.toml`` is in ``plugin_root`` (sources in ``src/``): a dist-info with the entry
-    points the pyproject declares is written to ``folder`` (no pip install needed), and only
-    those plugins are selected."""
+    ``pyproject.toml`` is in ``plugin_root`` (sources in ``src/``), only its plugins
+    selected: the installed distribution, or, when it is not installed, a dist-info with the
+    entry points the pyproject declares written to ``folder`` (no pip install needed)."""
+    import importlib.metadata
     import tomllib
 
     project = tomllib.loads((plugin_root / "pyproject.toml").read_text())["project"]
     entry_points: dict[str, str] = project["entry-points"]["tritonx"]
-    module = project["name"].replace("-", "_")
-    info = folder / f"{module}-{project['version']}.dist-info"
-    info.mkdir(parents=True)
-    (info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
-    )
-    lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
-    (info / "entry_points.txt").write_text("[tritonx]\n" + lines)
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRITONX_")}
-    paths = [str(folder), str(plugin_root / "src"), os.environ.get("PYTHONPATH", "")]
-    env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
+    try:
+        importlib.metadata.distribution(project["name"])
+    except importlib.metadata.PackageNotFoundError:
+        module = project["name"].replace("-", "_")
+        info = folder / f"{module}-{project['version']}.dist-info"
+        info.mkdir(parents=True)
+        (info / "METADATA").write_text(
+            f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+        )
+        lines = "".join(f"{name} = {target}\n" for name, target in entry_points.items())
+        (info / "entry_points.txt").write_text("[tritonx]\n" + lines)
+        paths = [str(folder), str(plugin_root / "src"), os.environ.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
     env["TRITONX_PLUGINS"] = ",".join(entry_points)
     out = subprocess.run(
         [sys.executable, "-m", "tritonx", "plugins"],
