@@ -96,6 +96,7 @@ def artifacts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Artifacts
     repo.add("tf_savedmodel_config", config=SAVEDMODEL_CONFIG, versions={1: dense_files})
     graphdef, art.graph_fn = tfmodels.frozen_graph()
     repo.add("tf_graphdef", config=GRAPHDEF_CONFIG, versions={1: {"model.graphdef": graphdef}})
+    repo.add("dali_arith", write_config=False, versions={1: {"model.dali": pipelines.arithmetic()}})
     art.dali = pipelines.decode_resize(size=16)
     repo.add("dali", write_config=False, versions={1: {"model.dali": art.dali}})
     # the config renames the pipeline's output, as Triton's DALI backend allows
@@ -155,6 +156,7 @@ def test_every_model_loads(served: Any) -> None:
         name: "READY"
         for name in (
             "dali",
+            "dali_arith",
             "dali_config",
             "lightgbm",
             "tf_graphdef",
@@ -228,3 +230,33 @@ def test_tree_models(served: Any, artifacts: tuple[Path, Artifacts], model: str)
         want = art.xgb.predict(xgb.DMatrix(x))
     for got in infer_both(served, model, {"input__0": x}, ["output__0"]):
         np.testing.assert_allclose(got["output__0"].reshape(-1), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "shape"),
+    [
+        ("tf_savedmodel_config", ["--shape", "x:5,4"]),
+        ("dali_arith", ["--shape", "INPUT0:16"]),
+        ("xgboost", []),
+    ],
+)
+def test_tritonx_analyze_sweeps_them(
+    artifacts: tuple[Path, Artifacts], tmp_path: Path, model: str, shape: list[str]
+) -> None:
+    """``tritonx analyze`` (a tiny sweep, its own servers) measures each new backend's model
+    and writes a config that serves."""
+    import json
+
+    from click.testing import CliRunner
+
+    tools = pytest.importorskip("tritonx_tools_analyze.cli")
+    root, _ = artifacts
+    out = tmp_path / "out"
+    args = [model, "--model-repository", str(root), "--output-dir", str(out), *shape]
+    args += ["--concurrency=1,2", "--measurement-seconds=0.3", "--warmup-seconds=0.1"]
+    args += ["--confirm-rounds=1", "--max-variants=2", "--load-generator=builtin", "--quiet"]
+    result = CliRunner().invoke(tools.analyze, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [r for r in json.loads((out / "results.json").read_text())["rows"]]
+    assert rows and all(r["errors"] == 0 and r["infer_per_s"] > 0 for r in rows), rows
+    assert (out / "config.pbtxt").read_text()
