@@ -396,12 +396,15 @@ def jpeg_input_data(work: Path) -> Path:
     return path
 
 
-def build(work: Path, with_minilm: bool) -> dict[str, Path]:
-    """One repository per backend (its formats' ``minilm_*`` and ``cnn_*``); backends whose
-    framework or plugin is missing are left out with a note."""
+def build(work: Path, with_minilm: bool, only: Sequence[str] | None = None) -> dict[str, Path]:
+    """One repository per backend (its formats' ``minilm_*`` and ``cnn_*``, or its own kind
+    of model), of the backends in ``only`` (default: all); backends whose framework or
+    plugin is missing are left out with a note."""
     repos: dict[str, Path] = {}
     formats = []
     for backend, fmts in BACKENDS.items():
+        if only is not None and backend not in only:
+            continue
         ok = [f for f in fmts if missing(f) is None]
         for f in fmts:
             if f not in ok:
@@ -411,10 +414,11 @@ def build(work: Path, with_minilm: bool) -> dict[str, Path]:
             repos[backend].mkdir(parents=True, exist_ok=True)
             formats += ok
     staging = work / "backends" / "staging"
-    if with_minilm:
+    minilm_formats = [f for f in formats if f in MINILM_FORMATS]
+    if with_minilm and minilm_formats:
         from tritonx.examples.minilm import export
 
-        export.export(staging, [f for f in formats if f in MINILM_FORMATS])
+        export.export(staging, minilm_formats)
     for backend, repo in repos.items():
         fmts = [f for f in BACKENDS[backend] if f in formats]
         for fmt in fmts if with_minilm else ():
@@ -650,6 +654,7 @@ def points(
     tritonx_cmd: Callable[..., list[str]],
     rss_bytes: Callable[[int], int],
     seconds: float,
+    only: Sequence[str] | None = None,
 ) -> list[Any]:
     """Per backend: load/memory rows (bare process, then tritonx), then per model and
     concurrency the in-process reference and the perf_analyzer rows.
@@ -664,7 +669,7 @@ def points(
     if with_minilm and (reason := minilm_missing()) is not None:
         print(f"backend rows: MiniLM left out: {reason}", file=sys.stderr)
         with_minilm = False
-    repos = build(work, with_minilm)
+    repos = build(work, with_minilm, only)
     data = minilm_input_data(work) if with_minilm else None
     jpeg_data = jpeg_input_data(work) if "dali" in repos else None
     rows: list[Any] = []

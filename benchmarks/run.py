@@ -3,6 +3,7 @@
     python benchmarks/run.py            # the full table (~5 min on 2 cores)
     python benchmarks/run.py --smoke    # 1-second points: proves the harness works (CI)
     python benchmarks/run.py --rows backends   # only some groups of rows (--help lists them)
+    python benchmarks/run.py --rows backends --backends fil,dali   # only some backends' rows
 
 It generates the models (add_sub ONNX INT32 [16], also under the sequence batcher's direct
 and oldest strategies; a ResNet-18-shaped CNN ONNX with random weights and a dynamic batch
@@ -565,8 +566,16 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(ROWS),
         help="comma-separated groups of rows to run (default: all): " + ", ".join(ROWS),
     )
+    parser.add_argument(
+        "--backends",
+        default=",".join(backends.BACKENDS),
+        help="the backends of the `backends` rows (default: all): " + ", ".join(backends.BACKENDS),
+    )
     args = parser.parse_args(argv)
     rows = set(args.rows.split(","))
+    chosen = args.backends.split(",")
+    if set(chosen) - set(backends.BACKENDS):
+        parser.error(f"unknown --backends {sorted(set(chosen) - set(backends.BACKENDS))}")
     if rows - set(ROWS):
         parser.error(f"unknown --rows {sorted(rows - set(ROWS))}: choose from {', '.join(ROWS)}")
     if not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists():
@@ -775,6 +784,7 @@ def main(argv: list[str] | None = None) -> int:
                 tritonx_cmd=tritonx_cmd,
                 rss_bytes=rss_bytes,
                 seconds=0.3 if args.smoke else 3.0,
+                only=chosen,
             )
         )
         # models loaded on their first request, with and without --max-loaded-models
