@@ -37,13 +37,21 @@ class Counting(tritonx.Backend):
     gates: ClassVar[dict[int, threading.Event]] = {}
     arrived: ClassVar[dict[int, threading.Event]] = {}
     fail_loads = False
+    #: when set, a load announces itself on ``loading`` and waits for ``hold`` to be set
+    hold: threading.Event | None = None
+    loading = threading.Event()
     lock = threading.Lock()
 
     def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
         if Counting.fail_loads:
             raise tritonx.TritonXError(f"instance {ctx.instance.name} refuses to load")
+        if Counting.hold is not None:
+            Counting.loading.set()
+            Counting.hold.wait(30)
         with Counting.lock:
             Counting.loads.append(ctx.instance.name)
+        if ctx.parameters.get("own_readiness"):
+            return SelfCheckingInstance(ctx.instance.name)
         return CountingInstance(ctx.instance.name)
 
 
@@ -70,6 +78,13 @@ class CountingInstance(tritonx.ModelInstance):
             Counting.unloads.append(self.name)
 
 
+class SelfCheckingInstance(CountingInstance):
+    """Overrides ``is_ready``: the scheduler asks its instances instead of knowing."""
+
+    def is_ready(self) -> bool:
+        return True
+
+
 class Plugin:
     @tritonx.hookimpl
     def tritonx_register_backends(self, registry: tritonx.BackendRegistry) -> None:
@@ -84,6 +99,8 @@ def _reset() -> None:
     Counting.gates.clear()
     Counting.arrived.clear()
     Counting.fail_loads = False
+    Counting.hold = None
+    Counting.loading.clear()
 
 
 def write(repo: ModelRepositoryBuilder, groups: str, extra: str = "") -> None:
@@ -250,5 +267,30 @@ async def test_added_instances_are_warmed_up(tmp_path: Path) -> None:
             write(repo, cpu(2), WARMUP)
             await http.load_model("m")
             assert Counting.executions == ["m_0_0", "m_0_1"]  # the new one only
+        finally:
+            await http.close()
+
+
+async def test_the_model_serves_while_an_added_instance_loads(tmp_path: Path) -> None:
+    """While the update loads a new instance, the model stays ready and its running instance
+    answers; the new one takes requests only once loaded (and warmed up)."""
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    own = 'parameters { key: "own_readiness" value: { string_value: "1" } }\n'
+    write(repo, cpu(1), own)
+    async with serve(repo) as server:
+        http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        try:
+            write(repo, cpu(2), own)
+            Counting.hold = threading.Event()
+            update = asyncio.create_task(http.load_model("m"))
+            assert await asyncio.to_thread(Counting.loading.wait, 30)
+            assert await http.is_model_ready("m") and await http.is_server_ready()
+            for value in range(4):
+                answer = await http.infer("m", http_input(value))
+                assert answer.get_response()["parameters"]["by"] == "m_0_0"
+            Counting.hold.set()
+            await update
+            assert sorted(Counting.loads) == ["m_0_0", "m_0_1"]
+            assert await http.is_model_ready("m")
         finally:
             await http.close()

@@ -132,9 +132,10 @@ class InstanceScheduler:
         self._steady = False
         #: held by an instance's thread, or by the loop running a batch inline on it
         self._locks = [threading.Lock() for _ in self.contexts]
-        #: instances an instance-group update removed (:meth:`update_instances`): passive
-        #: from then on, unloaded, their thread gone or leaving
-        self._retired = [False] * len(self.contexts)
+        #: instances out of service (:meth:`update_instances`): removed (passive from then on,
+        #: unloaded, their thread gone or leaving), or added and not serving yet (loading,
+        #: warming up): skipped by readiness, by the loop's execution modes and by updates
+        self._out = [False] * len(self.contexts)
         self._inline_limit_ns = int(inline_execution_us * 1000)
         #: how accepted requests reach the instances (chosen at start)
         self.execution: Execution = Queued(self.batcher)
@@ -210,7 +211,7 @@ class InstanceScheduler:
     def _is_steady(self) -> bool:
         return not all(self.passive) and all(
             instance is not None and type(instance).is_ready is ModelInstance.is_ready
-            for instance, gone in zip(self.instances, self._retired, strict=True)
+            for instance, gone in zip(self.instances, self._out, strict=True)
             if not gone
         )
 
@@ -238,7 +239,7 @@ class InstanceScheduler:
         loop = self._loop
         running: dict[bytes, list[int]] = {}
         for index, ctx in enumerate(self.contexts):
-            if not self._retired[index]:
+            if not self._out[index]:
                 running.setdefault(_signature(ctx), []).append(index)
         wanted: list[LoadContext] = []
         wanted_passive: list[bool] = []
@@ -253,16 +254,16 @@ class InstanceScheduler:
         added: list[int] = []
         ready: list[asyncio.Future[None]] = []
         go = threading.Event()
-        for ctx, is_passive in zip(wanted, wanted_passive, strict=True):
+        for ctx in wanted:
             index = len(self.contexts)
             ctx = dataclasses.replace(ctx, instance=dataclasses.replace(ctx.instance, index=index))
             self.contexts.append(ctx)
-            self.passive.append(is_passive)
+            self.passive.append(True)  # (out of service until warmed up)
             self.instances.append(None)
             self._running.append(None)
             self._busy.append(False)
             self._locks.append(threading.Lock())
-            self._retired.append(False)
+            self._out.append(True)
             fut: asyncio.Future[None] = loop.create_future()
             ready.append(fut)
             thread = threading.Thread(
@@ -291,7 +292,10 @@ class InstanceScheduler:
             await asyncio.gather(*(self._retire(index) for index in added))
             go.set()
             raise TritonXError.wrap(error)
-        go.set()
+        for index, is_passive in zip(added, wanted_passive, strict=True):
+            self.passive[index] = is_passive
+            self._out[index] = False
+        go.set()  # (their threads read passive once they pass it)
         self.config = config
         await asyncio.gather(*(self._retire(index) for index in removed))
         self._steady = self._is_steady()
@@ -300,7 +304,7 @@ class InstanceScheduler:
     async def _retire(self, index: int) -> None:
         """Take instance ``index`` out of service: no batch goes to it any more, the one it
         runs finishes, then it is unloaded (its thread leaves when it next wakes)."""
-        self._retired[index] = True
+        self._out[index] = True
         self.passive[index] = True
         retire = getattr(self.batcher, "retire", None)
         if retire is not None:
@@ -352,7 +356,7 @@ class InstanceScheduler:
         # retired instances' threads may still wait in the queue (one stop each)
         active += sum(
             1
-            for gone, thread in zip(self._retired, self._threads, strict=False)
+            for gone, thread in zip(self._out, self._threads, strict=False)
             if gone and thread.is_alive()
         )
         left = self.batcher.stop(active)
@@ -435,9 +439,7 @@ class InstanceScheduler:
         if self._steady:
             return True
         ready = False
-        for instance, passive, gone in zip(
-            self.instances, self.passive, self._retired, strict=True
-        ):
+        for instance, passive, gone in zip(self.instances, self.passive, self._out, strict=True):
             if gone:
                 continue
             if instance is None:
@@ -611,9 +613,11 @@ class InstanceScheduler:
             return
         self.instances[index] = instance
         loop.call_soon_threadsafe(_set_result, ready, None)
+        retired = self._out
         if go is not None:  # added by an instance-group update: warmed up first
             go.wait()
-        retired = self._retired
+            if retired[index]:  # the update failed: _retire unloaded it
+                return
         if not self.passive[index]:
             get = self.batcher.get
             limiter = self.rate_limiter
