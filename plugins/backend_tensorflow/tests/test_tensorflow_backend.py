@@ -1097,3 +1097,42 @@ class TestTensorFlowGraphDefContract(BackendContract):
             versions={1: {"model.graphdef": artifacts.graphdef}},
             **GRAPH_IO,
         )
+
+
+def test_shared_sessions_stay_within_their_version(tmp_path: Path) -> None:
+    """MAX_SESSION_SHARE_COUNT shares a session between a version's instances, never with
+    another version of the model (each answers with its own SavedModel)."""
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    files: dict[int, dict[str, bytes]] = {}
+    for version, factor in ((1, 1.0), (2, 2.0)):
+
+        class Scale(tf.Module):
+            @tf.function(input_signature=[tf.TensorSpec([None, 2], tf.float32, name="x")])
+            def serve(self, x: Any) -> dict[str, Any]:
+                return {"y": x * factor}  # noqa: B023 - traced now, per version
+
+        module = Scale()
+        folder = tmp_path / f"scale{version}"
+        tf.saved_model.save(module, str(folder), signatures={"serving_default": module.serve})
+        files[version] = models.tree(folder, SAVEDMODEL)
+    repo.add(
+        "scale",
+        platform="tensorflow_savedmodel",
+        max_batch_size=4,
+        inputs=[("x", "FP32", [2])],
+        outputs=[("y", "FP32", [2])],
+        parameters={"MAX_SESSION_SHARE_COUNT": "2"},
+        extra="version_policy { all { } }\ninstance_group [ { count: 1, kind: KIND_CPU } ]\n",
+        versions=files,
+    )
+    x = np.ones((1, 2), np.float32)
+    with ServerThread(Server(loopback_settings(repo.root), plugin_manager=plugins())) as server:
+        client = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        try:
+            for version, factor in ((1, 1.0), (2, 2.0)):
+                tensor = httpclient.InferInput("x", [1, 2], "FP32")
+                tensor.set_data_from_numpy(x)
+                got = client.infer("scale", [tensor], model_version=str(version))
+                np.testing.assert_array_equal(got.as_numpy("y"), x * factor)
+        finally:
+            client.close()

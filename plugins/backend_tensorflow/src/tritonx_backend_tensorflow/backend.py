@@ -433,7 +433,7 @@ class TensorFlowBackend(Backend):
     def __init__(self, config: Mapping[str, str]) -> None:
         super().__init__(config)
         self.settings = parse_backend_config(self.config)
-        self._sessions: dict[tuple[int, str | None], Session] = {}
+        self._sessions: dict[tuple[Any, ...], Session] = {}
         self._lock = threading.Lock()
         #: held while a shared session is looked up or created
         self._sharing = threading.Lock()
@@ -504,7 +504,9 @@ class TensorFlowBackend(Backend):
         settings = parse_model_settings(ctx.parameters, ctx.model_name)
         tf = _import_tf()
         device = _device(tf, ctx)
-        key = (id(config), device)
+        # one version's instances share its sessions: never another version's, nor those of
+        # an earlier load of the same files (a reload), nor those of another model
+        key = (ctx.model_name, ctx.version, str(ctx.model_path), id(config), device)
         if settings.max_session_share_count == 1:
             session = create_session(tf, ctx, self.settings, settings)
             session.given = session.users = 1
@@ -525,7 +527,7 @@ class TensorFlowBackend(Backend):
         )
         return TensorFlowModelInstance(self, key, session)
 
-    def release(self, key: tuple[int, str | None], session: Session) -> None:
+    def release(self, key: tuple[Any, ...], session: Session) -> None:
         """An instance is done with ``session``: closed when its last user leaves."""
         with self._lock:
             session.users -= 1
@@ -579,9 +581,7 @@ class TensorFlowModelInstance(ModelInstance):
     one fails.
     """
 
-    def __init__(
-        self, backend: TensorFlowBackend, key: tuple[int, str | None], shared: Session
-    ) -> None:
+    def __init__(self, backend: TensorFlowBackend, key: tuple[Any, ...], shared: Session) -> None:
         self._backend: TensorFlowBackend | None = backend
         self._key = key
         self._shared = shared
