@@ -299,7 +299,21 @@ async def test_corrupt_pipeline_fails_its_load_and_others_keep_serving(
         versions={1: {"model.dali": pipelines.arithmetic()}},
         **ARITH_IO,  # type: ignore[arg-type]
     )
+    string_out = {
+        "inputs": [("IMAGE", "UINT8", [-1])],
+        "outputs": [("RESIZED", "BYTES", [16, 16, 3])],
+    }
+    model_repository.add(
+        "string_output",
+        backend="dali",
+        max_batch_size=8,
+        versions={1: {"model.dali": pipelines.decode_resize(size=16)}},
+        **string_out,  # type: ignore[arg-type]
+    )
     async with serve(model_repository, plugin_manager) as server:
+        state, reason = status(server, "string_output")  # a UINT8 output declared BYTES
+        assert state is ModelState.UNAVAILABLE
+        assert "produces numeric tensors, not TYPE_STRING" in reason, reason
         state, reason = status(server, "missing")
         assert state is ModelState.UNAVAILABLE
         assert "model.dali does not exist" in reason and "dali.py" in reason, reason
@@ -535,6 +549,15 @@ async def test_unbatched_model_takes_samples_on_the_first_dimension(
         too_many = np.zeros((4, 4), np.float32)
         with pytest.raises(TritonXError, match="exceed the DALI pipeline's batch size 3"):
             await server.infer(InferenceRequest("flat", {"INPUT0": too_many}))
+        # no sample: that request fails alone, beside one that has samples
+        empty = InferenceRequest("flat", {"INPUT0": np.zeros((0, 4), np.float32)})
+        fine = InferenceRequest("flat", {"INPUT0": x[:1]})
+        failed, answered = await asyncio.gather(
+            server.infer(empty), server.infer(fine), return_exceptions=True
+        )
+        assert isinstance(failed, TritonXError) and "at least one sample" in failed.message
+        assert not isinstance(answered, BaseException)
+        np.testing.assert_array_equal(answered.outputs["OUTPUT0"], x[:1] * 2)
 
 
 # ----------------------------------------------------------------------------- more Triton

@@ -389,6 +389,25 @@ async def test_binary_threshold_and_edge_rows(
                 np.testing.assert_array_equal(got, (prob > float(threshold)).astype(np.float32))
 
 
+async def test_a_request_of_no_rows_gets_no_rows(
+    model_repository: ModelRepositoryBuilder, plugin_manager: Any
+) -> None:
+    """An unbatched model's ``[rows, features]`` input with 0 rows answers ``[0, width]``
+    (the frameworks refuse an empty matrix; it is no error)."""
+    model, _ = xgboost_model("binary", "json")
+    add_fil(
+        model_repository,
+        "rows",
+        {"xgboost.json": model},
+        1,
+        max_batch_size=0,
+        model_type="xgboost_json",
+    )
+    async with serve(model_repository, plugin_manager) as server:
+        for got in await infer_both(server, "rows", np.zeros((0, FEATURES), np.float32)):
+            assert got.shape == (0, 1) and got.dtype == np.float32
+
+
 # ----------------------------------------------------------------------------- batching
 
 

@@ -174,14 +174,21 @@ def _match_dims(name: str, config: Sequence[int], pipeline: Sequence[int]) -> li
     return out
 
 
-def _match_dtype(name: str, config_type: str, pipeline_type: str | None) -> str:
+def _match_dtype(
+    name: str, config_type: str, pipeline_type: str | None, is_input: bool = False
+) -> str:
     """The datatype of a tensor: the config's, checked against the pipeline's declared one.
 
     A ``TYPE_STRING`` (BYTES) input is tritonx's way to send encoded data (one element per
-    sample): it feeds the pipeline UINT8 bytes, so it matches a UINT8 (or undeclared) input."""
+    sample): it feeds the pipeline UINT8 bytes, so it matches a UINT8 (or undeclared) input;
+    an output's type is the pipeline's (numbers: never ``TYPE_STRING``)."""
+    if not is_input and config_type == "TYPE_STRING":
+        raise invalid_arg(
+            f"output '{name}': a DALI pipeline produces numeric tensors, not TYPE_STRING"
+        )
     if config_type not in ("", "TYPE_INVALID"):
         if pipeline_type is not None and config_type != pipeline_type:
-            if not (config_type == "TYPE_STRING" and pipeline_type == "TYPE_UINT8"):
+            if not (is_input and config_type == "TYPE_STRING" and pipeline_type == "TYPE_UINT8"):
                 raise invalid_arg(
                     f'Mismatch of data_type config for "{name}".\n'
                     f"Data type defined in config: {config_type}\n"
@@ -238,7 +245,9 @@ def autofill(
         item: dict[str, Any] = found[0] if found else {"name": io.name}
         if not found:
             inputs.append(item)
-        item["data_type"] = _match_dtype(io.name, item.get("data_type", ""), io.triton_type)
+        item["data_type"] = _match_dtype(
+            io.name, item.get("data_type", ""), io.triton_type, is_input=True
+        )
         dims = _pipeline_dims(io.ndim, batched)
         if dims is not None:
             given = [int(d) for d in item.get("dims", [])]
@@ -293,7 +302,7 @@ def validate(config: ModelConfig, info: PipelineInfo) -> None:
         cio = names.get(pio.name)
         if cio is None:
             raise invalid_arg(f'Missing config for "{pio.name}" input.')
-        _match_dtype(pio.name, f"TYPE_{_config_type(cio.datatype)}", pio.triton_type)
+        _match_dtype(pio.name, f"TYPE_{_config_type(cio.datatype)}", pio.triton_type, is_input=True)
         dims = _pipeline_dims(pio.ndim, batched)
         if dims is not None:
             _match_dims(pio.name, cio.dims, dims)
@@ -524,6 +533,8 @@ class DaliModelInstance(ModelInstance):
                 feeds[name] = [np.frombuffer(bytes(v), dtype=np.uint8) for v in rows[:, 0].tolist()]
             else:
                 feeds[name] = [np.ascontiguousarray(array[i]) for i in range(n)]
+        if count == 0:
+            raise invalid_arg("a request to a DALI pipeline needs at least one sample")
         return max(count, 0), feeds
 
     def _run(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
@@ -564,7 +575,7 @@ class DaliModelInstance(ModelInstance):
             if self.device_id is not None and hasattr(tensor_list, "as_cpu"):
                 tensor_list = tensor_list.as_cpu()
             produced = [np.array(tensor_list[i]) for i in range(len(tensor_list))]
-            if produced and datatype is not DataType.BYTES:
+            if produced:  # (an output is never BYTES: DALI produces numbers)
                 got = DataType.from_numpy(produced[0].dtype)
                 if got is not datatype:
                     raise TritonXError(

@@ -453,6 +453,8 @@ class FILModelInstance(ModelInstance):
 
     def _run(self, x: np.ndarray) -> np.ndarray:
         assert self.predict is not None, "the instance was unloaded"
+        if not len(x):  # no rows (a [0, features] input): no scores, not a framework error
+            return np.empty((0, max(self.num_class, 1)), np.float32)
         return self.predict(x)
 
     def execute(self, requests: Sequence[InferenceRequest]) -> list[InferenceResponse]:
@@ -482,10 +484,14 @@ class FILModelInstance(ModelInstance):
                 return [InferenceResponse.failed(framework_error(exc))]
             return self._one_by_one(requests, timer)
         timer.output_started()
-        out = fil_output(scores, self.settings, self.num_class, self.width)
-        if len(requests) == 1:
-            return [InferenceResponse(outputs={OUTPUT: out})]
-        return tritonx.split_outputs(requests, {OUTPUT: out})
+        try:
+            out = fil_output(scores, self.settings, self.num_class, self.width)
+            if len(requests) == 1:
+                return [InferenceResponse(outputs={OUTPUT: out})]
+            return tritonx.split_outputs(requests, {OUTPUT: out})
+        except Exception as exc:  # the scores do not fit the output: every request fails
+            error = framework_error(exc)
+            return [InferenceResponse.failed(error) for _ in requests]
 
     def _one_by_one(
         self, requests: Sequence[InferenceRequest], timer: tritonx.ComputeTimer
