@@ -37,13 +37,15 @@ class Counting(tritonx.Backend):
     gates: ClassVar[dict[int, threading.Event]] = {}
     arrived: ClassVar[dict[int, threading.Event]] = {}
     fail_loads = False
+    #: a version whose instances refuse to load
+    fail_version: int | None = None
     #: when set, a load announces itself on ``loading`` and waits for ``hold`` to be set
     hold: threading.Event | None = None
     loading = threading.Event()
     lock = threading.Lock()
 
     def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
-        if Counting.fail_loads:
+        if Counting.fail_loads or ctx.version == Counting.fail_version:
             raise tritonx.TritonXError(f"instance {ctx.instance.name} refuses to load")
         if Counting.hold is not None:
             Counting.loading.set()
@@ -99,6 +101,7 @@ def _reset() -> None:
     Counting.gates.clear()
     Counting.arrived.clear()
     Counting.fail_loads = False
+    Counting.fail_version = None
     Counting.hold = None
     Counting.loading.clear()
 
@@ -292,5 +295,26 @@ async def test_the_model_serves_while_an_added_instance_loads(tmp_path: Path) ->
             await update
             assert sorted(Counting.loads) == ["m_0_0", "m_0_1"]
             assert await http.is_model_ready("m")
+        finally:
+            await http.close()
+
+
+async def test_a_failed_load_beside_an_update_leaves_the_serving_version(tmp_path: Path) -> None:
+    """A reload that updates version 1 in place (its instance groups) and fails to load a new
+    version 2 is aborted as a whole: version 1 keeps serving (Triton's all-or-nothing)."""
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    write(repo, cpu(1))
+    async with serve(repo) as server:
+        http = httpclient.InferenceServerClient(server.http_url.removeprefix("http://"))
+        try:
+            write(repo, cpu(2), "version_policy { all { } }\n")
+            (repo.root / "m" / "2").mkdir()
+            Counting.fail_version = 2  # version 1's added instance loads, version 2 fails
+            with pytest.raises(InferenceServerException):
+                await http.load_model("m")
+            assert await http.is_model_ready("m", "1")
+            answer = await http.infer("m", http_input(3), model_version="1")
+            assert answer.as_numpy("OUT").tolist() == [3]
+            assert "m_0_0" not in Counting.unloads
         finally:
             await http.close()

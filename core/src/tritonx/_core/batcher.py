@@ -52,6 +52,7 @@ class Pending:
         "level",
         "rejected",
         "request",
+        "requeued_ns",
         "seq",
         "sequence",
         "shapes",
@@ -71,6 +72,9 @@ class Pending:
         #: the failure reason (REJECTED, CANCELED) when the request failed without running
         #: (queue timeout, shutdown, cancelled sequence); "" otherwise
         self.rejected = ""
+        #: when a rescheduled request was queued again (its queue time counts from there,
+        #: as Triton's); 0 until then
+        self.requeued_ns = 0
 
 
 class Batcher(Protocol):

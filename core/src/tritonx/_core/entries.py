@@ -177,6 +177,8 @@ def merge_versions(
     if failed and serving:
         merged = dict(old)
         for v, entry in new.items():
+            if old.get(v) is entry:  # updated in place (its instance groups): it serves on
+                continue
             if entry.scheduler is not None:
                 # loaded, but the load is aborted: it never serves (not READY from now on,
                 # before its unload begins)

@@ -186,10 +186,17 @@ class InstanceScheduler:
             await self.stop()
             raise TritonXError.wrap(errors[0])
         self._steady = self._is_steady()
+        self._choose_execution()
+
+    def _choose_execution(self) -> None:
+        """The execution mode the serving instances allow (the loop's Async or Inline modes
+        when every one of them can run batches so, else the queue); when it changes (an
+        instance-group update), what the old mode held on the loop goes to the queue."""
+        assert self._loop is not None
         active = [
             instance
-            for instance, passive in zip(self.instances, self.passive, strict=True)
-            if not passive
+            for instance, passive, out in zip(self.instances, self.passive, self._out, strict=True)
+            if not passive and not out
         ]
         immediate = (
             bool(active)
@@ -197,16 +204,28 @@ class InstanceScheduler:
             and not self.rate_limiter.enabled
             and self.batcher.immediate
         )
+        kind: type[Any] = Queued
         if immediate and all(i is not None and i.async_execution for i in active):
-            self.execution = Async(self, loop)
+            kind = Async
         elif (
             immediate
             and self._inline_limit_ns > 0
             and all(i is not None and i.inline_execution for i in active)
         ):
-            self.execution = Inline(self, loop, self._inline_limit_ns)
-            self._timed = self.execution.executed
+            kind = Inline
+        if type(self.execution) is kind:
+            return
+        held = self.execution.stop()
+        if kind is Async:
+            self.execution = Async(self, self._loop)
+        elif kind is Inline:
+            self.execution = Inline(self, self._loop, self._inline_limit_ns)
+        else:
+            self.execution = Queued(self.batcher)
+        self._timed = self.execution.executed if isinstance(self.execution, Inline) else None
         self._route = self.execution.submit  # the mode's submit, one lookup per request
+        if held:
+            self._queue_all([held])
 
     def _is_steady(self) -> bool:
         return not all(self.passive) and all(
@@ -299,6 +318,7 @@ class InstanceScheduler:
         self.config = config
         await asyncio.gather(*(self._retire(index) for index in removed))
         self._steady = self._is_steady()
+        self._choose_execution()  # (an added instance may not run batches on the loop)
         return len(added), len(removed)
 
     async def _retire(self, index: int) -> None:
@@ -758,12 +778,13 @@ class InstanceScheduler:
         if moved:
             for index in moved:
                 responses[index] = RESCHEDULED  # type: ignore[index]
-            self._reschedule(batch, moved)
         name, version = self.config.name, self.version
         for pending, response in zip(batch, responses, strict=True):
             if pending.deliver is not None and response is not RESCHEDULED:
                 request = pending.request
                 self._finish(response, name, version, request.id, request.requested_outputs)
+        if moved:  # last: a batch failing above fails its rescheduled rows too, once
+            self._reschedule(batch, moved)
         post(self._resolve, batch, responses, times)
 
     def _refuse_rescheduling(
@@ -937,7 +958,7 @@ def record_request(
     """A request that succeeded in an execution started at ``start``: its queue time and the
     execution's compute phases, in its model's statistics and, for an ensemble's step, in
     the ensemble's (``compute_sink``)."""
-    stats.record_request_execution(start - pending.enqueue_ns, *phases)
+    stats.record_request_execution(start - (pending.requeued_ns or pending.enqueue_ns), *phases)
     sink = pending.request.compute_sink
     if sink is not None:
         sink(*phases)

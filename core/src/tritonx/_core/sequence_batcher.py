@@ -493,6 +493,7 @@ class SequenceBatcher:
                 )
             else:
                 now = time.perf_counter_ns()
+                pending.requeued_ns = now
                 self._last_seen[sequence.corrid] = now
                 if not self._next_idle:
                     self._next_idle = now + self._idle_ns
