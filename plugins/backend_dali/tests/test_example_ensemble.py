@@ -53,15 +53,23 @@ def photo(seed: int, height: int, width: int) -> bytes:
     return buffer.getvalue()
 
 
+def padded(images: list[bytes]) -> np.ndarray:
+    """``images`` as Triton's DALI examples send them: UINT8 rows, zero-padded to the longest."""
+    data = np.zeros((len(images), max(len(b) for b in images)), np.uint8)
+    for row, image in zip(data, images, strict=True):
+        row[: len(image)] = np.frombuffer(image, np.uint8)
+    return data
+
+
 async def ensemble_logits(server: Server, images: list[bytes]) -> list[np.ndarray]:
-    """The ensemble's LOGITS for ``images`` (one BYTES element each), over HTTP and gRPC."""
-    data = np.array(images, dtype=object).reshape(len(images), 1)
+    """The ensemble's LOGITS for ``images`` (one UINT8 row each), over HTTP and gRPC."""
+    data = padded(images)
     results = []
     for module in (httpclient, grpcclient):
         url = server.http_url if module is httpclient else server.grpc_url
         client: Any = module.InferenceServerClient(url)
         try:
-            tensor = module.InferInput("IMAGE", list(data.shape), "BYTES")
+            tensor = module.InferInput("IMAGE", list(data.shape), "UINT8")
             tensor.set_data_from_numpy(data)
             result = await client.infer("dali_cnn", [tensor])
             results.append(result.as_numpy("LOGITS"))
@@ -176,7 +184,7 @@ def test_tritonx_serve_answers_the_ensemble_beside_a_corrupt_pipeline(
     pixels = np.stack([pil_preprocess(image) for image in images])
     session = ort.InferenceSession(cnn_model(), providers=["CPUExecutionProvider"])
     (expected,) = session.run(["logits"], {"input": pixels})
-    data = np.array(images, dtype=object).reshape(2, 1)
+    data = padded(images)
     with ServeProcess(
         repository,
         tmp_path / "serve.log",
@@ -189,7 +197,7 @@ def test_tritonx_serve_answers_the_ensemble_beside_a_corrupt_pipeline(
             try:
                 assert client.is_model_ready("dali_cnn")
                 assert not client.is_model_ready("broken")
-                tensor = module.InferInput("IMAGE", [2, 1], "BYTES")
+                tensor = module.InferInput("IMAGE", list(data.shape), "UINT8")
                 tensor.set_data_from_numpy(data)
                 got = client.infer("dali_cnn", [tensor]).as_numpy("LOGITS")
             finally:

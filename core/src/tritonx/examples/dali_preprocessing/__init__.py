@@ -3,7 +3,8 @@
 ``build_repository(path)`` writes a Triton model repository with three models:
 
 * ``preprocess`` (backend ``dali``): a serialized DALI pipeline of CPU operators that decodes
-  the JPEG bytes of each sample (input ``IMAGE``, BYTES, one element per image), resizes it to
+  the JPEG bytes of each sample (input ``IMAGE``, UINT8 ``[-1]`` as Triton's DALI backend takes
+  encoded images: one row per image, shorter ones padded with zeros), resizes it to
   ``size`` x ``size`` (bilinear with antialiasing, DALI's default), normalises it with the
   ImageNet mean and standard deviation and lays it out CHW (output ``PIXELS``, FP32
   ``[3, size, size]``);

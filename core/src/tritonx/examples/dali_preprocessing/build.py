@@ -128,7 +128,7 @@ def build_repository(
         f"""name: "preprocess"
 backend: "dali"
 max_batch_size: {max_batch_size}
-input [ {{ name: "IMAGE", data_type: TYPE_STRING, dims: [ 1 ] }} ]
+input [ {{ name: "IMAGE", data_type: TYPE_UINT8, dims: [ -1 ], allow_ragged_batch: true }} ]
 output [ {{ name: "PIXELS", data_type: TYPE_FP32, dims: [ 3, {size}, {size} ] }} ]
 dynamic_batching {{ }}
 instance_group [ {{ count: 1, kind: KIND_CPU }} ]
@@ -151,7 +151,7 @@ instance_group [ {{ count: 1, kind: KIND_CPU }} ]
         f"""name: "dali_cnn"
 platform: "ensemble"
 max_batch_size: {max_batch_size}
-input [ {{ name: "IMAGE", data_type: TYPE_STRING, dims: [ 1 ] }} ]
+input [ {{ name: "IMAGE", data_type: TYPE_UINT8, dims: [ -1 ] }} ]
 output [ {{ name: "LOGITS", data_type: TYPE_FP32, dims: [ {classes} ] }} ]
 ensemble_scheduling {{
   step [
