@@ -16,10 +16,11 @@ from typing import Any
 
 from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
 from tritonx.datatypes import DataType
+from tritonx.dims import compare_dims, shape_str
 from tritonx.errors import invalid_arg
 from tritonx.parameters import parse_bool, parse_int
 from tritonx.proto import model_config_pb2
-from tritonx_backend_onnx.tensors import TensorInfo, shape_str
+from tritonx_backend_onnx.tensors import TensorInfo
 
 log = logging.getLogger("tritonx.backend.onnxruntime")
 
@@ -246,34 +247,7 @@ def _check_dims(
                 f"configuration provided: {shape_str(dims)}."
             )
         return
-    if max_batch > 0:
-        if model_shape[0] != -1:
-            raise invalid_arg(
-                f"model '{model}', tensor '{tensor}': for the model to support batching the "
-                "shape should have at least 1 dimension and the first dimension must be -1; "
-                f"but shape expected by the model is {shape_str(model_shape)}"
-            )
-        full = (-1, *dims)
-        if not _dims_match(model_shape, full, exact):
-            raise invalid_arg(
-                f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
-                f"dimensions (shape {shape_str(model_shape)}) but the model configuration "
-                f"specifies {len(full)} dimensions (an initial batch dimension because "
-                "max_batch_size > 0 followed by the explicit tensor shape, making complete "
-                f"shape {shape_str(full)})"
-            )
-    elif not _dims_match(model_shape, dims, exact):
-        raise invalid_arg(
-            f"model '{model}', tensor '{tensor}': the model expects {len(model_shape)} "
-            f"dimensions (shape {shape_str(model_shape)}) but the model configuration "
-            f"specifies {len(dims)} dimensions (shape {shape_str(dims)})"
-        )
-
-
-def _dims_match(model_shape: tuple[int, ...], dims: tuple[int, ...], exact: bool) -> bool:
-    if len(model_shape) != len(dims):
-        return False
-    return all(m == d for m, d in zip(model_shape, dims, strict=True) if exact or m != -1)
+    compare_dims(model, tensor, model_shape, dims, max_batch > 0, exact)
 
 
 # --------------------------------------------------------------------------- session options

@@ -67,11 +67,6 @@ def tensor_info(node: Any) -> TensorInfo:
     return TensorInfo(node.name, node.type, dims)
 
 
-def shape_str(dims: tuple[int, ...] | list[int]) -> str:
-    """Triton's ``ShapeToString``: ``[-1,16]``."""
-    return "[" + ",".join(str(d) for d in dims) + "]"
-
-
 def bytes_to_ort(array: np.ndarray, name: str) -> np.ndarray:
     """A BYTES tensor (object array of ``bytes``) as the ``str`` object array ORT wants.
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tritonx.config import EditableModelConfig, IOConfig, ModelConfig
+from tritonx.dims import compare_dims, shape_str
 from tritonx.errors import Code, TritonXError, invalid_arg
 
 log = logging.getLogger("tritonx.backend.tensorflow")
@@ -59,11 +60,6 @@ class TensorInfo:
     def config_type(self) -> str:
         """The Triton config datatype, ``TYPE_INVALID`` when Triton serves none for it."""
         return TF_TO_CONFIG.get(self.dtype, "TYPE_INVALID")
-
-
-def shape_str(dims: Iterable[int]) -> str:
-    """Triton's ``ShapeToString``: ``[-1,16]``."""
-    return "[" + ",".join(str(d) for d in dims) + "]"
 
 
 def type_str(config_type: str) -> str:
@@ -273,45 +269,6 @@ def _allowed(what: str, name: str, allowed: Iterable[str]) -> TritonXError:
         f"unexpected inference {what} '{name}', allowed {what}s are: "
         + ", ".join(sorted(set(allowed)))
     )
-
-
-def compare_dims(
-    model: str,
-    tensor: str,
-    model_dims: tuple[int, ...],
-    dims: Sequence[int],
-    batching: bool,
-    exact: bool,
-) -> None:
-    """Triton's ``CompareDims`` (-1 in the model matches anything unless ``exact``)."""
-    if batching:
-        if not model_dims or model_dims[0] != -1:
-            raise invalid_arg(
-                f"model '{model}', tensor '{tensor}': for the model to support batching the "
-                "shape should have at least 1 dimension and the first dimension must be -1; "
-                f"but shape expected by the model is {shape_str(model_dims)}"
-            )
-        full = (-1, *dims)
-        if not _dims_match(model_dims, full, exact):
-            raise invalid_arg(
-                f"model '{model}', tensor '{tensor}': the model expects {len(model_dims)} "
-                f"dimensions (shape {shape_str(model_dims)}) but the model configuration "
-                f"specifies {len(full)} dimensions (an initial batch dimension because "
-                "max_batch_size > 0 followed by the explicit tensor shape, making complete "
-                f"shape {shape_str(full)})"
-            )
-    elif not _dims_match(model_dims, tuple(dims), exact):
-        raise invalid_arg(
-            f"model '{model}', tensor '{tensor}': the model expects {len(model_dims)} dimensions "
-            f"(shape {shape_str(model_dims)}) but the model configuration specifies "
-            f"{len(dims)} dimensions (shape {shape_str(dims)})"
-        )
-
-
-def _dims_match(model_dims: Sequence[int], dims: Sequence[int], exact: bool) -> bool:
-    if len(model_dims) != len(dims):
-        return False
-    return all(m == d for m, d in zip(model_dims, dims, strict=True) if exact or m != -1)
 
 
 def _config_shape(io: IOConfig) -> tuple[int, ...]:
