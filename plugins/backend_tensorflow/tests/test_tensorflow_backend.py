@@ -123,6 +123,8 @@ GRAPH_IO: dict[str, Any] = {
 
 #: model -> the start of the reason it must fail to load with (Triton's messages)
 LOAD_ERRORS = {
+    "init_ops_outside": "TF_INIT_OPS_FILE '../outside.json' of model 'init_ops_outside' must "
+    "name a file inside the model directory",
     "corrupt_savedmodel": "Could not parse SavedModel at",
     "corrupt_graphdef": "Can't parse",
     "corrupt_variables": "Checksum does not match",
@@ -222,6 +224,13 @@ def build_repository(repo: ModelRepositoryBuilder, art: Artifacts) -> None:
     )
     (model_dir / "init.json").write_text(init_ops)
     repo.add("no_init_ops", versions={1: {"model.graphdef": art.init_graph}}, **init_io)
+    (repo.root / "outside.json").write_text(init_ops)  # beside the models, not in one
+    repo.add(
+        "init_ops_outside",
+        parameters={"TF_INIT_OPS_FILE": "../outside.json"},
+        versions={1: {"model.graphdef": art.init_graph}},
+        **init_io,
+    )
     # ---- models that must fail, each alone
     corrupt = dict(art.dense)
     corrupt[f"{SAVEDMODEL}/saved_model.pb"] = b"\x08\x01not a saved model\xff\xff"

@@ -308,6 +308,12 @@ def _run_init_ops(session: Any, ctx: LoadContext, settings: ModelSettings) -> No
     path = ctx.version_path / settings.init_ops_file
     if not path.exists():
         path = ctx.model_dir / settings.init_ops_file
+    root = ctx.model_dir.resolve()
+    if root not in path.resolve().parents:  # a config never makes the server read elsewhere
+        raise invalid_arg(
+            f"TF_INIT_OPS_FILE '{settings.init_ops_file}' of model '{ctx.model_name}' must "
+            "name a file inside the model directory"
+        )
     try:
         ops = json.loads(path.read_text())["init_ops"]
     except OSError as exc:
