@@ -235,10 +235,7 @@ class SequenceBatcher:
             if end:
                 self._last_seen.pop(cid, None)
             else:
-                self._last_seen[cid] = now
-                if not self._next_idle:
-                    self._next_idle = now + self._idle_ns
-                    self._reaper_cv.notify()
+                self._seen(cid, now)
             if start and (sequence is not None or backlog is not None):
                 log.warning(
                     "sequence %s for model '%s' has a conflict. The previous sequence did not "
@@ -276,6 +273,14 @@ class SequenceBatcher:
             self._to_backlog(backlog, pending, now)
             if not end:
                 self._backlog_map[cid] = backlog
+
+    def _seen(self, cid: int | str, now: int) -> None:
+        """A request of sequence ``cid`` came (or came back) at ``now``: its idle time starts
+        again, and the reaper wakes for it if it sleeps without a deadline (lock held)."""
+        self._last_seen[cid] = now
+        if not self._next_idle:
+            self._next_idle = now + self._idle_ns
+            self._reaper_cv.notify()
 
     def _to_backlog(self, backlog: _Backlog, pending: Pending, now: int) -> None:
         backlog.queue.append(pending)
@@ -494,10 +499,7 @@ class SequenceBatcher:
             else:
                 now = time.perf_counter_ns()
                 pending.requeued_ns = now
-                self._last_seen[sequence.corrid] = now
-                if not self._next_idle:
-                    self._next_idle = now + self._idle_ns
-                    self._reaper_cv.notify()
+                self._seen(sequence.corrid, now)
                 self._enqueue(slot, pending)
                 return
         self._reject(pending, error, REJECTED)
