@@ -389,6 +389,13 @@ SERVE_OPTIONS: list[Decorator] = [
         "REGEX",
     ),
     value(
+        "--grpc-engine",
+        click.Choice(["loop", "aio"]),
+        "loop",
+        "gRPC server: 'loop' frames HTTP/2 on tritonx's event loop (the default, several times "
+        "less CPU per call), 'aio' is grpcio's grpc.aio server.",
+    ),
+    value(
         "--grpc-infer-response-compression-level",
         click.Choice(["none", "low", "medium", "high"], case_sensitive=False),
         "none",

@@ -140,6 +140,9 @@ class ServerSettings:
     #: ``--grpc-infer-response-compression-level``: none, low, medium or high; the responses
     #: of ModelInfer / ModelStreamInfer are compressed with the algorithm grpc's level picks
     grpc_infer_response_compression_level: str = "none"
+    #: ``--grpc-engine``: "loop" (HTTP/2 framed on the event loop, :mod:`tritonx.grpc.engine`)
+    #: or "aio" (grpcio's grpc.aio server)
+    grpc_engine: str = "loop"
     #: ``--grpc-max-connection-age`` / ``-grace`` (ms; 0: not set, grpc's default)
     grpc_max_connection_age: int = 0
     grpc_max_connection_age_grace: int = 0

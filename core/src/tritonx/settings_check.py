@@ -69,6 +69,7 @@ MILLISECONDS = ("grpc_max_connection_age", "grpc_max_connection_age_grace")
 ONE_OF: dict[str, tuple[str, ...]] = {
     "model_control_mode": ("none", "poll", "explicit"),
     "rate_limit": ("off", "execution_count"),
+    "grpc_engine": ("loop", "aio"),
 }
 
 

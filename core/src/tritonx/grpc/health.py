@@ -63,25 +63,31 @@ def _build() -> tuple[type[Any], type[Any]]:
 HealthCheckRequest, HealthCheckResponse = _build()
 
 
-def health_handler(dataplane: DataPlane, limit: Limit | None = None) -> grpc.GenericRpcHandler:
-    """A generic handler serving ``grpc.health.v1.Health/Check`` from ``dataplane``; its
-    requests are received as the service's (:func:`tritonx.grpc.receive.receiving`, compressed
-    ones inflated up to ``limit``)."""
+def health_method_handlers(
+    dataplane: DataPlane, limit: Limit | None = None
+) -> dict[str, grpc.RpcMethodHandler]:
+    """The ``grpc.health.v1.Health`` method handlers (``Check``) serving from ``dataplane``;
+    requests are received as the inference service's (:func:`tritonx.grpc.receive.receiving`,
+    compressed ones inflated up to ``limit``)."""
 
-    async def check(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+    async def check(request: Any, context: Any) -> Any:
         status = SERVING if dataplane.server_ready() else NOT_SERVING
         return HealthCheckResponse(status=status)
 
+    return {
+        "Check": receiving(
+            grpc.unary_unary_rpc_method_handler(
+                check,
+                request_deserializer=HealthCheckRequest.FromString,
+                response_serializer=HealthCheckResponse.SerializeToString,
+            ),
+            limit or Limit(),
+        )
+    }
+
+
+def health_handler(dataplane: DataPlane, limit: Limit | None = None) -> grpc.GenericRpcHandler:
+    """:func:`health_method_handlers` as a grpc generic handler."""
     return grpc.method_handlers_generic_handler(
-        SERVICE_NAME,
-        {
-            "Check": receiving(
-                grpc.unary_unary_rpc_method_handler(
-                    check,
-                    request_deserializer=HealthCheckRequest.FromString,
-                    response_serializer=HealthCheckResponse.SerializeToString,
-                ),
-                limit or Limit(),
-            )
-        },
+        SERVICE_NAME, health_method_handlers(dataplane, limit)
     )

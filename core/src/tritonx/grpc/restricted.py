@@ -55,6 +55,16 @@ def metadata_key(key: str) -> str:
     return GRPC_RESTRICTED_HEADER_PREFIX + key.lower()
 
 
+def restriction_rules(restrictions: Restrictions) -> dict[str, tuple[str, str]]:
+    """Method path → (metadata key, value) for the RPCs ``restrictions`` restrict."""
+    rules: dict[str, tuple[str, str]] = {}
+    for method, category in METHOD_CATEGORY.items():
+        rule = restrictions.get(category)
+        if rule is not None:
+            rules[method] = (metadata_key(rule[0]), rule[1])
+    return rules
+
+
 def _ignore(data: bytes) -> None:
     return None
 
@@ -64,11 +74,7 @@ class RestrictedProtocolInterceptor(grpc.aio.ServerInterceptor):
     differs (the first value of the key is compared exactly)."""
 
     def __init__(self, restrictions: Restrictions) -> None:
-        self._rules: dict[str, tuple[str, str]] = {}
-        for method, category in METHOD_CATEGORY.items():
-            rule = restrictions.get(category)
-            if rule is not None:
-                self._rules[method] = (metadata_key(rule[0]), rule[1])
+        self._rules = restriction_rules(restrictions)
 
     async def intercept_service(
         self,

@@ -8,7 +8,9 @@ import grpc
 
 from tritonx.config import ServerSettings
 from tritonx.dataplane import DataPlane
-from tritonx.grpc.health import health_handler
+from tritonx.grpc.engine import Engine, build_methods
+from tritonx.grpc.health import SERVICE_NAME as HEALTH_SERVICE
+from tritonx.grpc.health import health_method_handlers
 from tritonx.grpc.memory import measuring
 from tritonx.grpc.receive import Limit, deserializer, receiving
 from tritonx.grpc.restricted import RestrictedProtocolInterceptor
@@ -126,15 +128,14 @@ def decompression_limit(settings: ServerSettings) -> Limit:
     return Limit(size)
 
 
-class _Registration:
+class _Collector:
     """Stands for the server in the generated ``add_GRPCInferenceServiceServicer_to_server``
-    and adds its handlers with :mod:`tritonx.grpc.receive`'s deserializers (the inference
+    and keeps its handlers with :mod:`tritonx.grpc.receive`'s deserializers (the inference
     RPCs' measuring their messages)."""
 
-    def __init__(self, server: grpc.aio.Server, limit: Limit) -> None:
-        self.server = server
+    def __init__(self, limit: Limit) -> None:
         self.limit = limit
-        self.registered = False
+        self.services: dict[str, dict[str, grpc.RpcMethodHandler]] = {}
 
     def add_generic_rpc_handlers(self, handlers: tuple[Any, ...]) -> None:
         pass  # replaced by one built from the registered handlers
@@ -147,24 +148,53 @@ class _Registration:
                 handlers[name] = handler._replace(request_deserializer=measuring(parse))
             else:
                 handlers[name] = receiving(handler, self.limit)
-        self.server.add_generic_rpc_handlers(
-            (grpc.method_handlers_generic_handler(service, handlers),)
-        )
-        self.server.add_registered_method_handlers(service, handlers)
-        self.registered = True
+        self.services[service] = handlers
 
-    def finish(self) -> None:
-        if not self.registered:  # pragma: no cover - tritonclient is pinned
-            raise RuntimeError(
-                "tritonclient's generated service code no longer registers its method "
-                "handlers (add_registered_method_handlers): tritonx cannot install its "
-                "request deserializers"
-            )
+
+def service_handlers(
+    dataplane: DataPlane, settings: ServerSettings
+) -> dict[str, dict[str, grpc.RpcMethodHandler]]:
+    """Every RPC the gRPC listener serves, service → method → handler: the
+    :class:`GRPCInferenceServicer` (header forwarding and response compression from
+    ``settings``) and the health check, all receiving their messages through
+    :mod:`tritonx.grpc.receive` (compressed ones inflated up to :func:`decompression_limit`).
+    Both engines serve these handlers."""
+    forward = HeaderForward.of(
+        settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
+    )
+    compression = response_compression(settings.grpc_infer_response_compression_level)
+    limit = decompression_limit(settings)
+    collector = _Collector(limit)
+    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+        GRPCInferenceServicer(dataplane, forward, compression), collector
+    )
+    if not collector.services:  # pragma: no cover - tritonclient is pinned
+        raise RuntimeError(
+            "tritonclient's generated service code no longer registers its method "
+            "handlers (add_registered_method_handlers): tritonx cannot install its "
+            "request deserializers"
+        )
+    collector.services[HEALTH_SERVICE] = health_method_handlers(dataplane, limit)
+    return collector.services
+
+
+class LoopGRPCServer:
+    """The event-loop engine's listener, with grpc.aio's server's ``stop``."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    async def stop(self, grace: float | None) -> None:
+        await self.engine.stop(grace)
+
+
+#: ``--grpc-engine`` values
+GRPC_ENGINES = ("loop", "aio")
 
 
 async def start_grpc_server(
     dataplane: DataPlane, settings: ServerSettings
-) -> tuple[grpc.aio.Server, int]:
+) -> tuple[grpc.aio.Server | LoopGRPCServer, int]:
     """Build, bind and start the gRPC server; returns it and the bound port.
 
     ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
@@ -175,22 +205,25 @@ async def start_grpc_server(
     when nothing is restricted). The settings are checked by
     :func:`tritonx.settings_check.validate_settings` (``Server.start``).
     """
-    forward = HeaderForward.of(
-        settings.grpc_header_forward_pattern, "--grpc-header-forward-pattern"
-    )
-    compression = response_compression(settings.grpc_infer_response_compression_level)
-    limit = decompression_limit(settings)
+    services = service_handlers(dataplane, settings)
+    max_size = min(int(settings.grpc_max_message_size), MAX_GRPC_MESSAGE_SIZE)
+    if settings.grpc_engine == "loop":
+        handlers = {
+            f"/{service}/{name}": handler
+            for service, methods in services.items()
+            for name, handler in methods.items()
+        }
+        engine = Engine(build_methods(handlers, settings), settings, max_size)
+        port = await engine.start(settings.grpc_address, settings.grpc_port, settings)
+        return LoopGRPCServer(engine), port
     credentials = grpc_server_credentials(settings)
     interceptors = []
     if settings.grpc_restricted_protocol:
         interceptors.append(RestrictedProtocolInterceptor(settings.grpc_restricted_protocol))
     server = grpc.aio.server(options=grpc_options(settings), interceptors=interceptors)
-    registration = _Registration(server, limit)
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        GRPCInferenceServicer(dataplane, forward, compression), registration
-    )
-    registration.finish()
-    server.add_generic_rpc_handlers((health_handler(dataplane, limit),))
+    for service, methods in services.items():
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(service, methods),))
+        server.add_registered_method_handlers(service, methods)
     address = listen_address(settings.grpc_address, settings.grpc_port)
     try:
         if credentials is None:

@@ -1,0 +1,500 @@
+"""gRPC calls of the event-loop engine: from a stream's headers and messages to the servicer's
+method and back.
+
+The engine serves the same method handlers as the grpc.aio server (the
+:class:`~tritonx.grpc.servicer.GRPCInferenceServicer` coroutines with
+:mod:`tritonx.grpc.receive`'s deserializers, and the health check), so both engines run one
+request pipeline; a call hands its handler a :class:`Context` with the part of
+``grpc.aio.ServicerContext`` tritonx's handlers use. A unary call's message is deserialized in
+the call's task (so per-call context variables stay in the call), a streaming call's as its
+handler reads it.
+
+Statuses are grpc core's where a client can see them: an unknown method is UNIMPLEMENTED
+``Method not found!``; a message over ``--grpc-max-message-size`` is RESOURCE_EXHAUSTED
+``Received message larger than max (N vs. M)`` (``Sent ...`` for an answer); a deadline
+(``grpc-timeout``) that passes cancels the handler (the data plane cancels the request) and
+ends the call DEADLINE_EXCEEDED ``Deadline Exceeded``; a client's RST_STREAM or a lost
+connection cancels it without an answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import time
+import zlib
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import grpc
+
+from tritonx.grpc import http2 as h2
+
+if TYPE_CHECKING:
+    from tritonx.grpc.connection import Connection, Stream
+
+log = logging.getLogger("tritonx.grpc")
+
+OK = 0
+CANCELLED = 1
+UNKNOWN = 2
+DEADLINE_EXCEEDED = 4
+RESOURCE_EXHAUSTED = 8
+UNIMPLEMENTED = 12
+INTERNAL = 13
+UNAVAILABLE = 14
+
+#: ``grpc.Compression`` → the ``grpc-encoding`` name
+ENCODING_NAME = {grpc.Compression.Gzip: b"gzip", grpc.Compression.Deflate: b"deflate"}
+
+
+@dataclass(frozen=True, slots=True)
+class Method:
+    """One RPC as the engine serves it: its handler (grpc's ``RpcMethodHandler`` fields) and
+    the restricted-protocol rule of its category (metadata key and value; None: open)."""
+
+    streaming: bool
+    behaviour: Callable[..., Any]
+    deserialize: Callable[[Any], Any]
+    serialize: Callable[[Any], bytes]
+    rule: tuple[bytes, bytes] | None = None
+
+
+class _Abort(Exception):
+    """Raised by :meth:`Context.abort` to end the handler."""
+
+
+def _decode_metadata(pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str, str | bytes], ...]:
+    out: list[tuple[str, str | bytes]] = []
+    for name, value in pairs:
+        key = name.decode("latin-1")
+        if key.endswith("-bin"):
+            try:
+                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
+            except ValueError:
+                continue
+        else:
+            out.append((key, value.decode("utf-8", "replace")))
+    return tuple(out)
+
+
+class Context:
+    """The ``grpc.aio.ServicerContext`` of a call, as far as tritonx's handlers use it."""
+
+    __slots__ = (
+        "_call",
+        "_callbacks",
+        "_code",
+        "_compression",
+        "_details",
+        "_metadata",
+        "_trailing",
+    )
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+        self._code = OK
+        self._details = ""
+        self._compression: grpc.Compression | None = None
+        self._trailing: tuple[tuple[str, str | bytes], ...] = ()
+        self._callbacks: list[Callable[[Context], None]] | None = None
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
+
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        """The call's metadata (``-bin`` values as bytes), without the headers gRPC itself
+        uses (pseudo-headers, content-type, te, grpc-timeout, grpc-encoding,
+        grpc-accept-encoding)."""
+        if self._metadata is None:
+            self._metadata = _decode_metadata(self._call.metadata)
+        return self._metadata
+
+    def set_code(self, code: grpc.StatusCode) -> None:
+        self._code = code.value[0]
+
+    def set_details(self, details: str) -> None:
+        self._details = details
+
+    def code(self) -> int:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def set_compression(self, compression: grpc.Compression) -> None:
+        self._compression = compression
+
+    async def send_initial_metadata(self, metadata: Any) -> None:
+        """The initial metadata go with the first message (tritonx's handlers send none)."""
+        if metadata:
+            raise NotImplementedError("initial metadata are not sent by this engine")
+
+    def set_trailing_metadata(self, metadata: Any) -> None:
+        self._trailing = tuple(metadata)
+
+    def add_done_callback(self, callback: Callable[[Context], None]) -> None:
+        if self._callbacks is None:
+            self._callbacks = []
+        self._callbacks.append(callback)
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
+    ) -> None:
+        self._code = code.value[0]
+        self._details = details
+        if trailing_metadata:
+            self._trailing = tuple(trailing_metadata)
+        raise _Abort()
+
+    def cancelled(self) -> bool:
+        return self._call.cancelled
+
+    def done(self) -> bool:
+        return self._call.done
+
+    def time_remaining(self) -> float | None:
+        deadline = self._call.deadline
+        return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+    def peer(self) -> str:
+        return self._call.conn.peer
+
+    def disable_next_message_compression(self) -> None:
+        return None
+
+
+class RequestStream:
+    """The request messages of a streaming call, as an async iterator of parsed messages
+    (the handler's deserializer runs as the handler reads)."""
+
+    __slots__ = ("_deserialize", "_ended", "_items", "_waiter")
+
+    def __init__(self, deserialize: Callable[[Any], Any]) -> None:
+        self._deserialize = deserialize
+        self._items: deque[Any] = deque()
+        self._ended = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put(self, data: Any) -> None:
+        self._items.append(data)
+        self._wake()
+
+    def end(self) -> None:
+        self._ended = True
+        self._wake()
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None:
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def __aiter__(self) -> RequestStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        items = self._items
+        while not items:
+            if self._ended:
+                raise StopAsyncIteration
+            self._waiter = asyncio.get_running_loop().create_future()
+            await self._waiter
+        return self._deserialize(items.popleft())
+
+
+class Call:
+    """One gRPC call on ``stream``: receives its messages, runs its handler in a task, sends
+    the answer and the status.
+
+    :param metadata: the call's metadata as received (names and raw values).
+    :param encoding: the ``grpc-encoding`` of its messages (b"" for identity).
+    :param accept: the client's ``grpc-accept-encoding``.
+    """
+
+    __slots__ = (
+        "accept",
+        "cancelled",
+        "conn",
+        "context",
+        "deadline",
+        "done",
+        "encoding",
+        "expired",
+        "max_receive",
+        "max_send",
+        "message",
+        "metadata",
+        "method",
+        "requests",
+        "stream",
+        "task",
+        "timer",
+    )
+
+    def __init__(
+        self,
+        conn: Connection,
+        stream: Stream,
+        method: Method,
+        metadata: tuple[tuple[bytes, bytes], ...],
+        encoding: bytes,
+        accept: bytes,
+        timeout: float | None,
+    ) -> None:
+        self.conn = conn
+        self.stream = stream
+        self.method = method
+        self.metadata = metadata
+        self.encoding = encoding
+        self.accept = accept
+        self.context = Context(self)
+        self.cancelled = False
+        self.done = False
+        self.expired = False
+        self.message: Any = None
+        self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+        self.deadline: float | None = None
+        engine = conn.engine
+        self.max_receive = engine.max_receive
+        self.max_send = engine.max_send
+        self.requests: RequestStream | None = None
+        if timeout is not None:
+            self.deadline = time.monotonic() + timeout
+            self.timer = conn.loop.call_later(timeout, self._expire)
+        if method.streaming:
+            self.requests = RequestStream(method.deserialize)
+            self.task = conn.loop.create_task(self._run_stream())
+
+    # ------------------------------------------------------------------ from the connection
+
+    def message_started(self, flag: int, size: int) -> bool:
+        """A message of ``size`` bytes begins: False (and the call ended) when it is refused."""
+        if size > self.max_receive:
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"Received message larger than max ({size} vs. {self.max_receive})",
+            )
+            return False
+        if flag > 1:
+            self.fail(INTERNAL, f"Invalid gRPC message flag {flag}")
+            return False
+        if flag and not self.encoding:
+            self.fail(INTERNAL, "A compressed message came on a call without grpc-encoding")
+            return False
+        if not self.method.streaming and self.message is not None:
+            self.fail(INTERNAL, "More than one request message on a unary call")
+            return False
+        return True
+
+    def message_received(self, flag: int, data: bytes | bytearray) -> None:
+        if self.requests is not None:
+            self.requests.put(data)
+        else:
+            self.message = data
+
+    def remote_ended(self) -> None:
+        """The client sent all of its messages."""
+        if self.requests is not None:
+            self.requests.end()
+            return
+        if self.message is None:
+            self.fail(INTERNAL, "No request message on a unary call")
+            return
+        if self.task is None and not self.done:
+            self.task = self.conn.loop.create_task(self._run_unary())
+
+    def incomplete(self) -> None:
+        """The client ended its side in the middle of a message."""
+        self.fail(INTERNAL, "The request stream ended in the middle of a message")
+
+    def reset(self) -> None:
+        """The client reset the stream, or the connection is gone: the handler is cancelled,
+        nothing more is sent."""
+        if self.done:
+            return
+        self.cancelled = True
+        self._cancel_timer()
+        if self.requests is not None:
+            self.requests.end()
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self._end()
+
+    def _expire(self) -> None:
+        self.timer = None
+        if self.done:
+            return
+        self.expired = True
+        if self.task is not None:
+            self.task.cancel()
+        else:
+            self.fail(DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    # ------------------------------------------------------------------ running the handler
+
+    async def _run_unary(self) -> None:
+        context = self.context
+        response = None
+        try:
+            message, self.message = self.message, None
+            request = self.method.deserialize(message)
+            del message
+            response = await self.method.behaviour(request, context)
+            del request
+        except asyncio.CancelledError:
+            self._cancelled()
+            return
+        except _Abort:
+            pass
+        except Exception as exc:
+            self._unexpected(exc)
+            response = None
+        self._answer(response)
+
+    async def _run_stream(self) -> None:
+        context = self.context
+        conn = self.conn
+        stream = self.stream
+        assert self.requests is not None
+        try:
+            responses = self.method.behaviour(self.requests, context)
+            try:
+                async for response in responses:
+                    if stream.closed:
+                        break
+                    if not self._send_message(response, None):
+                        break
+                    if stream.queued_bytes or conn.paused:
+                        await stream.drained()
+            finally:
+                await responses.aclose()
+        except asyncio.CancelledError:
+            self._cancelled()
+            return
+        except _Abort:
+            pass
+        except Exception as exc:
+            self._unexpected(exc)
+        self._status()
+
+    def _cancelled(self) -> None:
+        if self.expired and not self.cancelled:
+            self.fail(DEADLINE_EXCEEDED, "Deadline Exceeded")
+        else:
+            self._end()
+
+    def _unexpected(self, exc: Exception) -> None:
+        log.exception("unexpected error in gRPC method handler", exc_info=exc)
+        context = self.context
+        context._code = UNKNOWN
+        context._details = f"Unexpected {type(exc)}: {exc}"
+
+    def _compression(self) -> bytes | None:
+        algorithm = self.context._compression
+        if algorithm is None or algorithm == grpc.Compression.NoCompression:
+            return None
+        name = ENCODING_NAME.get(algorithm)
+        if name is None or name not in self.accept:
+            return None
+        return name
+
+    def _send_message(self, response: Any, trailers: bytes | None) -> bool:
+        """Serialize and send ``response`` (with ``trailers`` when given); False when it
+        could not be sent (the call has ended with a status)."""
+        data = self.method.serialize(response)
+        if len(data) > self.max_send:
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"Sent message larger than max ({len(data)} vs. {self.max_send})",
+            )
+            return False
+        stream = self.stream
+        headers: bytes | None = None
+        name = self._compression()
+        if not stream.headers_sent:
+            headers = h2.RESPONSE_HEADERS
+            if name is not None:
+                headers += h2.literal(b"grpc-encoding", name)
+        flag = 0
+        if name is not None:
+            data = zlib.compress(data, wbits=31 if name == b"gzip" else 15)
+            flag = 1
+        self.conn.send(stream, headers, data, trailers, flag)
+        return True
+
+    def _trailers(self) -> bytes:
+        context = self.context
+        block = (
+            h2.OK_TRAILERS
+            if context._code == OK and not context._details
+            else h2.status_block(context._code, context._details)
+        )
+        if context._trailing:
+            block += h2.metadata_block(context._trailing)
+        return block
+
+    def _answer(self, response: Any) -> None:
+        """End a unary call: its answer and trailers in one write, or a status."""
+        if self.done:
+            return
+        context = self.context
+        if context._code == OK:
+            if response is None:
+                context._code = INTERNAL
+                context._details = "The method handler returned no response"
+            else:
+                if self._send_message(response, self._trailers()):
+                    self._end()
+                return
+        self._status()
+
+    def _status(self) -> None:
+        """Send the call's status (trailers, or a trailers-only answer)."""
+        if self.done:
+            return
+        stream = self.stream
+        trailers = self._trailers()
+        if not stream.headers_sent:
+            trailers = h2.RESPONSE_HEADERS + trailers
+        self.conn.send(stream, None, None, trailers)
+        self._end()
+
+    def fail(self, code: int, details: str) -> None:
+        """End the call with a status now (the handler, if running, is cancelled)."""
+        if self.done:
+            return
+        context = self.context
+        context._code = code
+        context._details = details
+        self._status()
+        task = self.task
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+        if self.requests is not None:
+            self.requests.end()
+
+    def _end(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        self._cancel_timer()
+        stream = self.stream
+        if not stream.closed and stream.trailers is None:  # ended without a status
+            self.conn.reset(stream, h2.CANCEL)
+        callbacks = self.context._callbacks
+        if callbacks:
+            for callback in callbacks:
+                try:
+                    callback(self.context)
+                except Exception:
+                    log.exception("gRPC call done callback failed")

@@ -1,0 +1,255 @@
+"""The event-loop gRPC engine (``--grpc-engine loop``): ``inference.GRPCInferenceService`` and
+the health check served by HTTP/2 framing of tritonx's own on its event loop.
+
+grpc.aio costs ~5x the HTTP fast path's CPU per call in its own machinery (a poller thread
+taking the GIL, per-call tasks and waits); this engine frames HTTP/2 the way the fast path
+frames HTTP/1.1 (:mod:`tritonx.grpc.connection`, :mod:`tritonx.grpc.http2`) and runs the same
+method handlers as the grpc.aio server (:func:`tritonx.grpc.server.service_handlers`: the
+servicer over the one request pipeline, :mod:`tritonx.grpc.receive`'s deserializers), so both
+engines answer alike. Listener settings are the grpc.aio server's: message size limits, TLS
+and mutual TLS (ALPN ``h2``), ``--reuse-grpc-port``, keepalive and ping policing,
+``--grpc-max-connection-age[-grace]``, ``--grpc-restricted-protocol`` (checked from the
+call's headers before any message is read) and response compression.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from typing import Any
+
+from tritonx.config import ServerSettings
+from tritonx.grpc import http2 as h2
+from tritonx.grpc.calls import INTERNAL, UNAVAILABLE, UNIMPLEMENTED, Call, Method
+from tritonx.grpc.connection import MAX_METADATA_BYTES, Connection, Stream
+from tritonx.grpc.restricted import restriction_rules
+from tritonx.security import listener_tls_files
+
+log = logging.getLogger("tritonx.grpc")
+
+#: Listen backlog (as the HTTP listener and tritonserver)
+BACKLOG = 1024
+#: seconds a TLS handshake may take (grpc core's default connection deadline)
+TLS_HANDSHAKE_TIMEOUT = 120.0
+#: grpc-timeout units → seconds
+_TIMEOUT_UNITS = {
+    ord("H"): 3600.0,
+    ord("M"): 60.0,
+    ord("S"): 1.0,
+    ord("m"): 1e-3,
+    ord("u"): 1e-6,
+    ord("n"): 1e-9,
+}
+#: headers gRPC itself uses: not part of a call's metadata
+_RESERVED = frozenset(
+    (b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding")
+)
+_ENCODINGS = frozenset((b"", b"identity", b"gzip", b"deflate"))
+_STATUS_415 = b"\x08\x03415"  # ``:status: 415`` (name from static entry 8), no value index
+
+
+def parse_timeout(value: bytes) -> float | None:
+    """Seconds of a ``grpc-timeout`` value (at most 8 digits and a unit); None if invalid."""
+    if not 2 <= len(value) <= 9 or not value[:-1].isdigit():
+        return None
+    unit = _TIMEOUT_UNITS.get(value[-1])
+    return None if unit is None else int(value[:-1]) * unit
+
+
+class _Parsed:
+    """A request header block read for a call (kept with the block a connection decoded
+    last, whose headers are the same list object when the block repeats)."""
+
+    __slots__ = ("accept", "encoding", "error", "metadata", "method", "timeout")
+
+    def __init__(self) -> None:
+        self.method: Method | None = None
+        self.metadata: tuple[tuple[bytes, bytes], ...] = ()
+        self.encoding = b""
+        self.accept = b""
+        self.timeout: float | None = None
+        #: the answer instead of a call: (HTTP status block) or (gRPC code, message)
+        self.error: tuple[int, str] | bytes | None = None
+
+
+class Engine:
+    """The listener's shared state: its methods, limits and timers, and its connections.
+
+    :param methods: method path (``/package.Service/Method``) → :class:`Method`.
+    """
+
+    def __init__(
+        self, methods: dict[bytes, Method], settings: ServerSettings, max_size: int
+    ) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.methods = methods
+        self.max_receive = max_size
+        self.max_send = max_size
+        self.max_concurrent_streams = 2**31 - 1
+        self.keepalive_time = settings.grpc_keepalive_time / 1000.0
+        self.keepalive_timeout = settings.grpc_keepalive_timeout / 1000.0
+        self.permit_without_calls = bool(settings.grpc_keepalive_permit_without_calls)
+        self.max_pings_without_data = int(settings.grpc_http2_max_pings_without_data)
+        self.min_ping_interval = settings.grpc_http2_min_recv_ping_interval_without_data / 1000.0
+        self.max_ping_strikes = int(settings.grpc_http2_max_ping_strikes)
+        self.max_connection_age = settings.grpc_max_connection_age / 1000.0
+        grace = settings.grpc_max_connection_age_grace
+        self.max_connection_age_grace = grace / 1000.0 if grace else 1e9  # grpc: no limit
+        self.connections: set[Connection] = set()
+        self.server: asyncio.Server | None = None
+        # the last header list parsed, per connection (a repeated block decodes to the same
+        # list object)
+        self._last: dict[Connection, tuple[list[tuple[bytes, bytes]], _Parsed]] = {}
+
+    # ------------------------------------------------------------------ connections
+
+    def opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
+
+    def closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self._last.pop(conn, None)
+
+    def _parse(self, headers: list[tuple[bytes, bytes]]) -> _Parsed:
+        parsed = _Parsed()
+        path = method = content_type = b""
+        metadata: list[tuple[bytes, bytes]] = []
+        size = 0
+        for name, value in headers:
+            size += len(name) + len(value) + 32
+            if name[:1] == b":":
+                if name == b":path":
+                    path = value
+                elif name == b":method":
+                    method = value
+                continue
+            if name in _RESERVED:
+                if name == b"content-type":
+                    content_type = value
+                elif name == b"grpc-timeout":
+                    parsed.timeout = parse_timeout(value)
+                    if parsed.timeout is None:
+                        parsed.error = (INTERNAL, f"Invalid grpc-timeout: {value!r}")
+                elif name == b"grpc-encoding":
+                    parsed.encoding = b"" if value == b"identity" else value
+                elif name == b"grpc-accept-encoding":
+                    parsed.accept = value
+                continue
+            metadata.append((name, value))
+        parsed.metadata = tuple(metadata)
+        if parsed.error is not None:
+            return parsed
+        if size > MAX_METADATA_BYTES:
+            parsed.error = (
+                8,  # RESOURCE_EXHAUSTED
+                f"received initial metadata size exceeds limit ({size} vs. {MAX_METADATA_BYTES})",
+            )
+        elif method != b"POST" or not content_type.startswith(b"application/grpc"):
+            parsed.error = _STATUS_415
+        elif parsed.encoding not in _ENCODINGS:
+            parsed.error = (
+                UNIMPLEMENTED,
+                f"Compression algorithm '{parsed.encoding.decode('latin-1')}' is not supported",
+            )
+        else:
+            parsed.method = self.methods.get(path)
+            if parsed.method is None:
+                parsed.error = (UNIMPLEMENTED, "Method not found!")
+        return parsed
+
+    def start_call(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
+        """A stream opened with ``headers``: start its call, or answer it at once."""
+        conn = stream.conn
+        last = self._last.get(conn)
+        if last is not None and last[0] is headers:
+            parsed = last[1]
+        else:
+            parsed = self._parse(headers)
+            self._last[conn] = (headers, parsed)
+        method = parsed.method
+        if method is None:
+            error = parsed.error
+            if isinstance(error, bytes):
+                conn.send(stream, None, None, error)
+            else:
+                assert error is not None
+                conn.send(stream, None, None, h2.RESPONSE_HEADERS + h2.status_block(*error))
+            return
+        rule = method.rule
+        if rule is not None:
+            key, expected = rule
+            for name, value in parsed.metadata:
+                if name == key:
+                    if value == expected:
+                        rule = None
+                    break
+            if rule is not None:
+                message = f"This protocol is restricted, expecting header '{key.decode()}'"
+                conn.send(
+                    stream, None, None, h2.RESPONSE_HEADERS + h2.status_block(UNAVAILABLE, message)
+                )
+                return
+        stream.call = Call(
+            conn, stream, method, parsed.metadata, parsed.encoding, parsed.accept, parsed.timeout
+        )
+
+    # ------------------------------------------------------------------ the listener
+
+    async def start(self, address: str, port: int, settings: ServerSettings) -> int:
+        """Bind and listen; returns the bound port."""
+        files = listener_tls_files(settings, "grpc")
+        tls = None
+        if files is not None:
+            tls = files.context
+            tls.set_alpn_protocols(["h2"])
+        host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
+        try:
+            self.server = await self.loop.create_server(
+                lambda: Connection(self),
+                host=host or None,
+                port=port,
+                family=socket.AF_UNSPEC,
+                backlog=BACKLOG,
+                reuse_port=bool(settings.reuse_grpc_port) or None,
+                ssl=tls,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if tls is not None else None,
+            )
+        except OSError as exc:
+            raise OSError(f"failed to listen on gRPC address {host}:{port}: {exc}") from exc
+        sockets = self.server.sockets
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop listening and close every connection (their calls are cancelled)."""
+        if self.server is not None:
+            self.server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self.server is not None:
+            try:
+                await asyncio.wait_for(self.server.wait_closed(), 5.0)
+            except Exception:  # pragma: no cover - best effort
+                pass
+            self.server = None
+
+
+def build_methods(handlers: dict[str, Any], settings: ServerSettings) -> dict[bytes, Method]:
+    """The engine's methods from grpc method handlers (path → ``RpcMethodHandler``), with the
+    ``--grpc-restricted-protocol`` rule of each."""
+    rules = restriction_rules(settings.grpc_restricted_protocol)
+    methods: dict[bytes, Method] = {}
+    for path, handler in handlers.items():
+        streaming = bool(handler.request_streaming)
+        behaviour = handler.stream_stream if streaming else handler.unary_unary
+        if behaviour is None or handler.response_streaming != streaming:
+            raise RuntimeError(f"the gRPC engine serves unary and bidirectional RPCs, not {path}")
+        rule = rules.get(path)
+        methods[path.encode("ascii")] = Method(
+            streaming=streaming,
+            behaviour=behaviour,
+            deserialize=handler.request_deserializer,
+            serialize=handler.response_serializer,
+            rule=None if rule is None else (rule[0].encode("latin-1"), rule[1].encode("utf-8")),
+        )
+    return methods
