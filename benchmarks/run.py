@@ -530,6 +530,7 @@ def table(points: list[Point]) -> str:
 ROWS = (
     "add_sub",
     "webpath",
+    "grpcaio",
     "cnn",
     "py",
     "sequence",
@@ -693,6 +694,28 @@ def main(argv: list[str] | None = None) -> int:
                             log_dir,
                         )
                     )
+        # gRPC through grpcio's grpc.aio server (--grpc-engine aio) beside the default
+        # event-loop engine's rows above
+        if "grpcaio" in rows:
+            aio_cmd = tritonx_cmd(repo, ports, "--grpc-engine", "aio")
+            with process(aio_cmd, ports[0], log_dir / "tritonx-aio.log"):
+                aio_models = ["add_sub"] + (["py_identity"] if with_python and "py" in rows else [])
+                for model in aio_models:
+                    for c in concurrencies:
+                        points.append(
+                            perf_analyzer(
+                                Point(
+                                    "py" if model == "py_identity" else model,
+                                    "tritonx-aio",
+                                    "grpc",
+                                    model,
+                                    c,
+                                ),
+                                f"127.0.0.1:{ports[1]}",
+                                window,
+                                log_dir,
+                            )
+                        )
         # the MiniLM ensemble (tokenize -> encoder -> pool) vs its steps in-process
         points.extend(
             []

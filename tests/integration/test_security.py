@@ -663,6 +663,53 @@ def test_grpc_mutual_tls(mtls_server: Server, pki: Pki) -> None:
     grpc_refused(url)
 
 
+PERF_ANALYZER = Path(__file__).resolve().parents[2] / "tools" / "perf_analyzer"
+
+
+@pytest.mark.skipif(
+    not (PERF_ANALYZER / "bin" / "perf_analyzer").exists(),
+    reason=f"perf_analyzer is not set up: run `bash {PERF_ANALYZER / 'setup.sh'}`",
+)
+@pytest.mark.parametrize("mutual", [False, True], ids=["tls", "mutual-tls"])
+def test_perf_analyzer_over_grpc_tls(
+    request: pytest.FixtureRequest, pki: Pki, mutual: bool
+) -> None:
+    """NVIDIA's C++ perf_analyzer (grpc++, not Python's stack) over TLS and mutual TLS."""
+    server: Server = request.getfixturevalue("mtls_server" if mutual else "tls_server")
+    command = [
+        str(PERF_ANALYZER / "run.sh"),
+        "-m",
+        "simple",
+        "-i",
+        "grpc",
+        "-u",
+        server.grpc_url,
+        "--shape",
+        "INPUT0:4",
+        "--measurement-interval",
+        "500",
+        "--stability-percentage",
+        "999",
+        "--max-trials",
+        "4",
+        "--ssl-grpc-use-ssl",
+        "true",
+        "--ssl-grpc-root-certifications-file",
+        pki.ca,
+    ]
+    if mutual:
+        command += [
+            "--ssl-grpc-private-key-file",
+            pki.client_key,
+            "--ssl-grpc-certificate-chain-file",
+            pki.client_cert,
+        ]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    assert "Throughput:" in output, output
+
+
 def test_https(tls_server: Server, pki: Pki) -> None:
     url = tls_server.http_url
     https_works(url, ca_certs=pki.ca)

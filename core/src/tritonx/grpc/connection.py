@@ -150,7 +150,8 @@ class Connection(asyncio.Protocol):
         self.last_ping_received = 0.0
         self.pings_without_data = 0
         self.ping_timeout: asyncio.TimerHandle | None = None
-        self.timers: list[asyncio.TimerHandle] = []
+        self.keepalive_timer: asyncio.TimerHandle | None = None
+        self.age_timer: asyncio.TimerHandle | None = None
         self.peer: str = ""
 
     # ------------------------------------------------------------------ asyncio callbacks
@@ -173,16 +174,15 @@ class Connection(asyncio.Protocol):
         engine.opened(self)
         keepalive = engine.keepalive_time
         if keepalive > 0:
-            self.timers.append(self.loop.call_later(keepalive, self._keepalive))
+            self.keepalive_timer = self.loop.call_later(keepalive, self._send_keepalive)
         if engine.max_connection_age > 0:
-            self.timers.append(self.loop.call_later(engine.max_connection_age, self._aged))
+            self.age_timer = self.loop.call_later(engine.max_connection_age, self._aged)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
-        for timer in self.timers:
-            timer.cancel()
-        if self.ping_timeout is not None:
-            self.ping_timeout.cancel()
+        for timer in (self.keepalive_timer, self.age_timer, self.ping_timeout):
+            if timer is not None:
+                timer.cancel()
         streams = list(self.streams.values())
         self.streams.clear()
         self.blocked.clear()
@@ -414,11 +414,11 @@ class Connection(asyncio.Protocol):
                 self.out.append(h2.window_update(sid, stream.recv_used))
                 stream.recv_used = 0
         if payload and stream.call is not None:
-            self._messages(stream, payload)
+            self._cut_messages(stream, payload)
         if flags & h2.END_STREAM and not stream.closed:
             self._remote_end(stream)
 
-    def _messages(self, stream: Stream, data: memoryview) -> None:
+    def _cut_messages(self, stream: Stream, data: memoryview) -> None:
         """Cut gRPC messages (5-byte prefix: flag, length) out of ``data``."""
         pos = 0
         end = len(data)
@@ -615,7 +615,11 @@ class Connection(asyncio.Protocol):
             out.append(h2.frame_header(h2.HEADERS, h2.END_HEADERS, stream.id, len(headers)))
             out.append(headers)
             stream.headers_sent = True
+        if message is not None or headers is not None:
+            # grpc core: sending headers or data forgives the client's early pings
             self.ping_strikes = 0
+            self.last_ping_received = 0.0
+            self.pings_without_data = 0
         if message is not None:
             size = len(message) + 5
             prefix = bytes((flag,)) + (size - 5).to_bytes(4, "big")
@@ -690,20 +694,25 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ timers
 
-    def _keepalive(self) -> None:
+    def _send_keepalive(self) -> None:
+        """``--grpc-keepalive-time``: a PING (while calls are open, or always with
+        ``--grpc-keepalive-permit-without-calls``; at most
+        ``--grpc-http2-max-pings-without-data`` between data, 0: no limit) that must be
+        answered within ``--grpc-keepalive-timeout``."""
         engine = self.engine
+        self.keepalive_timer = None
         if self.closed:
             return
         if self.streams or engine.permit_without_calls:
-            if engine.max_pings_without_data <= 0 or self.pings_without_data < (
-                engine.max_pings_without_data
-            ):
+            limit = engine.max_pings_without_data
+            if limit <= 0 or self.pings_without_data < limit:
+                self.pings_without_data += 1
                 self.write(h2.frame(h2.PING, 0, 0, os.urandom(8)))
                 if self.ping_timeout is None:
                     self.ping_timeout = self.loop.call_later(
                         engine.keepalive_timeout, self._ping_unanswered
                     )
-        self.timers.append(self.loop.call_later(engine.keepalive_time, self._keepalive))
+        self.keepalive_timer = self.loop.call_later(engine.keepalive_time, self._send_keepalive)
 
     def _ping_unanswered(self) -> None:
         self.ping_timeout = None
@@ -712,10 +721,11 @@ class Connection(asyncio.Protocol):
 
     def _aged(self) -> None:
         """``--grpc-max-connection-age``: GOAWAY; the calls left have the grace period."""
+        self.age_timer = None
         self.go_away(h2.NO_ERROR, b"max_age")
         grace = self.engine.max_connection_age_grace
         if not self.closed:
-            self.timers.append(self.loop.call_later(grace, self.close_now))
+            self.age_timer = self.loop.call_later(grace, self.close_now)
 
     def close_now(self) -> None:
         if self.transport is not None and not self.closed:

@@ -221,11 +221,20 @@ class Engine:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop listening and close every connection (their calls are cancelled)."""
+        """Stop listening and close every connection; their calls are cancelled and waited
+        for (a few seconds at most)."""
         if self.server is not None:
             self.server.close()
+        tasks = [
+            stream.call.task
+            for conn in self.connections
+            for stream in conn.streams.values()
+            if stream.call is not None and stream.call.task is not None
+        ]
         for conn in list(self.connections):
             conn.close()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
         if self.server is not None:
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 5.0)
