@@ -378,3 +378,47 @@ def test_header_blocks_decode_as_hpack_encodes_them() -> None:
     assert decoder.decode(block) == [(k.encode(), v.encode()) for k, v in calls[0]]
     same = encoder.encode(calls[0])
     assert decoder.decode(same) is decoder.decode(same)  # an indexed-only block, kept
+
+
+def test_pings_beside_flowing_data_are_no_strikes(server_thread: ServerThread) -> None:
+    """A client pinging with every DATA frame it sends and receives (as grpc core's BDP
+    probes do during large transfers) is not sent away for too many pings."""
+    port = server_thread.server.grpc_port
+    assert port is not None
+    data = np.arange(1 << 17, dtype=np.float32)  # 512 KiB each way
+    sock, conn = h2_client(port, {h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: 16384})
+    try:
+        stream = conn.get_next_available_stream_id()
+        conn.send_headers(stream, call_headers(port))
+        message = infer_request(data)
+        wire = b"\x00" + len(message).to_bytes(4, "big") + message
+        size = conn.max_outbound_frame_size
+        for at in range(0, len(wire), size):
+            conn.send_data(stream, wire[at : at + size], end_stream=at + size >= len(wire))
+            conn.ping(at.to_bytes(8, "big"))
+        sock.sendall(conn.data_to_send())
+        body = bytearray()
+        trailers: dict[bytes, bytes] = {}
+        ended = False
+        count = 0
+        while not ended:
+            received = sock.recv(1 << 16)
+            assert received, "the server closed the connection"
+            for event in conn.receive_data(received):
+                if isinstance(event, h2.events.DataReceived):
+                    body += event.data
+                    conn.acknowledge_received_data(event.flow_controlled_length, stream)
+                    count += 1
+                    conn.ping(count.to_bytes(8, "big"))
+                elif isinstance(event, h2.events.TrailersReceived):
+                    trailers = dict(event.headers)
+                elif isinstance(event, h2.events.StreamEnded):
+                    ended = True
+                elif isinstance(event, h2.events.ConnectionTerminated):
+                    raise AssertionError(f"sent away: {event.additional_data!r}")
+            sock.sendall(conn.data_to_send())
+    finally:
+        sock.close()
+    assert trailers[b"grpc-status"] == b"0"
+    answer = response_of(bytes(body))
+    np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), data)

@@ -399,6 +399,9 @@ class Connection(asyncio.Protocol):
         if self.recv_used >= CONNECTION_WINDOW // 2:
             self.out.append(h2.window_update(0, self.recv_used))
             self.recv_used = 0
+        # data flowing forgives early pings (a client uploading sends BDP pings with it)
+        self.ping_strikes = 0
+        self.last_ping_received = 0.0
         stream = self.streams.get(sid)
         if stream is None:
             if sid > self.last_stream:
@@ -684,6 +687,9 @@ class Connection(asyncio.Protocol):
             stream.queued_bytes -= size
             out.append(h2.frame_header(h2.DATA, 0, stream.id, size))
             out.extend(pieces)  # type: ignore[arg-type]
+            self.ping_strikes = 0  # (data sent: as in send())
+            self.last_ping_received = 0.0
+            self.pings_without_data = 0
         if not queued:
             self.blocked.pop(stream.id, None)
             if stream.trailers is not None:
