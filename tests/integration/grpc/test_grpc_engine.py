@@ -7,9 +7,11 @@ wait for the server's frames with a socket timeout that only bounds a hang.
 
 from __future__ import annotations
 
+import shutil
 import socket
 import struct
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -22,11 +24,12 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
-from tritonx.config import ServerSettings
+from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
 from tritonx.grpc.engine import parse_timeout
 from tritonx.grpc.http2 import HeaderDecoder
 from tritonx.proto import service_pb2
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, loopback_settings
+from tritonx.testing.serve_process import ServeProcess
 
 READ_TIMEOUT = 20.0
 INFER_PATH = "/inference.GRPCInferenceService/ModelInfer"
@@ -67,6 +70,16 @@ def infer_request(data: np.ndarray) -> bytes:
     tensor = request.inputs.add(name="INPUT0", datatype="FP32")
     tensor.shape.extend(data.shape)
     request.raw_input_contents.append(data.tobytes())
+    return request.SerializeToString()
+
+
+def simple_request() -> bytes:
+    """A ModelInferRequest for the bundled ``simple`` model (INT32 [1, 16] twice)."""
+    request = service_pb2.ModelInferRequest(model_name="simple")
+    for name in ("INPUT0", "INPUT1"):
+        tensor = request.inputs.add(name=name, datatype="INT32")
+        tensor.shape.extend([1, 16])
+        request.raw_input_contents.append(np.arange(16, dtype=np.int32).tobytes())
     return request.SerializeToString()
 
 
@@ -422,3 +435,56 @@ def test_pings_beside_flowing_data_are_no_strikes(server_thread: ServerThread) -
     assert trailers[b"grpc-status"] == b"0"
     answer = response_of(bytes(body))
     np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), data)
+
+
+def test_a_deadline_due_before_the_call_starts_still_ends_it(tmp_path: Path) -> None:
+    """``tritonx serve`` (uvloop: due timers run before the loop's ready callbacks) and a
+    ``grpc-timeout`` already due when the call's message arrives: the call ends
+    DEADLINE_EXCEEDED (its handler's task was cancelled before its first step), and the
+    connection goes on serving."""
+    root = tmp_path / "models"
+    shutil.copytree(EXAMPLE_REPOSITORY / "simple", root / "simple")  # ONNX add/sub
+    with ServeProcess(
+        root, tmp_path / "serve.log", plugins=("backend_onnx",), listeners=("grpc",)
+    ) as served:
+        port = int(served.grpc_url.rsplit(":", 1)[1])
+        sock, conn = h2_client(port)
+        try:
+            for timeout in ("1n", "0m"):
+                stream = conn.get_next_available_stream_id()
+                conn.send_headers(stream, call_headers(port, **{"grpc-timeout": timeout}))
+                send_message(conn, stream, simple_request())
+                sock.sendall(conn.data_to_send())  # HEADERS and DATA in one write
+                _, trailers = run_call(sock, conn, stream)
+                assert trailers[b"grpc-status"] == b"4", (timeout, trailers)
+                assert trailers[b"grpc-message"] == b"Deadline Exceeded"
+            stream = conn.get_next_available_stream_id()
+            conn.send_headers(stream, call_headers(port))
+            send_message(conn, stream, simple_request())
+            sock.sendall(conn.data_to_send())
+            body, trailers = run_call(sock, conn, stream)
+            assert trailers[b"grpc-status"] == b"0"
+            assert response_of(body).model_name == "simple"
+        finally:
+            sock.close()
+
+
+def test_a_client_that_never_reads_is_not_read_either(server_thread: ServerThread) -> None:
+    """Every SETTINGS frame owes an ACK: a client sending them without reading the ACKs
+    fills the server's write buffer, and the server then stops reading from it (its memory
+    stays bounded) instead of queueing answers without end."""
+    port = server_thread.server.grpc_port
+    assert port is not None
+    sock, _ = h2_client(port)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        chunk = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00" * 16384  # owes 147 KB of ACKs
+        sock.settimeout(2.0)  # bounds the wait once the server has stopped reading
+        sent = 0
+        with pytest.raises(TimeoutError):
+            while sent < 256 << 20:  # never reached once the server stops reading
+                sock.sendall(chunk)
+                sent += len(chunk)
+    finally:
+        sock.close()
+    assert grpcclient.InferenceServerClient(server_thread.server.grpc_url).is_server_live()

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 
 from tritonx.grpc import http2 as h2
+from tritonx.grpc.errors import bounded_message
 
 if TYPE_CHECKING:
     from tritonx.grpc.connection import Connection, Stream
@@ -268,6 +269,7 @@ class Call:
         if method.streaming:
             self.requests = RequestStream(method.deserialize)
             self.task = conn.loop.create_task(self._run_stream())
+            self.task.add_done_callback(self._task_done)
 
     # ------------------------------------------------------------------ from the connection
 
@@ -306,6 +308,7 @@ class Call:
             return
         if self.task is None and not self.done:
             self.task = self.conn.loop.create_task(self._run_unary())
+            self.task.add_done_callback(self._task_done)
 
     def incomplete(self) -> None:
         """The client ended its side in the middle of a message."""
@@ -325,9 +328,27 @@ class Call:
         else:
             self._end()
 
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """The handler's task ended: a call it left without an answer ends now (a task
+        cancelled before its first step never ran its own handling; an error escaping it)."""
+        if self.done:
+            return
+        if task.cancelled():
+            self._cancelled()
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("gRPC call failed", exc_info=exc)
+            self.fail(INTERNAL, bounded_message(f"Unexpected {type(exc).__name__}: {exc}"))
+        else:  # pragma: no cover - the runners always end the call
+            self._end()
+
     def _expire(self) -> None:
         self.timer = None
         if self.done:
+            stream = self.stream
+            if not stream.closed:  # the answer still waits for the client's window
+                self.conn.reset(stream, h2.CANCEL)
             return
         self.expired = True
         if self.task is not None:
@@ -397,7 +418,7 @@ class Call:
         log.exception("unexpected error in gRPC method handler", exc_info=exc)
         context = self.context
         context._code = UNKNOWN
-        context._details = f"Unexpected {type(exc)}: {exc}"
+        context._details = bounded_message(f"Unexpected {type(exc)}: {exc}")
 
     def _compression(self) -> bytes | None:
         algorithm = self.context._compression
@@ -487,8 +508,9 @@ class Call:
         if self.done:
             return
         self.done = True
-        self._cancel_timer()
         stream = self.stream
+        if stream.closed or stream.trailers is None:
+            self._cancel_timer()  # (else the deadline still bounds the queued answer)
         if not stream.closed and stream.trailers is None:  # ended without a status
             self.conn.reset(stream, h2.CANCEL)
         callbacks = self.context._callbacks

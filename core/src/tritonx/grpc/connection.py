@@ -198,10 +198,16 @@ class Connection(asyncio.Protocol):
         self.engine.closed(self)
 
     def pause_writing(self) -> None:
+        """The client does not read: stop reading from it too (what it sends would make
+        more to write: answers, ACKs), as grpc core stops on pending induced frames."""
         self.paused = True
+        if self.transport is not None and not self.closed:
+            self.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.paused = False
+        if self.transport is not None and not self.closed:
+            self.transport.resume_reading()
         waiters, self.drain_waiters = self.drain_waiters, []
         for waiter in waiters:
             if not waiter.done():
@@ -327,6 +333,10 @@ class Connection(asyncio.Protocol):
             elif kind == h2.PRIORITY:
                 if sid == 0:
                     raise ConnectionError_(h2.PROTOCOL_ERROR, "PRIORITY on stream 0")
+                if length != 5:
+                    stream = self.streams.get(sid)
+                    if stream is not None:
+                        self._reset(stream, h2.FRAME_SIZE_ERROR)
             elif kind == h2.PUSH_PROMISE:
                 raise ConnectionError_(h2.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
             # other frame types are ignored (RFC 9113 §4.1)
@@ -377,10 +387,15 @@ class Connection(asyncio.Protocol):
         if stream is not None:  # trailers from the client: they end its side
             if not end_stream:
                 raise ConnectionError_(h2.PROTOCOL_ERROR, "trailers without END_STREAM")
-            self._remote_end(stream)
+            if stream.ended_remote:
+                self._reset(stream, h2.STREAM_CLOSED)
+            else:
+                self._remote_end(stream)
             return
         if sid <= self.last_stream:
-            raise ConnectionError_(h2.STREAM_CLOSED, f"HEADERS on closed stream {sid}")
+            # a stream this side ended (its answer or RST_STREAM may have crossed the
+            # client's trailers): ignored, its block decoded above (RFC 9113 §5.1)
+            return
         self.last_stream = sid
         if self.going_away:
             self.out.append(h2.rst_stream(sid, h2.REFUSED_STREAM))
@@ -399,14 +414,14 @@ class Connection(asyncio.Protocol):
         if self.recv_used >= CONNECTION_WINDOW // 2:
             self.out.append(h2.window_update(0, self.recv_used))
             self.recv_used = 0
-        # data flowing forgives early pings (a client uploading sends BDP pings with it)
-        self.ping_strikes = 0
-        self.last_ping_received = 0.0
         stream = self.streams.get(sid)
         if stream is None:
             if sid > self.last_stream:
                 raise ConnectionError_(h2.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return  # a stream this side ended: its credit is counted above
+        if length:  # data flowing forgives early pings (grpc core's BDP pings ride with it)
+            self.ping_strikes = 0
+            self.last_ping_received = 0.0
         if stream.ended_remote:
             self._reset(stream, h2.STREAM_CLOSED)
             return
@@ -518,6 +533,8 @@ class Connection(asyncio.Protocol):
                 self.peer_window = value
                 for stream in self.streams.values():
                     stream.send_window += delta
+                    if stream.send_window > h2.MAX_WINDOW:
+                        raise ConnectionError_(h2.FLOW_CONTROL_ERROR, "stream window overflow")
             elif key == h2.SETTINGS_MAX_FRAME_SIZE:
                 if not h2.DEFAULT_FRAME_SIZE <= value <= (1 << 24) - 1:
                     raise ConnectionError_(h2.PROTOCOL_ERROR, "invalid SETTINGS_MAX_FRAME_SIZE")
@@ -615,8 +632,7 @@ class Connection(asyncio.Protocol):
             return
         out = self.out
         if headers is not None:
-            out.append(h2.frame_header(h2.HEADERS, h2.END_HEADERS, stream.id, len(headers)))
-            out.append(headers)
+            self._header_frames(stream.id, headers, 0)
             stream.headers_sent = True
         if message is not None or headers is not None:
             # grpc core: sending headers or data forgives the client's early pings
@@ -649,11 +665,24 @@ class Connection(asyncio.Protocol):
                 self._trailers(stream, trailers)
         self.flush()
 
+    def _header_frames(self, sid: int, block: bytes, flags: int) -> None:
+        """A header block as HEADERS (``flags`` added), then CONTINUATION frames past the
+        client's frame size."""
+        out = self.out
+        size = self.peer_frame
+        if len(block) <= size:
+            out.append(h2.frame_header(h2.HEADERS, flags | h2.END_HEADERS, sid, len(block)))
+            out.append(block)
+            return
+        pieces = [block[at : at + size] for at in range(0, len(block), size)]
+        for index, piece in enumerate(pieces):
+            kind = h2.HEADERS if index == 0 else h2.CONTINUATION
+            last = h2.END_HEADERS if index == len(pieces) - 1 else 0
+            out.append(h2.frame_header(kind, (flags if index == 0 else 0) | last, sid, len(piece)))
+            out.append(piece)
+
     def _trailers(self, stream: Stream, trailers: bytes) -> None:
-        self.out.append(
-            h2.frame_header(h2.HEADERS, h2.END_HEADERS | h2.END_STREAM, stream.id, len(trailers))
-        )
-        self.out.append(trailers)
+        self._header_frames(stream.id, trailers, h2.END_STREAM)
         if not stream.ended_remote:
             # the client may still be sending: it need not (RFC 9113 §8.1)
             self.out.append(h2.rst_stream(stream.id, h2.NO_ERROR))

@@ -225,16 +225,19 @@ class Engine:
         for (a few seconds at most)."""
         if self.server is not None:
             self.server.close()
-        tasks = [
-            stream.call.task
-            for conn in self.connections
-            for stream in conn.streams.values()
-            if stream.call is not None and stream.call.task is not None
-        ]
+        tasks = []
         for conn in list(self.connections):
+            calls = [stream.call for stream in conn.streams.values() if stream.call is not None]
             conn.close()
+            for call in calls:
+                if call.task is not None:
+                    tasks.append(call.task)
+                call.reset()  # cancelled now, whether or not the client reads what is left
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.abort()  # a client that never read its buffered answers
         if self.server is not None:
             try:
                 await asyncio.wait_for(self.server.wait_closed(), 5.0)

@@ -111,6 +111,8 @@ def goaway(last_stream: int, code: int, debug: bytes = b"") -> bytes:
 
 _STATIC = HeaderTable.STATIC_TABLE  # 1-based in HPACK: entry i is _STATIC[i - 1]
 _STATIC_LEN = len(_STATIC)
+#: Huffman strings up to this size are kept decoded (user-agent and the like repeat)
+MAX_CACHED_STRING = 256
 #: size an entry takes in the dynamic table beyond its name and value (RFC 7541 §4.1)
 ENTRY_OVERHEAD = 32
 
@@ -176,15 +178,17 @@ class HeaderDecoder:
         raw = data[pos:end]
         if not huffman:
             return raw, end
-        decoded = self._huffman.get(raw)
+        cacheable = length <= MAX_CACHED_STRING
+        decoded = self._huffman.get(raw) if cacheable else None
         if decoded is None:
             try:
                 decoded = decode_huffman(raw)
             except Exception as exc:  # hpack's HPACKDecodingError
                 raise ValueError(f"invalid Huffman string: {exc}") from None
-            if len(self._huffman) >= 256:
-                self._huffman.clear()
-            self._huffman[raw] = decoded
+            if cacheable:
+                if len(self._huffman) >= 256:
+                    self._huffman.clear()
+                self._huffman[raw] = decoded
         return decoded, end
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
