@@ -197,7 +197,10 @@ async def start_grpc_server(
 ) -> tuple[grpc.aio.Server | LoopGRPCServer, int]:
     """Build, bind and start the gRPC server; returns it and the bound port.
 
-    ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
+    ``--grpc-engine``: ``loop`` (the default) serves the handlers with tritonx's own HTTP/2
+    framing on the event loop (:mod:`tritonx.grpc.engine`), ``aio`` with grpcio's grpc.aio
+    server (the paragraph below is about that one; the loop engine applies the same settings
+    itself). ``settings.grpc_port`` 0 picks a free port. Requests sent compressed (gzip, deflate)
     are inflated by the deserializers, up to ``--grpc-max-decompressed-message-size``
     (:mod:`tritonx.grpc.receive`); inference responses are compressed as
     ``--grpc-infer-response-compression-level`` says (default "none", as Triton), others not.

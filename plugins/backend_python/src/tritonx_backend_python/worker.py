@@ -316,8 +316,10 @@ class WorkerInstance(ModelInstance):
                 target=self._restart, name=f"tritonx-python-restart-{self.name}", daemon=True
             )
             self._restarter = restarter
+            # started before unload() can see it: it joins it (a thread not started yet
+            # cannot be joined); the thread waits for this lock before it does anything
+            restarter.start()
         log.error("python model '%s': %s", self.ctx.model_name, self._reason)
-        restarter.start()
         return None
 
     def _restart(self) -> None:
