@@ -392,8 +392,8 @@ SERVE_OPTIONS: list[Decorator] = [
         "--grpc-engine",
         click.Choice(["loop", "aio"]),
         "loop",
-        "gRPC server: 'loop' frames HTTP/2 on tritonx's event loop (the default, several times "
-        "less CPU per call), 'aio' is grpcio's grpc.aio server.",
+        "gRPC server: 'loop' frames HTTP/2 on tritonx's event loop (the default; about half "
+        "grpc.aio's CPU per call), 'aio' serves the same handlers with grpcio's grpc.aio.",
     ),
     value(
         "--grpc-infer-response-compression-level",
