@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
-import time
 import zlib
 from collections import deque
 from collections.abc import Callable
@@ -35,18 +34,18 @@ from tritonx.grpc import http2 as h2
 from tritonx.grpc.errors import bounded_message
 
 if TYPE_CHECKING:
-    from tritonx.grpc.connection import Connection, Stream
+    from tritonx.grpc.connection import Stream
 
 log = logging.getLogger("tritonx.grpc")
 
-OK = 0
-CANCELLED = 1
-UNKNOWN = 2
-DEADLINE_EXCEEDED = 4
-RESOURCE_EXHAUSTED = 8
-UNIMPLEMENTED = 12
-INTERNAL = 13
-UNAVAILABLE = 14
+#: gRPC status codes (their numbers on the wire)
+OK = grpc.StatusCode.OK.value[0]
+UNKNOWN = grpc.StatusCode.UNKNOWN.value[0]
+DEADLINE_EXCEEDED = grpc.StatusCode.DEADLINE_EXCEEDED.value[0]
+RESOURCE_EXHAUSTED = grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+UNIMPLEMENTED = grpc.StatusCode.UNIMPLEMENTED.value[0]
+INTERNAL = grpc.StatusCode.INTERNAL.value[0]
+UNAVAILABLE = grpc.StatusCode.UNAVAILABLE.value[0]
 
 #: ``grpc.Compression`` → the ``grpc-encoding`` name
 ENCODING_NAME = {grpc.Compression.Gzip: b"gzip", grpc.Compression.Deflate: b"deflate"}
@@ -64,11 +63,9 @@ class Method:
     rule: tuple[bytes, bytes] | None = None
 
 
-class _Abort(Exception):
-    """Raised by :meth:`Context.abort` to end the handler."""
-
-
-def _decode_metadata(pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str, str | bytes], ...]:
+def decode_metadata(pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str, str | bytes], ...]:
+    """Metadata as grpc hands it to handlers: names as text, ``-bin`` values base64-decoded
+    to bytes (a value that does not decode is left out), others as text."""
     out: list[tuple[str, str | bytes]] = []
     for name, value in pairs:
         key = name.decode("latin-1")
@@ -82,47 +79,61 @@ def _decode_metadata(pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str,
     return tuple(out)
 
 
+class CallHeaders:
+    """What a request's header block says about its call; a connection keeps the last one
+    with its block (a repeated block decodes to the same header list), so a client's repeated
+    calls share it, its metadata decoded once."""
+
+    __slots__ = ("_decoded", "accept", "encoding", "error", "metadata", "method", "timeout")
+
+    def __init__(self) -> None:
+        self.method: Method | None = None
+        #: the metadata as received (names and raw values)
+        self.metadata: tuple[tuple[bytes, bytes], ...] = ()
+        #: ``grpc-encoding`` of the messages (b"" for identity)
+        self.encoding = b""
+        #: the client's ``grpc-accept-encoding``
+        self.accept = b""
+        #: ``grpc-timeout`` in seconds
+        self.timeout: float | None = None
+        #: the answer instead of a call: an HTTP header block, or (gRPC code, message)
+        self.error: tuple[int, str] | bytes | None = None
+        self._decoded: tuple[tuple[str, str | bytes], ...] | None = None
+
+    def decoded_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        """:attr:`metadata` as handlers get it (:func:`decode_metadata`), decoded once."""
+        if self._decoded is None:
+            self._decoded = decode_metadata(self.metadata)
+        return self._decoded
+
+
 class Context:
-    """The ``grpc.aio.ServicerContext`` of a call, as far as tritonx's handlers use it."""
+    """The ``grpc.aio.ServicerContext`` of a call: the methods tritonx's handlers use (the
+    servicer, :mod:`tritonx.grpc.receive`, the health check), no others.
 
-    __slots__ = (
-        "_call",
-        "_callbacks",
-        "_code",
-        "_compression",
-        "_details",
-        "_metadata",
-        "_trailing",
-    )
+    :param metadata: returns the call's metadata (:func:`decode_metadata`, without the
+        headers gRPC itself uses: pseudo-headers, content-type, te, grpc-timeout,
+        grpc-encoding, grpc-accept-encoding).
+    """
 
-    def __init__(self, call: Call) -> None:
-        self._call = call
+    __slots__ = ("_callbacks", "_code", "_compression", "_details", "_metadata", "_trailing")
+
+    def __init__(self, metadata: Callable[[], tuple[tuple[str, str | bytes], ...]]) -> None:
+        self._metadata = metadata
         self._code = OK
         self._details = ""
         self._compression: grpc.Compression | None = None
         self._trailing: tuple[tuple[str, str | bytes], ...] = ()
         self._callbacks: list[Callable[[Context], None]] | None = None
-        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
-        """The call's metadata (``-bin`` values as bytes), without the headers gRPC itself
-        uses (pseudo-headers, content-type, te, grpc-timeout, grpc-encoding,
-        grpc-accept-encoding)."""
-        if self._metadata is None:
-            self._metadata = _decode_metadata(self._call.metadata)
-        return self._metadata
+        return self._metadata()
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code.value[0]
 
     def set_details(self, details: str) -> None:
         self._details = details
-
-    def code(self) -> int:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
     def set_compression(self, compression: grpc.Compression) -> None:
         self._compression = compression
@@ -139,31 +150,6 @@ class Context:
         if self._callbacks is None:
             self._callbacks = []
         self._callbacks.append(callback)
-
-    async def abort(
-        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Any = ()
-    ) -> None:
-        self._code = code.value[0]
-        self._details = details
-        if trailing_metadata:
-            self._trailing = tuple(trailing_metadata)
-        raise _Abort()
-
-    def cancelled(self) -> bool:
-        return self._call.cancelled
-
-    def done(self) -> bool:
-        return self._call.done
-
-    def time_remaining(self) -> float | None:
-        deadline = self._call.deadline
-        return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-    def peer(self) -> str:
-        return self._call.conn.peer
-
-    def disable_next_message_compression(self) -> None:
-        return None
 
 
 class RequestStream:
@@ -207,27 +193,17 @@ class RequestStream:
 
 
 class Call:
-    """One gRPC call on ``stream``: receives its messages, runs its handler in a task, sends
-    the answer and the status.
-
-    :param metadata: the call's metadata as received (names and raw values).
-    :param encoding: the ``grpc-encoding`` of its messages (b"" for identity).
-    :param accept: the client's ``grpc-accept-encoding``.
-    """
+    """One gRPC call on ``stream`` (its ``method`` and ``headers``): receives its messages,
+    runs its handler in a task, sends the answer and the status."""
 
     __slots__ = (
-        "accept",
         "cancelled",
         "conn",
         "context",
-        "deadline",
         "done",
-        "encoding",
         "expired",
-        "max_receive",
-        "max_send",
+        "headers",
         "message",
-        "metadata",
         "method",
         "requests",
         "stream",
@@ -235,37 +211,22 @@ class Call:
         "timer",
     )
 
-    def __init__(
-        self,
-        conn: Connection,
-        stream: Stream,
-        method: Method,
-        metadata: tuple[tuple[bytes, bytes], ...],
-        encoding: bytes,
-        accept: bytes,
-        timeout: float | None,
-    ) -> None:
+    def __init__(self, stream: Stream, method: Method, headers: CallHeaders) -> None:
+        conn = stream.conn
         self.conn = conn
         self.stream = stream
         self.method = method
-        self.metadata = metadata
-        self.encoding = encoding
-        self.accept = accept
-        self.context = Context(self)
+        self.headers = headers
+        self.context = Context(headers.decoded_metadata)
         self.cancelled = False
         self.done = False
         self.expired = False
         self.message: Any = None
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
-        self.deadline: float | None = None
-        engine = conn.engine
-        self.max_receive = engine.max_receive
-        self.max_send = engine.max_send
         self.requests: RequestStream | None = None
-        if timeout is not None:
-            self.deadline = time.monotonic() + timeout
-            self.timer = conn.loop.call_later(timeout, self._expire)
+        if headers.timeout is not None:
+            self.timer = conn.loop.call_later(headers.timeout, self._expire)
         if method.streaming:
             self.requests = RequestStream(method.deserialize)
             self.task = conn.loop.create_task(self._run_stream())
@@ -275,16 +236,14 @@ class Call:
 
     def message_started(self, flag: int, size: int) -> bool:
         """A message of ``size`` bytes begins: False (and the call ended) when it is refused."""
-        if size > self.max_receive:
-            self.fail(
-                RESOURCE_EXHAUSTED,
-                f"Received message larger than max ({size} vs. {self.max_receive})",
-            )
+        limit = self.conn.engine.max_message
+        if size > limit:
+            self.fail(RESOURCE_EXHAUSTED, f"Received message larger than max ({size} vs. {limit})")
             return False
         if flag > 1:
             self.fail(INTERNAL, f"Invalid gRPC message flag {flag}")
             return False
-        if flag and not self.encoding:
+        if flag and not self.headers.encoding:
             self.fail(INTERNAL, "A compressed message came on a call without grpc-encoding")
             return False
         if not self.method.streaming and self.message is not None:
@@ -292,7 +251,9 @@ class Call:
             return False
         return True
 
-    def message_received(self, flag: int, data: bytes | bytearray) -> None:
+    def message_received(self, data: bytes | bytearray) -> None:
+        """A whole message (compressed or not: the deserializer tells them apart, as it
+        does for grpc.aio)."""
         if self.requests is not None:
             self.requests.put(data)
         else:
@@ -329,17 +290,23 @@ class Call:
             self._end()
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
-        """The handler's task ended: a call it left without an answer ends now (a task
-        cancelled before its first step never ran its own handling; an error escaping it)."""
+        """The handler's task ended. A call it did not end ends here: cancelled (the client
+        reset it, the connection went, its deadline passed — even before the task's first
+        step), or failed with an error that escaped the handler (grpc's UNKNOWN
+        ``Unexpected <class>: message``)."""
+        self.task = None  # (an exception's frames refer to this call: no cycle through it)
         if self.done:
             return
         if task.cancelled():
-            self._cancelled()
+            if self.expired and not self.cancelled:
+                self.fail(DEADLINE_EXCEEDED, "Deadline Exceeded")
+            else:
+                self._end()
             return
         exc = task.exception()
         if exc is not None:
-            log.error("gRPC call failed", exc_info=exc)
-            self.fail(INTERNAL, bounded_message(f"Unexpected {type(exc).__name__}: {exc}"))
+            log.error("unexpected error in gRPC method handler", exc_info=exc)
+            self.fail(UNKNOWN, bounded_message(f"Unexpected {type(exc)}: {exc}"))
         else:  # pragma: no cover - the runners always end the call
             self._end()
 
@@ -364,68 +331,37 @@ class Call:
     # ------------------------------------------------------------------ running the handler
 
     async def _run_unary(self) -> None:
-        context = self.context
-        response = None
-        try:
-            message, self.message = self.message, None
-            request = self.method.deserialize(message)
-            del message
-            response = await self.method.behaviour(request, context)
-            del request
-        except asyncio.CancelledError:
-            self._cancelled()
-            return
-        except _Abort:
-            pass
-        except Exception as exc:
-            self._unexpected(exc)
-            response = None
+        """Deserialize the message (in the call's task: its context variables stay in the
+        call), run the handler, answer. Cancellation and errors: :meth:`_task_done`."""
+        message, self.message = self.message, None
+        request = self.method.deserialize(message)
+        del message
+        response = await self.method.behaviour(request, self.context)
+        del request  # (freed before the answer is encoded and written)
         self._answer(response)
 
     async def _run_stream(self) -> None:
-        context = self.context
+        """Run the handler over the request stream, sending its messages as they come (and
+        waiting while the client's window or the transport holds them), then the status."""
         conn = self.conn
         stream = self.stream
-        assert self.requests is not None
+        responses = self.method.behaviour(self.requests, self.context)
         try:
-            responses = self.method.behaviour(self.requests, context)
-            try:
-                async for response in responses:
-                    if stream.closed:
-                        break
-                    if not self._send_message(response, None):
-                        break
-                    if stream.queued_bytes or conn.paused:
-                        await stream.drained()
-            finally:
-                await responses.aclose()
-        except asyncio.CancelledError:
-            self._cancelled()
-            return
-        except _Abort:
-            pass
-        except Exception as exc:
-            self._unexpected(exc)
+            async for response in responses:
+                if stream.closed or not self._send_message(response, None):
+                    break
+                if stream.queued_bytes or conn.paused:
+                    await stream.drained()
+        finally:
+            await responses.aclose()
         self._status()
-
-    def _cancelled(self) -> None:
-        if self.expired and not self.cancelled:
-            self.fail(DEADLINE_EXCEEDED, "Deadline Exceeded")
-        else:
-            self._end()
-
-    def _unexpected(self, exc: Exception) -> None:
-        log.exception("unexpected error in gRPC method handler", exc_info=exc)
-        context = self.context
-        context._code = UNKNOWN
-        context._details = bounded_message(f"Unexpected {type(exc)}: {exc}")
 
     def _compression(self) -> bytes | None:
         algorithm = self.context._compression
         if algorithm is None or algorithm == grpc.Compression.NoCompression:
             return None
         name = ENCODING_NAME.get(algorithm)
-        if name is None or name not in self.accept:
+        if name is None or name not in self.headers.accept:
             return None
         return name
 
@@ -433,11 +369,9 @@ class Call:
         """Serialize and send ``response`` (with ``trailers`` when given); False when it
         could not be sent (the call has ended with a status)."""
         data = self.method.serialize(response)
-        if len(data) > self.max_send:
-            self.fail(
-                RESOURCE_EXHAUSTED,
-                f"Sent message larger than max ({len(data)} vs. {self.max_send})",
-            )
+        limit = self.conn.engine.max_message
+        if len(data) > limit:
+            self.fail(RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(data)} vs. {limit})")
             return False
         stream = self.stream
         headers: bytes | None = None

@@ -35,6 +35,7 @@ from tritonx.grpc import http2 as h2
 from tritonx.grpc.http2 import ConnectionError_, HeaderDecoder
 
 if TYPE_CHECKING:
+    from tritonx.grpc.calls import CallHeaders
     from tritonx.grpc.engine import Engine
 
 log = logging.getLogger("tritonx.grpc")
@@ -56,8 +57,9 @@ STREAM_SEND_BUFFER = 1 << 20
 class Stream:
     """One HTTP/2 stream: a gRPC call in progress.
 
-    ``queued`` holds what waits for the client's window (memoryviews of DATA payload, and
-    finally the trailers block); ``handler`` is the call's (:mod:`tritonx.grpc.calls`)."""
+    ``queued`` holds the DATA payload that waits for the client's window (memoryviews),
+    ``trailers`` the trailers block that follows it; ``call`` is the stream's
+    :class:`tritonx.grpc.calls.Call` (set when the headers started one)."""
 
     __slots__ = (
         "call",
@@ -65,7 +67,6 @@ class Stream:
         "conn",
         "drain_waiter",
         "ended_remote",
-        "flag",
         "headers_sent",
         "id",
         "message",
@@ -90,7 +91,6 @@ class Stream:
         self.prefix = bytearray()
         self.message: bytearray | None = None
         self.need = 0
-        self.flag = 0
         self.queued: deque[memoryview] = deque()
         self.queued_bytes = 0
         self.trailers: bytes | None = None
@@ -144,7 +144,6 @@ class Connection(asyncio.Protocol):
         self.drain_waiters: list[asyncio.Future[None]] = []
         self.going_away = False
         self.closed = False
-        self.opened = time.monotonic()
         # keepalive and ping policing
         self.ping_strikes = 0
         self.last_ping_received = 0.0
@@ -152,19 +151,17 @@ class Connection(asyncio.Protocol):
         self.ping_timeout: asyncio.TimerHandle | None = None
         self.keepalive_timer: asyncio.TimerHandle | None = None
         self.age_timer: asyncio.TimerHandle | None = None
-        self.peer: str = ""
+        #: the header list decoded last and what it says about a call (a repeated block
+        #: decodes to the same list: its calls share the parse)
+        self.last_headers: list[tuple[bytes, bytes]] | None = None
+        self.last_call_headers: CallHeaders | None = None
 
     # ------------------------------------------------------------------ asyncio callbacks
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.Transport, transport)  # (uvloop's is no subclass)
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self.peer = f"ipv6:[{host}]:{peer[1]}" if ":" in host else f"ipv4:{host}:{peer[1]}"
         engine = self.engine
         settings = {
-            h2.SETTINGS_MAX_CONCURRENT_STREAMS: engine.max_concurrent_streams,
             h2.SETTINGS_INITIAL_WINDOW_SIZE: STREAM_WINDOW,
             h2.SETTINGS_MAX_HEADER_LIST_SIZE: MAX_METADATA_BYTES,
         }
@@ -419,9 +416,8 @@ class Connection(asyncio.Protocol):
             if sid > self.last_stream:
                 raise ConnectionError_(h2.PROTOCOL_ERROR, f"DATA on idle stream {sid}")
             return  # a stream this side ended: its credit is counted above
-        if length:  # data flowing forgives early pings (grpc core's BDP pings ride with it)
-            self.ping_strikes = 0
-            self.last_ping_received = 0.0
+        if length:
+            self._data_flowed()
         if stream.ended_remote:
             self._reset(stream, h2.STREAM_CLOSED)
             return
@@ -461,19 +457,18 @@ class Connection(asyncio.Protocol):
                 if not call.message_started(flag, size):
                     return
                 if end - pos >= size:  # whole in this frame: one copy
-                    call.message_received(flag, bytes(data[pos : pos + size]))
+                    call.message_received(bytes(data[pos : pos + size]))
                     pos += size
                     continue
                 message = stream.message = bytearray()
                 stream.need = size
-                stream.flag = flag
             take = min(stream.need, end - pos)
             message += data[pos : pos + take]
             pos += take
             stream.need -= take
             if stream.need == 0:
                 stream.message = None
-                call.message_received(stream.flag, message)
+                call.message_received(message)
 
     def _remote_end(self, stream: Stream) -> None:
         stream.ended_remote = True
@@ -545,6 +540,14 @@ class Connection(asyncio.Protocol):
         for stream in list(self.streams.values()):
             if stream.queued and stream.send_window > 0:
                 self._send_queued(stream)
+
+    def _data_flowed(self) -> None:
+        """Headers or data went either way: the client's early pings are forgiven and the
+        keepalive pings sent without data are counted afresh (grpc core's
+        ``ResetPingClock``; a client's BDP pings ride with its transfers)."""
+        self.ping_strikes = 0
+        self.last_ping_received = 0.0
+        self.pings_without_data = 0
 
     def _ping(self, sid: int, flags: int, payload: memoryview) -> None:
         if sid != 0:
@@ -635,10 +638,7 @@ class Connection(asyncio.Protocol):
             self._header_frames(stream.id, headers, 0)
             stream.headers_sent = True
         if message is not None or headers is not None:
-            # grpc core: sending headers or data forgives the client's early pings
-            self.ping_strikes = 0
-            self.last_ping_received = 0.0
-            self.pings_without_data = 0
+            self._data_flowed()
         if message is not None:
             size = len(message) + 5
             prefix = bytes((flag,)) + (size - 5).to_bytes(4, "big")
@@ -716,9 +716,7 @@ class Connection(asyncio.Protocol):
             stream.queued_bytes -= size
             out.append(h2.frame_header(h2.DATA, 0, stream.id, size))
             out.extend(pieces)  # type: ignore[arg-type]
-            self.ping_strikes = 0  # (data sent: as in send())
-            self.last_ping_received = 0.0
-            self.pings_without_data = 0
+            self._data_flowed()
         if not queued:
             self.blocked.pop(stream.id, None)
             if stream.trailers is not None:

@@ -21,7 +21,15 @@ from typing import Any
 
 from tritonx.config import ServerSettings
 from tritonx.grpc import http2 as h2
-from tritonx.grpc.calls import INTERNAL, UNAVAILABLE, UNIMPLEMENTED, Call, Method
+from tritonx.grpc.calls import (
+    INTERNAL,
+    RESOURCE_EXHAUSTED,
+    UNAVAILABLE,
+    UNIMPLEMENTED,
+    Call,
+    CallHeaders,
+    Method,
+)
 from tritonx.grpc.connection import MAX_METADATA_BYTES, Connection, Stream
 from tritonx.grpc.restricted import restriction_rules
 from tritonx.security import listener_tls_files
@@ -57,36 +65,19 @@ def parse_timeout(value: bytes) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
-class _Parsed:
-    """A request header block read for a call (kept with the block a connection decoded
-    last, whose headers are the same list object when the block repeats)."""
-
-    __slots__ = ("accept", "encoding", "error", "metadata", "method", "timeout")
-
-    def __init__(self) -> None:
-        self.method: Method | None = None
-        self.metadata: tuple[tuple[bytes, bytes], ...] = ()
-        self.encoding = b""
-        self.accept = b""
-        self.timeout: float | None = None
-        #: the answer instead of a call: (HTTP status block) or (gRPC code, message)
-        self.error: tuple[int, str] | bytes | None = None
-
-
 class Engine:
     """The listener's shared state: its methods, limits and timers, and its connections.
 
     :param methods: method path (``/package.Service/Method``) → :class:`Method`.
+    :param max_message: ``--grpc-max-message-size`` (both directions, as Triton's).
     """
 
     def __init__(
-        self, methods: dict[bytes, Method], settings: ServerSettings, max_size: int
+        self, methods: dict[bytes, Method], settings: ServerSettings, max_message: int
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.methods = methods
-        self.max_receive = max_size
-        self.max_send = max_size
-        self.max_concurrent_streams = 2**31 - 1
+        self.max_message = max_message
         self.keepalive_time = settings.grpc_keepalive_time / 1000.0
         self.keepalive_timeout = settings.grpc_keepalive_timeout / 1000.0
         self.permit_without_calls = bool(settings.grpc_keepalive_permit_without_calls)
@@ -98,9 +89,6 @@ class Engine:
         self.max_connection_age_grace = grace / 1000.0 if grace else 1e9  # grpc: no limit
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
-        # the last header list parsed, per connection (a repeated block decodes to the same
-        # list object)
-        self._last: dict[Connection, tuple[list[tuple[bytes, bytes]], _Parsed]] = {}
 
     # ------------------------------------------------------------------ connections
 
@@ -109,10 +97,9 @@ class Engine:
 
     def closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
-        self._last.pop(conn, None)
 
-    def _parse(self, headers: list[tuple[bytes, bytes]]) -> _Parsed:
-        parsed = _Parsed()
+    def _parse(self, headers: list[tuple[bytes, bytes]]) -> CallHeaders:
+        parsed = CallHeaders()
         path = method = content_type = b""
         metadata: list[tuple[bytes, bytes]] = []
         size = 0
@@ -142,7 +129,7 @@ class Engine:
             return parsed
         if size > MAX_METADATA_BYTES:
             parsed.error = (
-                8,  # RESOURCE_EXHAUSTED
+                RESOURCE_EXHAUSTED,
                 f"received initial metadata size exceeds limit ({size} vs. {MAX_METADATA_BYTES})",
             )
         elif method != b"POST" or not content_type.startswith(b"application/grpc"):
@@ -161,12 +148,10 @@ class Engine:
     def start_call(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
         """A stream opened with ``headers``: start its call, or answer it at once."""
         conn = stream.conn
-        last = self._last.get(conn)
-        if last is not None and last[0] is headers:
-            parsed = last[1]
-        else:
+        parsed = conn.last_call_headers
+        if parsed is None or conn.last_headers is not headers:
             parsed = self._parse(headers)
-            self._last[conn] = (headers, parsed)
+            conn.last_headers, conn.last_call_headers = headers, parsed
         method = parsed.method
         if method is None:
             error = parsed.error
@@ -190,9 +175,7 @@ class Engine:
                     stream, None, None, h2.RESPONSE_HEADERS + h2.status_block(UNAVAILABLE, message)
                 )
                 return
-        stream.call = Call(
-            conn, stream, method, parsed.metadata, parsed.encoding, parsed.accept, parsed.timeout
-        )
+        stream.call = Call(stream, method, parsed)
 
     # ------------------------------------------------------------------ the listener
 
@@ -221,8 +204,9 @@ class Engine:
         return int(sockets[0].getsockname()[1]) if sockets else port
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop listening and close every connection; their calls are cancelled and waited
-        for (a few seconds at most)."""
+        """Stop listening and close every connection; their calls are cancelled at once and
+        waited for (a few seconds at most). ``grace`` is grpc.aio's ``stop`` argument, which
+        ``Server`` passes as 0: this engine gives no grace period."""
         if self.server is not None:
             self.server.close()
         tasks = []

@@ -178,23 +178,13 @@ def service_handlers(
     return collector.services
 
 
-class LoopGRPCServer:
-    """The event-loop engine's listener, with grpc.aio's server's ``stop``."""
-
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
-
-    async def stop(self, grace: float | None) -> None:
-        await self.engine.stop(grace)
-
-
 #: ``--grpc-engine`` values
 GRPC_ENGINES = ("loop", "aio")
 
 
 async def start_grpc_server(
     dataplane: DataPlane, settings: ServerSettings
-) -> tuple[grpc.aio.Server | LoopGRPCServer, int]:
+) -> tuple[grpc.aio.Server | Engine, int]:
     """Build, bind and start the gRPC server; returns it and the bound port.
 
     ``--grpc-engine``: ``loop`` (the default) serves the handlers with tritonx's own HTTP/2
@@ -218,7 +208,7 @@ async def start_grpc_server(
         }
         engine = Engine(build_methods(handlers, settings), settings, max_size)
         port = await engine.start(settings.grpc_address, settings.grpc_port, settings)
-        return LoopGRPCServer(engine), port
+        return engine, port
     credentials = grpc_server_credentials(settings)
     interceptors = []
     if settings.grpc_restricted_protocol:
