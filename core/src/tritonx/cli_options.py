@@ -247,6 +247,27 @@ SERVE_OPTIONS: list[Decorator] = [
         "--load-model excepted). 0: never. Needs --model-load-on-demand" + TRITONX_ONLY,
     ),
     value(
+        "--model-min-residency-secs",
+        NON_NEGATIVE,
+        1.0,
+        "A model loaded less than this many seconds ago is not unloaded to make room for the "
+        "model a request asks for: when only such models could make room, the request gets "
+        "UNAVAILABLE at once (counted in tritonx_model_min_residency_refusals_total), so "
+        "requests cycling over more models than the budgets hold cannot make the server load "
+        "a model for each of them (the load API is not held back). 0: no minimum. With "
+        "--max-loaded-models or --model-memory-budget" + TRITONX_ONLY,
+    ),
+    value(
+        "--unknown-model-rescan-secs",
+        NON_NEGATIVE,
+        1.0,
+        "With --model-load-on-demand: a request for a model name that no repository listed "
+        "when they were last read gets Triton's unknown-model error without reading them "
+        "again, unless that read is older than this many seconds. A repository poll and the "
+        "repository index, load and unload APIs read them again. 0: read them for every such "
+        "request" + TRITONX_ONLY,
+    ),
+    value(
         "--event-loop-watchdog-secs",
         NON_NEGATIVE,
         5.0,
@@ -394,6 +415,68 @@ SERVE_OPTIONS: list[Decorator] = [
         "loop",
         "gRPC server: 'loop' frames HTTP/2 on tritonx's event loop (the default; about half "
         "grpc.aio's CPU per call), 'aio' serves the same handlers with grpcio's grpc.aio.",
+    ),
+    value(
+        "--grpc-max-concurrent-streams",
+        click.IntRange(min=1, max=2**31 - 1),
+        100,
+        "Streams (calls) open at once on one gRPC connection, announced to the client "
+        "(SETTINGS_MAX_CONCURRENT_STREAMS); more are refused with REFUSED_STREAM. Loop engine"
+        + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-max-header-list-size",
+        click.IntRange(min=1, max=2**31 - 1),
+        16 << 10,
+        "Bytes of metadata a gRPC call may carry, announced (SETTINGS_MAX_HEADER_LIST_SIZE); "
+        "past it RESOURCE_EXHAUSTED, and a header block decoding to 4x it ends the connection "
+        "(a compression bomb). Loop engine" + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-header-timeout-secs",
+        click.IntRange(min=1),
+        10,
+        "Seconds a gRPC client may leave a header block unfinished before its connection is "
+        "ended. Loop engine" + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-max-send-buffer",
+        click.IntRange(min=0),
+        32 << 20,
+        "Answer bytes that may wait for a gRPC client's flow-control window on one connection; "
+        "an answer past it gets RESOURCE_EXHAUSTED (one answer of any size may wait). Loop "
+        "engine" + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-send-timeout-secs",
+        click.IntRange(min=1),
+        60,
+        "Seconds answers may wait for a gRPC client's window without progress; then their "
+        "calls are reset (CANCEL). Loop engine" + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-max-reset-rate",
+        click.IntRange(min=0),
+        100,
+        "Calls per second a gRPC client may reset before their answer, or have refused, on "
+        "one connection (on average, ten seconds' worth at once); past it the connection is "
+        "ended with GOAWAY ENHANCE_YOUR_CALM (rapid reset). 0: no limit. Loop engine"
+        + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-max-stream-in-flight",
+        click.IntRange(min=1),
+        128,
+        "Requests of one ModelStreamInfer call in flight at once; the call's next message is "
+        "read when one ends (the client waits on its flow-control window)" + TRITONX_ONLY,
+    ),
+    value(
+        "--grpc-max-buffered-request-bytes",
+        click.IntRange(min=1),
+        1 << 30,
+        "Bytes of gRPC request messages held at once, server-wide (received, not yet parsed); "
+        "a message past it gets RESOURCE_EXHAUSTED unless it is the only one. Loop engine"
+        + TRITONX_ONLY,
     ),
     value(
         "--grpc-infer-response-compression-level",

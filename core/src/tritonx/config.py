@@ -67,6 +67,15 @@ class ServerSettings:
     #: tritonx only (``--model-idle-unload-secs``): unload a model no request used for this
     #: many seconds (pinned models excepted). 0: never
     model_idle_unload_secs: float = 0.0
+    #: tritonx only (``--model-min-residency-secs``): a model loaded less than this many
+    #: seconds ago is not unloaded to make room for a request's model; a request whose model
+    #: could only get room that way is refused at once (UNAVAILABLE). 0: no minimum
+    model_min_residency_secs: float = 1.0
+    #: tritonx only (``--unknown-model-rescan-secs``): with ``--model-load-on-demand``, a
+    #: request for a name the repositories did not list when last read is refused without
+    #: reading them again, unless that read is older than this many seconds (a poll, the
+    #: index, load and unload APIs read them again). 0: read them for every such request
+    unknown_model_rescan_secs: float = 1.0
     #: tritonx only (``--event-loop-watchdog-secs``, :mod:`tritonx._core.watchdog`): when
     #: the event loop does not run for this many seconds, log its stack and count it in
     #: ``tritonx_event_loop_blocked_total``; 0: no watchdog
@@ -143,6 +152,26 @@ class ServerSettings:
     #: ``--grpc-engine``: "loop" (HTTP/2 framed on the event loop, :mod:`tritonx.grpc.engine`)
     #: or "aio" (grpcio's grpc.aio server)
     grpc_engine: str = "loop"
+    #: tritonx only, the event-loop engine's bounds per connection (HTTP/2 settings where
+    #: HTTP/2 has one): open streams (SETTINGS_MAX_CONCURRENT_STREAMS; more are refused
+    #: REFUSED_STREAM), metadata bytes of a call (SETTINGS_MAX_HEADER_LIST_SIZE; a call past
+    #: it gets RESOURCE_EXHAUSTED, a header block decoding to 4x it ends the connection),
+    #: seconds an unfinished header block may wait, answer bytes waiting for the client's
+    #: window (an answer past it gets RESOURCE_EXHAUSTED), seconds such data may wait without
+    #: progress (then its streams are reset), client resets and refused streams per second
+    #: (then GOAWAY ENHANCE_YOUR_CALM; 0: no limit), and requests of one ModelStreamInfer
+    #: call in flight (the call's next message is read when one ends)
+    grpc_max_concurrent_streams: int = 100
+    grpc_max_header_list_size: int = 16 << 10
+    grpc_header_timeout_secs: int = 10
+    grpc_max_send_buffer: int = 32 << 20
+    grpc_send_timeout_secs: int = 60
+    grpc_max_reset_rate: int = 100
+    grpc_max_stream_in_flight: int = 128
+    #: tritonx only: request message bytes the event-loop engine holds at once, server-wide
+    #: (received, not yet parsed); a message past it gets RESOURCE_EXHAUSTED unless it is
+    #: the only one
+    grpc_max_buffered_request_bytes: int = 1 << 30
     #: ``--grpc-max-connection-age`` / ``-grace`` (ms; 0: not set, grpc's default)
     grpc_max_connection_age: int = 0
     grpc_max_connection_age_grace: int = 0

@@ -171,6 +171,9 @@ class Server:
         failed; the stop does not wait for them."""
         if timeout is None:
             timeout = self.settings.exit_timeout_secs
+        deadline = asyncio.get_running_loop().time() + timeout
+        if self._grpc is not None and hasattr(self._grpc, "go_away"):
+            self._grpc.go_away()  # the event-loop engine: GOAWAY, new calls refused
         if self._dataplane is not None:
             # readiness turns false first, before the last metrics export and the drain, so
             # load balancers (Kubernetes readiness probes) stop sending at once
@@ -181,7 +184,10 @@ class Server:
         if self._dataplane is not None:
             await self._dataplane.shutdown(timeout)
         if self._grpc is not None:
-            await self._grpc.stop(0)
+            if hasattr(self._grpc, "go_away"):  # calls in progress get what is left
+                await self._grpc.stop(max(0.0, deadline - asyncio.get_running_loop().time()))
+            else:
+                await self._grpc.stop(0)
             self._grpc = None
         for placed in reversed(self._frontends):
             try:

@@ -40,7 +40,17 @@ __all__ = ["SettingsError", "validate_settings"]
 #: Settings with a lowest value (the CLI's click ranges), by that value; a setting's flag is
 #: its name with dashes (``--model-load-thread-count``).
 AT_LEAST: dict[int, tuple[str, ...]] = {
-    1: ("model_load_thread_count", "grpc_max_message_size", "grpc_max_decompressed_message_size"),
+    1: (
+        "model_load_thread_count",
+        "grpc_max_message_size",
+        "grpc_max_decompressed_message_size",
+        "grpc_max_concurrent_streams",
+        "grpc_max_header_list_size",
+        "grpc_header_timeout_secs",
+        "grpc_send_timeout_secs",
+        "grpc_max_stream_in_flight",
+        "grpc_max_buffered_request_bytes",
+    ),
     0: (
         "model_load_retry_count",
         "model_unload_timeout_secs",
@@ -51,16 +61,25 @@ AT_LEAST: dict[int, tuple[str, ...]] = {
         "http_max_connections",
         "grpc_max_connection_age",
         "grpc_max_connection_age_grace",
+        "grpc_max_send_buffer",
+        "grpc_max_reset_rate",
         "inline_execution_us",
         "model_load_on_demand_timeout_secs",
         "max_loaded_models",
         "model_memory_budget",
         "model_idle_unload_secs",
+        "model_min_residency_secs",
+        "unknown_model_rescan_secs",
     ),
 }
 #: Settings with a highest value (the CLI's click ranges), by that value.
 AT_MOST: dict[int, tuple[str, ...]] = {
-    2**31 - 1: ("grpc_max_message_size", "grpc_max_decompressed_message_size"),
+    2**31 - 1: (
+        "grpc_max_message_size",
+        "grpc_max_decompressed_message_size",
+        "grpc_max_concurrent_streams",
+        "grpc_max_header_list_size",
+    ),
 }
 #: Settings in milliseconds (their messages say so).
 MILLISECONDS = ("grpc_max_connection_age", "grpc_max_connection_age_grace")

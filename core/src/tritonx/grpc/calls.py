@@ -1,7 +1,9 @@
 """gRPC calls of the event-loop engine: from a stream's headers and messages to the servicer's
 method and back.
 
-The engine serves the same method handlers as the grpc.aio server (the
+A call is the :class:`~tritonx.http2.connection.StreamHandler` of its HTTP/2 stream: it cuts
+the stream's body into gRPC messages (a 5-byte prefix: flag, length; the length is checked
+before the body is buffered) and answers through the connection. The engine serves the same method handlers as the grpc.aio server (the
 :class:`~tritonx.grpc.servicer.GRPCInferenceServicer` coroutines with
 :mod:`tritonx.grpc.receive`'s deserializers, and the health check), so both engines run one
 request pipeline; a call hands its handler a :class:`Context` with the part of
@@ -15,12 +17,17 @@ Statuses are grpc core's where a client can see them: an unknown method is UNIMP
 (``grpc-timeout``) that passes cancels the handler (the data plane cancels the request) and
 ends the call DEADLINE_EXCEEDED ``Deadline Exceeded``; a client's RST_STREAM or a lost
 connection cancels it without an answer.
+
+Bounds: a message's bytes count against the server-wide ``--grpc-max-buffered-request-bytes``
+from its prefix until its handler parses it (RESOURCE_EXHAUSTED past it, unless it is the
+only one); a streaming call holds back its stream's window credit while it has messages its
+handler has not read (the client waits); an answer that would wait past
+``--grpc-max-send-buffer`` gets RESOURCE_EXHAUSTED.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import zlib
 from collections import deque
@@ -30,11 +37,21 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
-from tritonx.grpc import http2 as h2
 from tritonx.grpc.errors import bounded_message
+from tritonx.grpc.metadata import (
+    OK_TRAILERS,
+    RESPONSE_HEADERS,
+    Metadata,
+    decode_metadata,
+    metadata_block,
+    status_block,
+)
+from tritonx.http2 import frames as h2
+from tritonx.http2.hpack import literal
 
 if TYPE_CHECKING:
-    from tritonx.grpc.connection import Stream
+    from tritonx.grpc.engine import Engine
+    from tritonx.http2.connection import Stream
 
 log = logging.getLogger("tritonx.grpc")
 
@@ -63,22 +80,6 @@ class Method:
     rule: tuple[bytes, bytes] | None = None
 
 
-def decode_metadata(pairs: tuple[tuple[bytes, bytes], ...]) -> tuple[tuple[str, str | bytes], ...]:
-    """Metadata as grpc hands it to handlers: names as text, ``-bin`` values base64-decoded
-    to bytes (a value that does not decode is left out), others as text."""
-    out: list[tuple[str, str | bytes]] = []
-    for name, value in pairs:
-        key = name.decode("latin-1")
-        if key.endswith("-bin"):
-            try:
-                out.append((key, base64.b64decode(value + b"=" * (-len(value) % 4))))
-            except ValueError:
-                continue
-        else:
-            out.append((key, value.decode("utf-8", "replace")))
-    return tuple(out)
-
-
 class CallHeaders:
     """What a request's header block says about its call; a connection keeps the last one
     with its block (a repeated block decodes to the same header list), so a client's repeated
@@ -98,9 +99,9 @@ class CallHeaders:
         self.timeout: float | None = None
         #: the answer instead of a call: an HTTP header block, or (gRPC code, message)
         self.error: tuple[int, str] | bytes | None = None
-        self._decoded: tuple[tuple[str, str | bytes], ...] | None = None
+        self._decoded: Metadata | None = None
 
-    def decoded_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+    def decoded_metadata(self) -> Metadata:
         """:attr:`metadata` as handlers get it (:func:`decode_metadata`), decoded once."""
         if self._decoded is None:
             self._decoded = decode_metadata(self.metadata)
@@ -154,17 +155,22 @@ class Context:
 
 class RequestStream:
     """The request messages of a streaming call, as an async iterator of parsed messages
-    (the handler's deserializer runs as the handler reads)."""
+    (the handler's deserializer runs as the handler reads). While messages wait here the
+    call's stream holds back its window credit, so a handler that does not read stops its
+    client."""
 
-    __slots__ = ("_deserialize", "_ended", "_items", "_waiter")
+    __slots__ = ("_call", "_deserialize", "_ended", "_items", "_waiter")
 
-    def __init__(self, deserialize: Callable[[Any], Any]) -> None:
+    def __init__(self, call: Call, deserialize: Callable[[Any], Any]) -> None:
+        self._call = call
         self._deserialize = deserialize
         self._items: deque[Any] = deque()
         self._ended = False
         self._waiter: asyncio.Future[None] | None = None
 
     def put(self, data: Any) -> None:
+        if not self._items:
+            self._call.stream.hold_credit(True)
         self._items.append(data)
         self._wake()
 
@@ -189,7 +195,14 @@ class RequestStream:
                 raise StopAsyncIteration
             self._waiter = asyncio.get_running_loop().create_future()
             await self._waiter
-        return self._deserialize(items.popleft())
+        data = items.popleft()
+        call = self._call
+        if not items:
+            call.stream.hold_credit(False)
+        try:
+            return self._deserialize(data)
+        finally:
+            call.release(len(data))
 
 
 class Call:
@@ -197,22 +210,30 @@ class Call:
     runs its handler in a task, sends the answer and the status."""
 
     __slots__ = (
+        "buffered",
         "cancelled",
         "conn",
         "context",
         "done",
+        "engine",
         "expired",
         "headers",
         "message",
         "method",
+        "need",
+        "partial",
+        "prefix",
         "requests",
         "stream",
         "task",
         "timer",
     )
 
-    def __init__(self, stream: Stream, method: Method, headers: CallHeaders) -> None:
+    def __init__(
+        self, engine: Engine, stream: Stream, method: Method, headers: CallHeaders
+    ) -> None:
         conn = stream.conn
+        self.engine = engine
         self.conn = conn
         self.stream = stream
         self.method = method
@@ -225,18 +246,75 @@ class Call:
         self.task: asyncio.Task[None] | None = None
         self.timer: asyncio.TimerHandle | None = None
         self.requests: RequestStream | None = None
+        #: the message being received: its prefix bytes so far, then its body
+        self.prefix = bytearray()
+        self.partial: bytearray | None = None
+        self.need = 0
+        #: bytes of this call's messages counted in the engine's buffered bytes
+        self.buffered = 0
         if headers.timeout is not None:
             self.timer = conn.loop.call_later(headers.timeout, self._expire)
         if method.streaming:
-            self.requests = RequestStream(method.deserialize)
+            self.requests = RequestStream(self, method.deserialize)
             self.task = conn.loop.create_task(self._run_stream())
             self.task.add_done_callback(self._task_done)
 
     # ------------------------------------------------------------------ from the connection
 
+    def data_received(self, data: memoryview) -> None:
+        """Body bytes: cut gRPC messages (5-byte prefix: flag, length) out of them."""
+        pos = 0
+        end = len(data)
+        while pos < end and not self.done:
+            message = self.partial
+            if message is None:
+                prefix = self.prefix
+                if not prefix and end - pos >= 5:
+                    flag = data[pos]
+                    size = int.from_bytes(data[pos + 1 : pos + 5], "big")
+                    pos += 5
+                else:
+                    take = min(5 - len(prefix), end - pos)
+                    prefix += data[pos : pos + take]
+                    pos += take
+                    if len(prefix) < 5:
+                        return
+                    flag = prefix[0]
+                    size = int.from_bytes(prefix[1:5], "big")
+                    prefix.clear()
+                if not self.message_started(flag, size):
+                    return
+                if end - pos >= size:  # whole in this frame: one copy
+                    self.message_received(bytes(data[pos : pos + size]))
+                    pos += size
+                    continue
+                message = self.partial = bytearray()
+                self.need = size
+            take = min(self.need, end - pos)
+            message += data[pos : pos + take]
+            pos += take
+            self.need -= take
+            if self.need == 0:
+                self.partial = None
+                self.message_received(message)
+
+    def end_received(self) -> None:
+        """The client ended its side."""
+        if self.partial is not None or self.prefix:
+            self.incomplete()
+        else:
+            self.remote_ended()
+
+    def release(self, size: int) -> None:
+        """``size`` bytes of this call's messages are parsed: no longer buffered."""
+        size = min(size, self.buffered)
+        self.buffered -= size
+        self.engine.buffered -= size
+
     def message_started(self, flag: int, size: int) -> bool:
         """A message of ``size`` bytes begins: False (and the call ended) when it is refused."""
-        limit = self.conn.engine.max_message
+        engine = self.engine
+        limit = engine.max_message
         if size > limit:
             self.fail(RESOURCE_EXHAUSTED, f"Received message larger than max ({size} vs. {limit})")
             return False
@@ -249,6 +327,17 @@ class Call:
         if not self.method.streaming and self.message is not None:
             self.fail(INTERNAL, "More than one request message on a unary call")
             return False
+        buffered = engine.buffered
+        if buffered and buffered + size > engine.max_buffered:
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"Request messages of {buffered} bytes are already held by the server; this "
+                f"one ({size} bytes) would pass the limit of {engine.max_buffered} "
+                "(--grpc-max-buffered-request-bytes)",
+            )
+            return False
+        engine.buffered = buffered + size
+        self.buffered += size
         return True
 
     def message_received(self, data: bytes | bytearray) -> None:
@@ -334,8 +423,11 @@ class Call:
         """Deserialize the message (in the call's task: its context variables stay in the
         call), run the handler, answer. Cancellation and errors: :meth:`_task_done`."""
         message, self.message = self.message, None
-        request = self.method.deserialize(message)
-        del message
+        try:
+            request = self.method.deserialize(message)
+        finally:
+            del message
+            self.release(self.buffered)
         response = await self.method.behaviour(request, self.context)
         del request  # (freed before the answer is encoded and written)
         self._answer(response)
@@ -348,7 +440,7 @@ class Call:
         responses = self.method.behaviour(self.requests, self.context)
         try:
             async for response in responses:
-                if stream.closed or not self._send_message(response, None):
+                if stream.closed or not self._send_message(response, None, bounded=False):
                     break
                 if stream.queued_bytes or conn.paused:
                     await stream.drained()
@@ -365,11 +457,13 @@ class Call:
             return None
         return name
 
-    def _send_message(self, response: Any, trailers: bytes | None) -> bool:
+    def _send_message(self, response: Any, trailers: bytes | None, bounded: bool = True) -> bool:
         """Serialize and send ``response`` (with ``trailers`` when given); False when it
-        could not be sent (the call has ended with a status)."""
+        could not be sent (the call has ended with a status). ``bounded``: refused when it
+        would wait past the connection's send buffer (a streaming call's writer waits for
+        room instead)."""
         data = self.method.serialize(response)
-        limit = self.conn.engine.max_message
+        limit = self.engine.max_message
         if len(data) > limit:
             self.fail(RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(data)} vs. {limit})")
             return False
@@ -377,25 +471,34 @@ class Call:
         headers: bytes | None = None
         name = self._compression()
         if not stream.headers_sent:
-            headers = h2.RESPONSE_HEADERS
+            headers = RESPONSE_HEADERS
             if name is not None:
-                headers += h2.literal(b"grpc-encoding", name)
+                headers += literal(b"grpc-encoding", name)
         flag = 0
         if name is not None:
             data = zlib.compress(data, wbits=31 if name == b"gzip" else 15)
             flag = 1
-        self.conn.send(stream, headers, data, trailers, flag)
+        conn = self.conn
+        prefix = bytes((flag,)) + len(data).to_bytes(4, "big")
+        if not conn.send(stream, headers, (prefix, data), trailers, bounded):
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"The answer ({len(data)} bytes) cannot wait: {conn.queued_bytes} bytes of "
+                "answers already wait for this connection's flow-control window "
+                f"(--grpc-max-send-buffer {conn.options.max_send_buffer})",
+            )
+            return False
         return True
 
     def _trailers(self) -> bytes:
         context = self.context
         block = (
-            h2.OK_TRAILERS
+            OK_TRAILERS
             if context._code == OK and not context._details
-            else h2.status_block(context._code, context._details)
+            else status_block(context._code, context._details)
         )
         if context._trailing:
-            block += h2.metadata_block(context._trailing)
+            block += metadata_block(context._trailing)
         return block
 
     def _answer(self, response: Any) -> None:
@@ -420,7 +523,7 @@ class Call:
         stream = self.stream
         trailers = self._trailers()
         if not stream.headers_sent:
-            trailers = h2.RESPONSE_HEADERS + trailers
+            trailers = RESPONSE_HEADERS + trailers
         self.conn.send(stream, None, None, trailers)
         self._end()
 
@@ -442,6 +545,12 @@ class Call:
         if self.done:
             return
         self.done = True
+        if self.buffered:
+            self.release(self.buffered)
+        self.partial = None
+        ended = self.engine.call_ended
+        if ended is not None and not ended.done():
+            ended.set_result(None)
         stream = self.stream
         if stream.closed or stream.trailers is None:
             self._cancel_timer()  # (else the deadline still bounds the queued answer)

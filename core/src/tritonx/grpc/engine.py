@@ -10,6 +10,13 @@ engines answer alike. Listener settings are the grpc.aio server's: message size 
 and mutual TLS (ALPN ``h2``), ``--reuse-grpc-port``, keepalive and ping policing,
 ``--grpc-max-connection-age[-grace]``, ``--grpc-restricted-protocol`` (checked from the
 call's headers before any message is read) and response compression.
+
+The engine is the :class:`~tritonx.http2.connection.Application` of its HTTP/2 connections
+(:mod:`tritonx.http2`, which knows nothing of gRPC): each stream opened becomes a
+:class:`~tritonx.grpc.calls.Call`. Its bounds, tritonx's own flags (Triton has none of them;
+grpc core has most as channel arguments), are :func:`connection_options`. A stop is graceful:
+GOAWAY with the last stream taken, the calls in progress get the grace period, then the rest
+are reset.
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ import socket
 from typing import Any
 
 from tritonx.config import ServerSettings
-from tritonx.grpc import http2 as h2
 from tritonx.grpc.calls import (
     INTERNAL,
     RESOURCE_EXHAUSTED,
@@ -30,8 +36,10 @@ from tritonx.grpc.calls import (
     CallHeaders,
     Method,
 )
-from tritonx.grpc.connection import MAX_METADATA_BYTES, Connection, Stream
+from tritonx.grpc.metadata import RESPONSE_HEADERS, STATUS_415, status_block
 from tritonx.grpc.restricted import restriction_rules
+from tritonx.http2.connection import Connection, Options, Stream
+from tritonx.http2.hpack import Headers
 from tritonx.security import listener_tls_files
 
 log = logging.getLogger("tritonx.grpc")
@@ -54,7 +62,6 @@ _RESERVED = frozenset(
     (b"content-type", b"te", b"grpc-timeout", b"grpc-encoding", b"grpc-accept-encoding")
 )
 _ENCODINGS = frozenset((b"", b"identity", b"gzip", b"deflate"))
-_STATUS_415 = b"\x08\x03415"  # ``:status: 415`` (name from static entry 8), no value index
 
 
 def parse_timeout(value: bytes) -> float | None:
@@ -65,11 +72,37 @@ def parse_timeout(value: bytes) -> float | None:
     return None if unit is None else int(value[:-1]) * unit
 
 
+def connection_options(settings: ServerSettings) -> Options:
+    """The HTTP/2 bounds and timers of the engine's connections, from the server's flags."""
+    grace = settings.grpc_max_connection_age_grace
+    return Options(
+        max_concurrent_streams=int(settings.grpc_max_concurrent_streams),
+        announced_header_list_size=int(settings.grpc_max_header_list_size),
+        max_header_list_size=4 * int(settings.grpc_max_header_list_size),
+        max_header_block=max(256 << 10, 4 * int(settings.grpc_max_header_list_size)),
+        header_timeout=float(settings.grpc_header_timeout_secs),
+        max_send_buffer=int(settings.grpc_max_send_buffer),
+        send_timeout=float(settings.grpc_send_timeout_secs),
+        max_reset_rate=float(settings.grpc_max_reset_rate),
+        keepalive_time=settings.grpc_keepalive_time / 1000.0,
+        keepalive_timeout=settings.grpc_keepalive_timeout / 1000.0,
+        permit_without_calls=bool(settings.grpc_keepalive_permit_without_calls),
+        max_pings_without_data=int(settings.grpc_http2_max_pings_without_data),
+        min_ping_interval=settings.grpc_http2_min_recv_ping_interval_without_data / 1000.0,
+        max_ping_strikes=int(settings.grpc_http2_max_ping_strikes),
+        max_connection_age=settings.grpc_max_connection_age / 1000.0,
+        max_connection_age_grace=grace / 1000.0 if grace else 1e9,  # grpc: no limit
+    )
+
+
 class Engine:
     """The listener's shared state: its methods, limits and timers, and its connections.
 
     :param methods: method path (``/package.Service/Method``) → :class:`Method`.
     :param max_message: ``--grpc-max-message-size`` (both directions, as Triton's).
+
+    ``buffered`` counts the request message bytes held server-wide (received, not parsed),
+    bounded by ``--grpc-max-buffered-request-bytes``.
     """
 
     def __init__(
@@ -78,27 +111,24 @@ class Engine:
         self.loop = asyncio.get_running_loop()
         self.methods = methods
         self.max_message = max_message
-        self.keepalive_time = settings.grpc_keepalive_time / 1000.0
-        self.keepalive_timeout = settings.grpc_keepalive_timeout / 1000.0
-        self.permit_without_calls = bool(settings.grpc_keepalive_permit_without_calls)
-        self.max_pings_without_data = int(settings.grpc_http2_max_pings_without_data)
-        self.min_ping_interval = settings.grpc_http2_min_recv_ping_interval_without_data / 1000.0
-        self.max_ping_strikes = int(settings.grpc_http2_max_ping_strikes)
-        self.max_connection_age = settings.grpc_max_connection_age / 1000.0
-        grace = settings.grpc_max_connection_age_grace
-        self.max_connection_age_grace = grace / 1000.0 if grace else 1e9  # grpc: no limit
+        self.max_metadata = int(settings.grpc_max_header_list_size)
+        self.max_buffered = int(settings.grpc_max_buffered_request_bytes)
+        self.buffered = 0
+        #: set while a stop waits for the calls in progress (a call that ends completes it)
+        self.call_ended: asyncio.Future[None] | None = None
+        self.options = connection_options(settings)
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ connections
 
-    def opened(self, conn: Connection) -> None:
+    def connection_made(self, conn: Connection) -> None:
         self.connections.add(conn)
 
-    def closed(self, conn: Connection) -> None:
+    def connection_lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
 
-    def _parse(self, headers: list[tuple[bytes, bytes]]) -> CallHeaders:
+    def _parse(self, headers: Headers) -> CallHeaders:
         parsed = CallHeaders()
         path = method = content_type = b""
         metadata: list[tuple[bytes, bytes]] = []
@@ -127,13 +157,13 @@ class Engine:
         parsed.metadata = tuple(metadata)
         if parsed.error is not None:
             return parsed
-        if size > MAX_METADATA_BYTES:
+        if size > self.max_metadata:
             parsed.error = (
                 RESOURCE_EXHAUSTED,
-                f"received initial metadata size exceeds limit ({size} vs. {MAX_METADATA_BYTES})",
+                f"received initial metadata size exceeds limit ({size} vs. {self.max_metadata})",
             )
         elif method != b"POST" or not content_type.startswith(b"application/grpc"):
-            parsed.error = _STATUS_415
+            parsed.error = STATUS_415
         elif parsed.encoding not in _ENCODINGS:
             parsed.error = (
                 UNIMPLEMENTED,
@@ -145,13 +175,16 @@ class Engine:
                 parsed.error = (UNIMPLEMENTED, "Method not found!")
         return parsed
 
-    def start_call(self, stream: Stream, headers: list[tuple[bytes, bytes]]) -> None:
+    def stream_opened(self, stream: Stream, headers: Headers) -> None:
         """A stream opened with ``headers``: start its call, or answer it at once."""
         conn = stream.conn
-        parsed = conn.last_call_headers
-        if parsed is None or conn.last_headers is not headers:
+        memo = conn.memo
+        if memo is not None and memo[0] is headers:
+            parsed = memo[1]
+            assert isinstance(parsed, CallHeaders)
+        else:
             parsed = self._parse(headers)
-            conn.last_headers, conn.last_call_headers = headers, parsed
+            conn.memo = (headers, parsed)
         method = parsed.method
         if method is None:
             error = parsed.error
@@ -159,7 +192,7 @@ class Engine:
                 conn.send(stream, None, None, error)
             else:
                 assert error is not None
-                conn.send(stream, None, None, h2.RESPONSE_HEADERS + h2.status_block(*error))
+                conn.send(stream, None, None, RESPONSE_HEADERS + status_block(*error))
             return
         rule = method.rule
         if rule is not None:
@@ -171,11 +204,9 @@ class Engine:
                     break
             if rule is not None:
                 message = f"This protocol is restricted, expecting header '{key.decode()}'"
-                conn.send(
-                    stream, None, None, h2.RESPONSE_HEADERS + h2.status_block(UNAVAILABLE, message)
-                )
+                conn.send(stream, None, None, RESPONSE_HEADERS + status_block(UNAVAILABLE, message))
                 return
-        stream.call = Call(stream, method, parsed)
+        stream.handler = Call(self, stream, method, parsed)
 
     # ------------------------------------------------------------------ the listener
 
@@ -189,7 +220,7 @@ class Engine:
         host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
         try:
             self.server = await self.loop.create_server(
-                lambda: Connection(self),
+                lambda: Connection(self, self.options, self.loop),
                 host=host or None,
                 port=port,
                 family=socket.AF_UNSPEC,
@@ -203,15 +234,46 @@ class Engine:
         sockets = self.server.sockets
         return int(sockets[0].getsockname()[1]) if sockets else port
 
-    async def stop(self, grace: float | None = None) -> None:
-        """Stop listening and close every connection; their calls are cancelled at once and
-        waited for (a few seconds at most). ``grace`` is grpc.aio's ``stop`` argument, which
-        ``Server`` passes as 0: this engine gives no grace period."""
+    def go_away(self) -> None:
+        """Stop taking calls: every connection gets GOAWAY with its last stream (calls in
+        progress go on; new streams are refused with REFUSED_STREAM, which clients retry
+        elsewhere), and the listener stops accepting."""
         if self.server is not None:
             self.server.close()
+        for conn in list(self.connections):
+            conn.go_away()
+
+    def _calls(self) -> list[Call]:
+        return [
+            stream.handler
+            for conn in self.connections
+            for stream in conn.streams.values()
+            if isinstance(stream.handler, Call) and not stream.handler.done
+        ]
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop gracefully: GOAWAY (:meth:`go_away`), streaming calls see the end of their
+        requests (their handlers finish what is in flight), the calls in progress get ``grace``
+        seconds to end (grpc.aio's ``stop`` argument; ``Server`` passes what is left of
+        ``--exit-timeout-secs``), then the rest are cancelled and waited for (a few seconds
+        at most) and every connection is closed."""
+        self.go_away()
+        for call in self._calls():
+            if call.requests is not None:
+                call.requests.end()  # as if the client had sent all: the handler finishes
+        if grace:
+            deadline = self.loop.time() + grace
+            while self._calls() and self.loop.time() < deadline:
+                self.call_ended = self.loop.create_future()
+                try:
+                    await asyncio.wait_for(self.call_ended, deadline - self.loop.time())
+                except TimeoutError:
+                    break
+                finally:
+                    self.call_ended = None
         tasks = []
         for conn in list(self.connections):
-            calls = [stream.call for stream in conn.streams.values() if stream.call is not None]
+            calls = [s.handler for s in conn.streams.values() if isinstance(s.handler, Call)]
             conn.close()
             for call in calls:
                 if call.task is not None:

@@ -1,120 +1,108 @@
-"""HTTP/2 pieces of the event-loop gRPC engine (:mod:`tritonx.grpc.connection`): frame types,
-flags and error codes (RFC 9113), frames written by hand, HPACK decoding (RFC 7541) and the
-header blocks of answers.
+"""HPACK (RFC 7541): the bounded decoder of request header blocks, and the literal encoding of
+answers.
 
 Decoding: a connection's :class:`HeaderDecoder` keeps the client's dynamic table. gRPC clients
 index every header they repeat, so from the second call on a request's block is a few bytes of
 indexed fields (``0x83 0x86 0xc4 ...``); such a block changes no table, and the same bytes
-decode to the same headers until the table changes: the last one is kept decoded. Huffman
-strings are decoded by ``hpack``'s table decoder (``hpack`` ships with ``h2``).
+decode to the same headers until the table changes: the last one is kept decoded (the same
+list object is returned, so a caller may cache what it derives from it by identity).
+
+Bounds: the decoded header list is counted as it grows (RFC 9113 §6.5.2's size: name, value
+and 32 per field); past ``max_list_size`` decoding stops and the block is refused as a
+compression bomb (:class:`~tritonx.http2.frames.ConnectionError_` ENHANCE_YOUR_CALM: the
+connection cannot continue, its table is no longer the client's). A Huffman string is decoded
+only when its shortest possible decoding (8 bits per 30-bit code) still fits the budget.
+Huffman strings are decoded by ``hpack``'s table decoder (``hpack`` ships with ``h2``; the
+one name used below its public API is guarded by ``tests/unit/http2/test_hpack_guard.py``).
 
 Encoding: answers carry a handful of headers; they are written as literals without indexing
-(no encoder state; the peer's table is never touched), with ``:status: 200`` from the static
-table, so the blocks of common answers are built once (:data:`RESPONSE_HEADERS`,
-:data:`OK_TRAILERS`).
+(no encoder state; the peer's table is never touched).
 """
 
 from __future__ import annotations
 
-import base64
 from collections import deque
 
 from hpack.huffman_table import decode_huffman
-from hpack.table import HeaderTable
 
-PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+from tritonx.http2.frames import COMPRESSION_ERROR, ENHANCE_YOUR_CALM, ConnectionError_
 
-# frame types (RFC 9113 §6)
-DATA = 0x0
-HEADERS = 0x1
-PRIORITY = 0x2
-RST_STREAM = 0x3
-SETTINGS = 0x4
-PUSH_PROMISE = 0x5
-PING = 0x6
-GOAWAY = 0x7
-WINDOW_UPDATE = 0x8
-CONTINUATION = 0x9
-
-# flags
-END_STREAM = 0x1
-ACK = 0x1
-END_HEADERS = 0x4
-PADDED = 0x8
-PRIORITY_FLAG = 0x20
-
-# error codes (RFC 9113 §7)
-NO_ERROR = 0x0
-PROTOCOL_ERROR = 0x1
-INTERNAL_ERROR = 0x2
-FLOW_CONTROL_ERROR = 0x3
-STREAM_CLOSED = 0x5
-FRAME_SIZE_ERROR = 0x6
-REFUSED_STREAM = 0x7
-CANCEL = 0x8
-COMPRESSION_ERROR = 0x9
-ENHANCE_YOUR_CALM = 0xB
-
-# settings (RFC 9113 §6.5.2)
-SETTINGS_HEADER_TABLE_SIZE = 0x1
-SETTINGS_ENABLE_PUSH = 0x2
-SETTINGS_MAX_CONCURRENT_STREAMS = 0x3
-SETTINGS_INITIAL_WINDOW_SIZE = 0x4
-SETTINGS_MAX_FRAME_SIZE = 0x5
-SETTINGS_MAX_HEADER_LIST_SIZE = 0x6
-
-DEFAULT_WINDOW = 65535
-DEFAULT_FRAME_SIZE = 16384
-MAX_WINDOW = 2**31 - 1
-
-
-class ConnectionError_(Exception):
-    """A connection error (RFC 9113 §5.4.1): GOAWAY with ``code``, then the connection
-    closes."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-def frame_header(kind: int, flags: int, stream: int, length: int) -> bytes:
-    """The 9-byte header of a frame of ``length`` payload bytes."""
-    return (
-        length.to_bytes(3, "big") + bytes((kind, flags)) + (stream & 0x7FFFFFFF).to_bytes(4, "big")
-    )
-
-
-def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    """One whole frame."""
-    return frame_header(kind, flags, stream, len(payload)) + payload
-
-
-def settings_frame(settings: dict[int, int]) -> bytes:
-    payload = b"".join(k.to_bytes(2, "big") + v.to_bytes(4, "big") for k, v in settings.items())
-    return frame(SETTINGS, 0, 0, payload)
-
-
-def window_update(stream: int, increment: int) -> bytes:
-    return frame(WINDOW_UPDATE, 0, stream, increment.to_bytes(4, "big"))
-
-
-def rst_stream(stream: int, code: int) -> bytes:
-    return frame(RST_STREAM, 0, stream, code.to_bytes(4, "big"))
-
-
-def goaway(last_stream: int, code: int, debug: bytes = b"") -> bytes:
-    return frame(GOAWAY, 0, 0, last_stream.to_bytes(4, "big") + code.to_bytes(4, "big") + debug)
-
-
-# ---------------------------------------------------------------------------- HPACK decoding
-
-_STATIC = HeaderTable.STATIC_TABLE  # 1-based in HPACK: entry i is _STATIC[i - 1]
-_STATIC_LEN = len(_STATIC)
+#: RFC 7541 Appendix A (entry i is STATIC_TABLE[i - 1])
+STATIC_TABLE: tuple[tuple[bytes, bytes], ...] = (
+    (b":authority", b""),
+    (b":method", b"GET"),
+    (b":method", b"POST"),
+    (b":path", b"/"),
+    (b":path", b"/index.html"),
+    (b":scheme", b"http"),
+    (b":scheme", b"https"),
+    (b":status", b"200"),
+    (b":status", b"204"),
+    (b":status", b"206"),
+    (b":status", b"304"),
+    (b":status", b"400"),
+    (b":status", b"404"),
+    (b":status", b"500"),
+    (b"accept-charset", b""),
+    (b"accept-encoding", b"gzip, deflate"),
+    (b"accept-language", b""),
+    (b"accept-ranges", b""),
+    (b"accept", b""),
+    (b"access-control-allow-origin", b""),
+    (b"age", b""),
+    (b"allow", b""),
+    (b"authorization", b""),
+    (b"cache-control", b""),
+    (b"content-disposition", b""),
+    (b"content-encoding", b""),
+    (b"content-language", b""),
+    (b"content-length", b""),
+    (b"content-location", b""),
+    (b"content-range", b""),
+    (b"content-type", b""),
+    (b"cookie", b""),
+    (b"date", b""),
+    (b"etag", b""),
+    (b"expect", b""),
+    (b"expires", b""),
+    (b"from", b""),
+    (b"host", b""),
+    (b"if-match", b""),
+    (b"if-modified-since", b""),
+    (b"if-none-match", b""),
+    (b"if-range", b""),
+    (b"if-unmodified-since", b""),
+    (b"last-modified", b""),
+    (b"link", b""),
+    (b"location", b""),
+    (b"max-forwards", b""),
+    (b"proxy-authenticate", b""),
+    (b"proxy-authorization", b""),
+    (b"range", b""),
+    (b"referer", b""),
+    (b"refresh", b""),
+    (b"retry-after", b""),
+    (b"server", b""),
+    (b"set-cookie", b""),
+    (b"strict-transport-security", b""),
+    (b"transfer-encoding", b""),
+    (b"user-agent", b""),
+    (b"vary", b""),
+    (b"via", b""),
+    (b"www-authenticate", b""),
+)
+_STATIC_LEN = len(STATIC_TABLE)
 #: Huffman strings up to this size are kept decoded (user-agent and the like repeat)
 MAX_CACHED_STRING = 256
-#: size an entry takes in the dynamic table beyond its name and value (RFC 7541 §4.1)
+#: size an entry takes in the dynamic table, and a field in a header list, beyond its name and
+#: value (RFC 7541 §4.1, RFC 9113 §6.5.2)
 ENTRY_OVERHEAD = 32
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class _TooLarge(Exception):
+    pass
 
 
 class HeaderDecoder:
@@ -122,30 +110,57 @@ class HeaderDecoder:
 
     :param max_table_size: the ``SETTINGS_HEADER_TABLE_SIZE`` this side announced (the
         largest dynamic table the client's encoder may use).
-    :raises ConnectionError_: COMPRESSION_ERROR for a block that does not decode (the
-        connection cannot continue: the tables of both sides may differ).
+    :param max_list_size: the largest header list decoded; a block that decodes to more is a
+        compression bomb (decoding stops there).
+    :raises ConnectionError_: COMPRESSION_ERROR for a block that does not decode,
+        ENHANCE_YOUR_CALM for one past ``max_list_size`` (either way the connection cannot
+        continue: the tables of both sides may differ).
     """
 
-    __slots__ = ("_cached", "_cached_block", "_huffman", "_limit", "_max", "_size", "_table")
+    __slots__ = (
+        "_budget",
+        "_cached",
+        "_cached_block",
+        "_huffman",
+        "_limit",
+        "_max",
+        "_max_list",
+        "_size",
+        "_table",
+    )
 
-    def __init__(self, max_table_size: int = 4096) -> None:
+    def __init__(self, max_table_size: int = 4096, max_list_size: int = 64 << 10) -> None:
         self._table: deque[tuple[bytes, bytes]] = deque()
         self._size = 0
         self._limit = max_table_size  # what SETTINGS allow
         self._max = max_table_size  # what the encoder chose (≤ _limit)
+        self._max_list = max_list_size
+        self._budget = 0
         self._cached_block = b""
-        self._cached: list[tuple[bytes, bytes]] = []
+        self._cached: Headers = []
         #: Huffman-coded strings seen, decoded (values such as user-agent repeat)
         self._huffman: dict[bytes, bytes] = {}
 
-    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+    @property
+    def table_size(self) -> int:
+        """The dynamic table's size (RFC 7541 §4.1)."""
+        return self._size
+
+    @property
+    def table(self) -> tuple[tuple[bytes, bytes], ...]:
+        """The dynamic table's entries, newest first (index 62 is the first)."""
+        return tuple(self._table)
+
+    def decode(self, block: bytes) -> Headers:
         """The (name, value) pairs of ``block``, in order."""
         if block == self._cached_block:
             return self._cached
         try:
             headers, indexed_only = self._decode(block)
-        except ConnectionError_:
-            raise
+        except _TooLarge:
+            raise ConnectionError_(
+                ENHANCE_YOUR_CALM, f"header list larger than {self._max_list} bytes"
+            ) from None
         except (IndexError, ValueError) as exc:
             raise ConnectionError_(COMPRESSION_ERROR, f"invalid header block: {exc}") from None
         if indexed_only:
@@ -177,7 +192,10 @@ class HeaderDecoder:
             raise ValueError("string past the end of the block")
         raw = data[pos:end]
         if not huffman:
+            self._spend(length)
             return raw, end
+        # the shortest decoding of a Huffman string: 8 bits per 30-bit code
+        self._spend(length * 8 // 30)
         cacheable = length <= MAX_CACHED_STRING
         decoded = self._huffman.get(raw) if cacheable else None
         if decoded is None:
@@ -189,13 +207,19 @@ class HeaderDecoder:
                 if len(self._huffman) >= 256:
                     self._huffman.clear()
                 self._huffman[raw] = decoded
+        self._spend(len(decoded) - length * 8 // 30)
         return decoded, end
+
+    def _spend(self, size: int) -> None:
+        self._budget -= size
+        if self._budget < 0:
+            raise _TooLarge
 
     def _entry(self, index: int) -> tuple[bytes, bytes]:
         if index <= 0:
             raise ValueError("index 0")
         if index <= _STATIC_LEN:
-            return _STATIC[index - 1]
+            return STATIC_TABLE[index - 1]
         return self._table[index - _STATIC_LEN - 1]  # IndexError past the table
 
     def _add(self, name: bytes, value: bytes) -> None:
@@ -217,17 +241,20 @@ class HeaderDecoder:
             old_name, old_value = table.pop()
             self._size -= len(old_name) + len(old_value) + ENTRY_OVERHEAD
 
-    def _decode(self, data: bytes) -> tuple[list[tuple[bytes, bytes]], bool]:
-        headers: list[tuple[bytes, bytes]] = []
+    def _decode(self, data: bytes) -> tuple[Headers, bool]:
+        headers: Headers = []
         indexed_only = True
         pos = 0
         end = len(data)
         started = False
+        self._budget = self._max_list
         while pos < end:
             byte = data[pos]
             if byte & 0x80:  # indexed field
                 index, pos = self._integer(data, pos, 7)
-                headers.append(self._entry(index))
+                entry = self._entry(index)
+                self._spend(len(entry[0]) + len(entry[1]) + ENTRY_OVERHEAD)
+                headers.append(entry)
                 started = True
                 continue
             indexed_only = False
@@ -236,7 +263,10 @@ class HeaderDecoder:
                 name = self._entry(index)[0] if index else None
                 if name is None:
                     name, pos = self._string(data, pos)
+                else:
+                    self._spend(len(name))
                 value, pos = self._string(data, pos)
+                self._spend(ENTRY_OVERHEAD)
                 self._add(name, value)
                 self._cached_block = b""  # the table changed: indices move
             elif byte & 0x20:  # dynamic table size update, only before the first field
@@ -251,16 +281,21 @@ class HeaderDecoder:
                 name = self._entry(index)[0] if index else None
                 if name is None:
                     name, pos = self._string(data, pos)
+                else:
+                    self._spend(len(name))
                 value, pos = self._string(data, pos)
+                self._spend(ENTRY_OVERHEAD)
             headers.append((name, value))
             started = True
         return headers, indexed_only
 
 
-# ---------------------------------------------------------------------------- HPACK encoding
+# ---------------------------------------------------------------------------- encoding
 
 
-def _int(value: int, prefix: int, first: int = 0) -> bytes:
+def encode_integer(value: int, prefix: int, first: int = 0) -> bytes:
+    """An HPACK integer (RFC 7541 §5.1) with a ``prefix``-bit prefix, ``first`` holding the
+    bits above it."""
     limit = (1 << prefix) - 1
     if value < limit:
         return bytes((first | value,))
@@ -275,45 +310,4 @@ def _int(value: int, prefix: int, first: int = 0) -> bytes:
 
 def literal(name: bytes, value: bytes) -> bytes:
     """A header as a literal without indexing, its name and value as they are."""
-    return b"\x00" + _int(len(name), 7) + name + _int(len(value), 7) + value
-
-
-#: ``:status: 200`` (static entry 8) and ``content-type: application/grpc``
-RESPONSE_HEADERS = b"\x88" + literal(b"content-type", b"application/grpc")
-#: the trailers of a call that succeeded
-OK_TRAILERS = literal(b"grpc-status", b"0")
-
-#: bytes sent as they are in ``grpc-message``; the others become ``%XX`` (gRPC's spec)
-_PLAIN = frozenset(range(0x20, 0x7F)) - {0x25}
-
-
-def percent_encode(message: str) -> bytes:
-    data = message.encode("utf-8", "replace")
-    if all(b in _PLAIN for b in data):
-        return data
-    return b"".join(bytes((b,)) if b in _PLAIN else b"%%%02X" % b for b in data)
-
-
-def metadata_block(
-    pairs: list[tuple[str, str | bytes]] | tuple[tuple[str, str | bytes], ...],
-) -> bytes:
-    """Custom metadata as literals (``-bin`` values base64-encoded, unpadded as gRPC sends
-    them)."""
-    out = []
-    for key, value in pairs:
-        name = key.lower().encode("ascii")
-        if name.endswith(b"-bin"):
-            raw = value if isinstance(value, bytes) else value.encode("utf-8")
-            encoded = base64.b64encode(raw).rstrip(b"=")
-        else:
-            encoded = value.encode("utf-8") if isinstance(value, str) else bytes(value)
-        out.append(literal(name, encoded))
-    return b"".join(out)
-
-
-def status_block(code: int, message: str) -> bytes:
-    """``grpc-status`` and, when not empty, ``grpc-message``."""
-    block = literal(b"grpc-status", str(code).encode("ascii"))
-    if message:
-        block += literal(b"grpc-message", percent_encode(message))
-    return block
+    return b"\x00" + encode_integer(len(name), 7) + name + encode_integer(len(value), 7) + value
