@@ -218,6 +218,7 @@ class Call:
         "engine",
         "expired",
         "headers",
+        "held",
         "message",
         "method",
         "need",
@@ -252,6 +253,8 @@ class Call:
         self.need = 0
         #: bytes of this call's messages counted in the engine's buffered bytes
         self.buffered = 0
+        #: bytes of a unary call's request counted in its connection's (until it ends)
+        self.held = 0
         if headers.timeout is not None:
             self.timer = conn.loop.call_later(headers.timeout, self._expire)
         if method.streaming:
@@ -347,6 +350,8 @@ class Call:
             self.requests.put(data)
         else:
             self.message = data
+            self.held = len(data)
+            self.conn.hold_requests(self.held)  # until the call ends
 
     def remote_ended(self) -> None:
         """The client sent all of its messages."""
@@ -547,6 +552,9 @@ class Call:
         self.done = True
         if self.buffered:
             self.release(self.buffered)
+        if self.held:
+            self.conn.hold_requests(-self.held)
+            self.held = 0
         self.partial = None
         ended = self.engine.call_ended
         if ended is not None and not ended.done():

@@ -31,8 +31,10 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
     (``grpc.per_message_decompression`` 0): the deserializers inflate them, bounded
     (:mod:`tritonx.grpc.receive`); ``SO_REUSEPORT`` follows ``--reuse-grpc-port``
     (off by default as in Triton; grpc's own default is on); the keepalive
-    arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags, the connection
-    age ``--grpc-max-connection-age[-grace]`` (ms) when set.
+    arguments follow the ``--grpc-keepalive-*`` / ``--grpc-http2-*`` flags (the keepalive
+    timeout also as ``grpc.http2.ping_timeout_ms``, which is what bounds the wait for a ping's
+    ACK in grpc core now), the connection age ``--grpc-max-connection-age[-grace]`` (ms)
+    when set.
     ``grpc_infer_allocation_pool_size`` is accepted but has no effect: grpc.aio allocates
     one response message per call. The values are checked by
     :func:`tritonx.settings_check.validate_settings`.
@@ -45,6 +47,10 @@ def grpc_options(settings: ServerSettings) -> list[tuple[str, int]]:
         ("grpc.so_reuseport", int(settings.reuse_grpc_port)),
         ("grpc.keepalive_time_ms", int(settings.grpc_keepalive_time)),
         ("grpc.keepalive_timeout_ms", int(settings.grpc_keepalive_timeout)),
+        # grpc core waits for a ping's ACK ping_timeout_ms (60 s by default) whatever
+        # keepalive_timeout_ms says (grpc/grpc#34647): an unanswered keepalive ping closed
+        # the connection after a minute instead of --grpc-keepalive-timeout
+        ("grpc.http2.ping_timeout_ms", int(settings.grpc_keepalive_timeout)),
         (
             "grpc.keepalive_permit_without_calls",
             int(bool(settings.grpc_keepalive_permit_without_calls)),
@@ -166,7 +172,10 @@ def service_handlers(
     limit = decompression_limit(settings)
     collector = _Collector(limit)
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-        GRPCInferenceServicer(dataplane, forward, compression), collector
+        GRPCInferenceServicer(
+            dataplane, forward, compression, int(settings.grpc_max_stream_in_flight)
+        ),
+        collector,
     )
     if not collector.services:  # pragma: no cover - tritonclient is pinned
         raise RuntimeError(

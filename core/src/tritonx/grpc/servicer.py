@@ -18,12 +18,13 @@ import functools
 import logging
 import time
 from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
-from typing import Any, TypeAlias
+from typing import Any
 
 import grpc
 
 from tritonx.dataplane import DataPlane, ServedModel
 from tritonx.errors import NotLoaded, TritonXError, invalid_arg, unsupported
+from tritonx.grpc.context import CallContext
 from tritonx.grpc.decode import DecodedRequest, decode_infer_request
 from tritonx.grpc.encode import encode_infer_response, heavy_response, stream_error
 from tritonx.grpc.errors import STATUS, detached, fail
@@ -41,9 +42,6 @@ from tritonx.wire import parse_version
 
 log = logging.getLogger("tritonx.grpc")
 
-#: ``grpc.aio.ServicerContext`` (grpc ships no type stubs).
-Context: TypeAlias = Any
-
 #: Stream metadata that makes the first error end the stream with a gRPC status.
 GRPC_ERROR_METADATA = "triton_grpc_error"
 
@@ -55,6 +53,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         matches becomes parameters of each inference request (None: nothing is forwarded).
     :param compression: ``--grpc-infer-response-compression-level``'s algorithm for the
         responses of ModelInfer and ModelStreamInfer (None: not compressed).
+    :param max_stream_in_flight: ``--grpc-max-stream-in-flight``: requests of one
+        ModelStreamInfer call in flight (running, or answered and not yet written) at once.
     """
 
     def __init__(
@@ -62,28 +62,30 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         dataplane: DataPlane,
         forward: HeaderForward | None = None,
         compression: grpc.Compression | None = None,
+        max_stream_in_flight: int = 128,
     ) -> None:
         self.dataplane = dataplane
         self.compression = compression
+        self.max_stream_in_flight = max_stream_in_flight
         #: the inference RPCs' steps (``forward``: metadata forwarded to each request)
         self.pipeline = Pipeline(dataplane, "grpc", forward)
 
     # ------------------------------------------------------------------ health / metadata
 
     async def ServerLive(
-        self, request: service_pb2.ServerLiveRequest, context: Context
+        self, request: service_pb2.ServerLiveRequest, context: CallContext
     ) -> service_pb2.ServerLiveResponse:
         """``live``: the server is initialised and not shut down."""
         return service_pb2.ServerLiveResponse(live=self.dataplane.server_live())
 
     async def ServerReady(
-        self, request: service_pb2.ServerReadyRequest, context: Context
+        self, request: service_pb2.ServerReadyRequest, context: CallContext
     ) -> service_pb2.ServerReadyResponse:
         """``ready``: the server (and, with strict readiness, every model) is ready."""
         return service_pb2.ServerReadyResponse(ready=self.dataplane.server_ready())
 
     async def ModelReady(
-        self, request: service_pb2.ModelReadyRequest, context: Context
+        self, request: service_pb2.ModelReadyRequest, context: CallContext
     ) -> service_pb2.ModelReadyResponse:
         """``ready`` of a model version; an unknown model is OK/false (as Triton 2.51)."""
         try:
@@ -95,7 +97,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ServerMetadata(
-        self, request: service_pb2.ServerMetadataRequest, context: Context
+        self, request: service_pb2.ServerMetadataRequest, context: CallContext
     ) -> service_pb2.ServerMetadataResponse:
         """Name (``triton``), protocol version and extensions."""
         meta = self.dataplane.server_metadata()
@@ -104,7 +106,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelMetadata(
-        self, request: service_pb2.ModelMetadataRequest, context: Context
+        self, request: service_pb2.ModelMetadataRequest, context: CallContext
     ) -> service_pb2.ModelMetadataResponse:
         """Versions, platform and input/output tensor metadata of a model."""
         dp = self.dataplane
@@ -123,7 +125,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def ModelConfig(
-        self, request: service_pb2.ModelConfigRequest, context: Context
+        self, request: service_pb2.ModelConfigRequest, context: CallContext
     ) -> service_pb2.ModelConfigResponse:
         """The completed, normalized ``inference.ModelConfig`` of a ready version."""
         dp = self.dataplane
@@ -137,7 +139,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def ModelStatistics(
-        self, request: service_pb2.ModelStatisticsRequest, context: Context
+        self, request: service_pb2.ModelStatisticsRequest, context: CallContext
     ) -> service_pb2.ModelStatisticsResponse:
         """Statistics of one model (version) or, with an empty name, of every ready model."""
         try:
@@ -152,7 +154,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ repository
 
     async def RepositoryIndex(
-        self, request: service_pb2.RepositoryIndexRequest, context: Context
+        self, request: service_pb2.RepositoryIndexRequest, context: CallContext
     ) -> service_pb2.RepositoryIndexResponse:
         """Every model of the repositories, with version, state and reason where known."""
         if request.repository_name:
@@ -169,7 +171,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     async def RepositoryModelLoad(
-        self, request: service_pb2.RepositoryModelLoadRequest, context: Context
+        self, request: service_pb2.RepositoryModelLoadRequest, context: CallContext
     ) -> service_pb2.RepositoryModelLoadResponse:
         """Load or reload a model (explicit mode), with optional config and file overrides."""
         try:
@@ -198,7 +200,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return service_pb2.RepositoryModelLoadResponse()
 
     async def RepositoryModelUnload(
-        self, request: service_pb2.RepositoryModelUnloadRequest, context: Context
+        self, request: service_pb2.RepositoryModelUnloadRequest, context: CallContext
     ) -> service_pb2.RepositoryModelUnloadResponse:
         """Unload a model (explicit mode), optionally with the models depending on it."""
         try:
@@ -220,7 +222,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ shared memory
 
     async def SystemSharedMemoryStatus(
-        self, request: service_pb2.SystemSharedMemoryStatusRequest, context: Context
+        self, request: service_pb2.SystemSharedMemoryStatusRequest, context: CallContext
     ) -> service_pb2.SystemSharedMemoryStatusResponse:
         """The registered system regions (all, or the one named): name, key, offset, size."""
         return self._shm_status(
@@ -232,7 +234,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def SystemSharedMemoryRegister(
-        self, request: service_pb2.SystemSharedMemoryRegisterRequest, context: Context
+        self, request: service_pb2.SystemSharedMemoryRegisterRequest, context: CallContext
     ) -> service_pb2.SystemSharedMemoryRegisterResponse:
         """Register a POSIX shared-memory object (needs ``--allow-client-shm``)."""
         return self._shm_change(
@@ -244,7 +246,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def SystemSharedMemoryUnregister(
-        self, request: service_pb2.SystemSharedMemoryUnregisterRequest, context: Context
+        self, request: service_pb2.SystemSharedMemoryUnregisterRequest, context: CallContext
     ) -> service_pb2.SystemSharedMemoryUnregisterResponse:
         """Unregister one system region, or all of them with an empty name."""
         return self._shm_change(
@@ -254,7 +256,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def CudaSharedMemoryStatus(
-        self, request: service_pb2.CudaSharedMemoryStatusRequest, context: Context
+        self, request: service_pb2.CudaSharedMemoryStatusRequest, context: CallContext
     ) -> service_pb2.CudaSharedMemoryStatusResponse:
         """The registered CUDA regions (all, or the one named): name, device, size."""
         return self._shm_status(
@@ -266,7 +268,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def CudaSharedMemoryRegister(
-        self, request: service_pb2.CudaSharedMemoryRegisterRequest, context: Context
+        self, request: service_pb2.CudaSharedMemoryRegisterRequest, context: CallContext
     ) -> service_pb2.CudaSharedMemoryRegisterResponse:
         """Open a CUDA IPC handle as a region (needs ``--allow-client-shm``, cuda-python and
         a GPU; else Triton's "GPUs not supported" error)."""
@@ -279,7 +281,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         )
 
     async def CudaSharedMemoryUnregister(
-        self, request: service_pb2.CudaSharedMemoryUnregisterRequest, context: Context
+        self, request: service_pb2.CudaSharedMemoryUnregisterRequest, context: CallContext
     ) -> service_pb2.CudaSharedMemoryUnregisterResponse:
         """Unregister one CUDA region, or all of them with an empty name."""
         return self._shm_change(
@@ -292,7 +294,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self,
         kind: MemoryKind,
         name: str,
-        context: Context,
+        context: CallContext,
         response: Any,
         fields: Callable[[RegionStatus], dict[str, Any]],
     ) -> Any:
@@ -309,7 +311,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return response
 
     def _shm_change(
-        self, change: Callable[[SharedMemoryManager], None], context: Context, response: Any
+        self, change: Callable[[SharedMemoryManager], None], context: CallContext, response: Any
     ) -> Any:
         """Register or unregister (``change``): refused unless ``--allow-client-shm``."""
         shm = self.dataplane.shared_memory
@@ -324,7 +326,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ trace and logging
 
     async def TraceSetting(
-        self, request: service_pb2.TraceSettingRequest, context: Context
+        self, request: service_pb2.TraceSettingRequest, context: CallContext
     ) -> service_pb2.TraceSettingResponse:
         """Update (given settings; an empty value list clears a model's own value) and return
         the global or a model's trace settings."""
@@ -334,7 +336,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             return fail(context, exc)
 
     async def LogSettings(
-        self, request: service_pb2.LogSettingsRequest, context: Context
+        self, request: service_pb2.LogSettingsRequest, context: CallContext
     ) -> service_pb2.LogSettingsResponse:
         """Update (given settings) and return the server's log settings."""
         try:
@@ -345,7 +347,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ------------------------------------------------------------------ inference
 
     async def ModelInfer(
-        self, request: service_pb2.ModelInferRequest | Received, context: Context
+        self, request: service_pb2.ModelInferRequest | Received, context: CallContext
     ) -> service_pb2.ModelInferResponse:
         """Unary inference; decoupled models are UNIMPLEMENTED here (use the stream).
 
@@ -395,7 +397,7 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(
         self,
         request_iterator: AsyncIterable[service_pb2.ModelInferRequest],
-        context: Context,
+        context: CallContext,
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
         """Bidirectional streaming inference (see :class:`_Stream`)."""
         if self.compression is not None:
@@ -404,12 +406,15 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
-        stream = _Stream(self.pipeline, grpc_error, MetadataHeaders(lambda: metadata))
+        stream = _Stream(
+            self.pipeline, grpc_error, MetadataHeaders(lambda: metadata), self.max_stream_in_flight
+        )
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
             queue = stream.queue
             while True:
                 message, error = await queue.get()
+                stream.room()
                 if message is None:
                     break
                 if error is not None and grpc_error:
@@ -444,8 +449,14 @@ class _Stream:
     models see ``is_cancelled()`` while their further responses are discarded.
     """
 
-    def __init__(self, pipeline: Pipeline, grpc_error: bool, headers: Headers) -> None:
+    def __init__(
+        self, pipeline: Pipeline, grpc_error: bool, headers: Headers, limit: int = 128
+    ) -> None:
         self.pipeline = pipeline
+        #: requests in flight at most (running, or answered and not yet written): the next
+        #: message is read when one ends, so a client that sends faster than it reads waits
+        self.limit = limit
+        self.room_waiter: asyncio.Future[None] | None = None
         self.grpc_error = grpc_error
         #: the call's metadata (forwarded to every request; a ``traceparent`` may be in it)
         self.headers = headers
@@ -491,12 +502,23 @@ class _Stream:
         self.open.clear()
         self.traced.clear()
 
+    def room(self) -> None:
+        """A request ended or a message was taken to be written: the reader may go on."""
+        waiter = self.room_waiter
+        if waiter is not None and len(self.tasks) + self.queue.qsize() < self.limit:
+            self.room_waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
     async def read(
         self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest | Received]
     ) -> None:
         try:
             iterator = aiter(request_iterator)
             while True:
+                while len(self.tasks) + self.queue.qsize() >= self.limit:
+                    self.room_waiter = asyncio.get_running_loop().create_future()
+                    await self.room_waiter
                 wait_start = time.perf_counter_ns()
                 try:
                     request = await anext(iterator)
@@ -544,6 +566,7 @@ class _Stream:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        self.room()
         if not task.cancelled() and task.exception() is not None:
             log.error("stream request failed", exc_info=task.exception())
         self._maybe_end()

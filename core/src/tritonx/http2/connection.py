@@ -19,7 +19,10 @@ Bounds (:class:`Options`; each one a flag of the server's, see :mod:`tritonx.grp
   ``max_header_list_size`` ends the connection (ENHANCE_YOUR_CALM); a block left unfinished
   for ``header_timeout`` seconds too;
 - **receive windows**: a stream's window is credited as its handler consumes what it received
-  (:meth:`Stream.hold_credit`): a handler that does not keep up stops its client;
+  (:meth:`Stream.hold_credit`): a handler that does not keep up stops its client; the
+  connection's window is credited only while the requests its streams are working on hold
+  less than a window's worth (:meth:`Connection.hold_requests`), so a client that sends
+  faster than its calls end waits;
 - **send buffer**: answer bytes waiting for the client's windows are at most
   ``max_send_buffer`` per connection (an answer past it is refused: :meth:`Connection.send`
   returns False), and data that makes no progress for ``send_timeout`` seconds has its
@@ -248,6 +251,8 @@ class Connection(asyncio.Protocol):
         self.peer_frame = f.DEFAULT_FRAME_SIZE
         self.send_window = f.DEFAULT_WINDOW
         self.recv_used = 0
+        #: request bytes the application is working on (:meth:`hold_requests`)
+        self.held = 0
         #: streams with data waiting for window, in order
         self.waiting: dict[int, Stream] = {}
         #: the windows grew in this read: the waiting streams are tried once at its end
@@ -596,7 +601,10 @@ class Connection(asyncio.Protocol):
         if sid == 0:
             raise ConnectionError_(f.PROTOCOL_ERROR, "DATA on stream 0")
         self.recv_used += length
-        if self.recv_used >= self.options.connection_window // 2:
+        if (
+            self.recv_used >= self.options.connection_window // 2
+            and self.held < self.options.connection_window
+        ):
             self.out.append(f.window_update(0, self.recv_used))
             self.recv_used = 0
         stream = self.streams.get(sid)
@@ -702,6 +710,19 @@ class Connection(asyncio.Protocol):
             elif key == f.SETTINGS_ENABLE_PUSH and value > 1:
                 raise ConnectionError_(f.PROTOCOL_ERROR, "invalid SETTINGS_ENABLE_PUSH")
         self.out.append(f.frame(f.SETTINGS, f.ACK, 0))
+
+    def hold_requests(self, size: int) -> None:
+        """The application works on ``size`` more request bytes (negative: it is done with
+        them). While they reach the connection's window, its credit is held back."""
+        self.held += size
+        if (
+            size < 0
+            and self.recv_used >= self.options.connection_window // 2
+            and self.held < self.options.connection_window
+            and not self.closed
+        ):
+            used, self.recv_used = self.recv_used, 0
+            self.write(f.window_update(0, used))
 
     def _data_flowed(self) -> None:
         """Headers or data went either way: the client's early pings are forgiven and the
