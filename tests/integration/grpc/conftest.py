@@ -1,18 +1,25 @@
-"""Models and server settings shared by the gRPC frontend tests.
+"""Models, server settings and the engine shared by the gRPC frontend tests.
 
 The gRPC tests run the server with only the gRPC listener (the HTTP frontend is tested on
-its own) and a repository holding every model they use.
+its own) and a repository holding every model they use. Every test that starts a server runs
+once per ``--grpc-engine`` (the ``grpc_engine`` fixture: ``loop`` and ``aio``), so the two
+engines are held to the same answers: tests taking ``server_settings`` (and the ``server`` /
+``server_thread`` fixtures built on it) get it there; tests building their own settings take
+``grpc_engine`` and pass it on. A test about one engine's own framing is marked
+``loop_engine_only(reason=...)`` and runs on ``loop`` alone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse
 from tritonx.config import ServerSettings
+from tritonx.grpc.server import GRPC_ENGINES
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 #: Every protocol datatype; the ``all_types`` model has INPUTi/OUTPUTi of DATATYPES[i].
@@ -128,11 +135,65 @@ def populate(repo: ModelRepositoryBuilder) -> None:
     )
 
 
+#: marks a test about the loop engine's own HTTP/2 framing (``reason``: why it does not hold
+#: for grpc core): it runs on ``--grpc-engine loop`` alone
+LOOP_ENGINE_ONLY = "loop_engine_only"
+#: marks a test the loop engine fails because it answers otherwise than grpc core (the aio
+#: engine): on ``loop`` it is ``xfail(strict=True, reason=...)``, the reason starting
+#: "loop engine: " and saying how it differs
+LOOP_ENGINE_DIFFERS = "loop_engine_differs"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        f"{LOOP_ENGINE_ONLY}(reason): a gRPC test of the loop engine's own framing, "
+        "not run on --grpc-engine aio",
+    )
+    config.addinivalue_line(
+        "markers",
+        f"{LOOP_ENGINE_DIFFERS}(reason): a gRPC test the loop engine fails (strict xfail on "
+        "--grpc-engine loop) because it answers otherwise than grpc core",
+    )
+
+
+def engine_params(definition: pytest.Function) -> list[Any]:
+    """The ``grpc_engine`` parameters of a test (each with its engine as its id), as its
+    markers say."""
+    only = definition.get_closest_marker(LOOP_ENGINE_ONLY)
+    differs = definition.get_closest_marker(LOOP_ENGINE_DIFFERS)
+    for marker in (only, differs):
+        if marker is not None and not marker.kwargs.get("reason"):
+            raise pytest.UsageError(f"{definition.nodeid}: {marker.name} needs a reason")
+    if only is not None:
+        return [pytest.param("loop", id="loop")]
+    marks: list[pytest.MarkDecorator] = []
+    if differs is not None:
+        reason = str(differs.kwargs["reason"])
+        if not reason.startswith("loop engine: "):
+            raise pytest.UsageError(f"{definition.nodeid}: its reason must start 'loop engine: '")
+        marks.append(pytest.mark.xfail(strict=True, reason=reason))
+    return [
+        pytest.param(engine, id=engine, marks=marks if engine == "loop" else ())
+        for engine in GRPC_ENGINES
+    ]
+
+
 @pytest.fixture
-def server_settings(model_repository: ModelRepositoryBuilder) -> ServerSettings:
-    """Only the gRPC listener, every test model in the repository."""
+def grpc_engine(request: pytest.FixtureRequest) -> str:
+    """The ``--grpc-engine`` of the test's servers: each of :data:`GRPC_ENGINES` in turn
+    (:func:`engine_params`: ``loop`` alone for a test marked ``loop_engine_only``, an
+    expected failure there for one marked ``loop_engine_differs``)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def server_settings(model_repository: ModelRepositoryBuilder, grpc_engine: str) -> ServerSettings:
+    """Only the gRPC listener on ``grpc_engine``, every test model in the repository."""
     populate(model_repository)
-    return loopback_settings(model_repository.root, allow_http=False, allow_metrics=False)
+    return loopback_settings(
+        model_repository.root, allow_http=False, allow_metrics=False, grpc_engine=grpc_engine
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -148,6 +209,9 @@ def datatypes() -> tuple[str, ...]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    """Tests taking a ``datatype`` argument run once per protocol datatype."""
+    """Tests taking a ``datatype`` argument run once per protocol datatype; tests using the
+    ``grpc_engine`` fixture (directly or through ``server_settings``) once per engine."""
     if "datatype" in metafunc.fixturenames:
         metafunc.parametrize("datatype", DATATYPES)
+    if "grpc_engine" in metafunc.fixturenames:
+        metafunc.parametrize("grpc_engine", engine_params(metafunc.definition), indirect=True)

@@ -64,7 +64,7 @@ def zeros() -> list[grpcclient.InferInput]:
 
 @pytest.mark.parametrize("level", ["none", "low", "medium", "HIGH"])
 async def test_infer_responses_are_compressed_at_the_level(
-    model_repository: ModelRepositoryBuilder, level: str
+    model_repository: ModelRepositoryBuilder, grpc_engine: str, level: str
 ) -> None:
     model_repository.add_identity("big", dims=[-1])
     settings = loopback_settings(
@@ -72,6 +72,7 @@ async def test_infer_responses_are_compressed_at_the_level(
         allow_http=False,
         allow_metrics=False,
         grpc_infer_response_compression_level=level,
+        grpc_engine=grpc_engine,
     )
     pm = make_plugin_manager(autoload=False, extra=[identity])
     relay = Relay()

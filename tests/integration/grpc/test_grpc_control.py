@@ -152,12 +152,14 @@ def test_health_check_serving(server_thread: ServerThread) -> None:
 # ---------------------------------------------------------------------- own servers
 
 
-async def test_health_not_serving_when_not_ready(tmp_path: Path, plugin_manager) -> None:
+async def test_health_not_serving_when_not_ready(
+    tmp_path: Path, plugin_manager, grpc_engine: str
+) -> None:
     """With strict readiness a model that failed to load makes the server not ready."""
     repo = ModelRepositoryBuilder(tmp_path / "models")
     repo.add_identity("ok")
     repo.add_identity("broken", parameters={"fail_load": "1"})
-    settings = loopback_settings(repo.root, **GRPC_ONLY)
+    settings = loopback_settings(repo.root, grpc_engine=grpc_engine, **GRPC_ONLY)
     async with Server(settings, plugin_manager=plugin_manager) as server:
         client = aioclient.InferenceServerClient(server.grpc_url)
         try:
@@ -179,10 +181,14 @@ async def test_health_not_serving_when_not_ready(tmp_path: Path, plugin_manager)
             await client.close()
 
 
-async def test_repository_load_unload_explicit(tmp_path: Path, plugin_manager) -> None:
+async def test_repository_load_unload_explicit(
+    tmp_path: Path, plugin_manager, grpc_engine: str
+) -> None:
     repo = ModelRepositoryBuilder(tmp_path / "models")
     repo.add_identity("m1", max_batch_size=4)
-    settings = loopback_settings(repo.root, model_control_mode="explicit", **GRPC_ONLY)
+    settings = loopback_settings(
+        repo.root, model_control_mode="explicit", grpc_engine=grpc_engine, **GRPC_ONLY
+    )
     async with Server(settings, plugin_manager=plugin_manager) as server:
         client = aioclient.InferenceServerClient(server.grpc_url)
         try:
@@ -215,12 +221,14 @@ async def test_repository_load_unload_explicit(tmp_path: Path, plugin_manager) -
             await client.close()
 
 
-def test_bad_load_parameters(tmp_path: Path, plugin_manager) -> None:
+def test_bad_load_parameters(tmp_path: Path, plugin_manager, grpc_engine: str) -> None:
     from tritonclient.grpc import service_pb2, service_pb2_grpc
 
     repo = ModelRepositoryBuilder(tmp_path / "models")
     repo.add_identity("m1")
-    settings = loopback_settings(repo.root, model_control_mode="explicit", **GRPC_ONLY)
+    settings = loopback_settings(
+        repo.root, model_control_mode="explicit", grpc_engine=grpc_engine, **GRPC_ONLY
+    )
     with ServerThread(Server(settings, plugin_manager=plugin_manager)) as server:
         with grpc.insecure_channel(server.grpc_url) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -242,7 +250,7 @@ def test_bad_load_parameters(tmp_path: Path, plugin_manager) -> None:
             assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_keepalive_settings_and_options(tmp_path: Path, plugin_manager) -> None:
+def test_keepalive_settings_and_options(tmp_path: Path, plugin_manager, grpc_engine: str) -> None:
     """--grpc-keepalive-* settings reach the channel arguments and a keepalive client works."""
     repo = ModelRepositoryBuilder(tmp_path / "models")
     repo.add_identity("m1", max_batch_size=4)
@@ -255,11 +263,13 @@ def test_keepalive_settings_and_options(tmp_path: Path, plugin_manager) -> None:
         grpc_http2_min_recv_ping_interval_without_data=100,
         grpc_http2_max_ping_strikes=0,
         grpc_infer_allocation_pool_size=2,
+        grpc_engine=grpc_engine,
         **GRPC_ONLY,
     )
     options = dict(grpc_options(settings))
     assert options["grpc.keepalive_time_ms"] == 1000
     assert options["grpc.keepalive_timeout_ms"] == 500
+    assert options["grpc.http2.ping_timeout_ms"] == 500  # grpc core's wait for the ping's ACK
     assert options["grpc.keepalive_permit_without_calls"] == 1
     assert options["grpc.http2.max_pings_without_data"] == 0
     assert options["grpc.http2.min_ping_interval_without_data_ms"] == 100
@@ -284,7 +294,7 @@ def test_keepalive_settings_and_options(tmp_path: Path, plugin_manager) -> None:
             client.close()
 
 
-async def test_grpc_address_and_port(tmp_path: Path, plugin_manager) -> None:
+async def test_grpc_address_and_port(tmp_path: Path, plugin_manager, grpc_engine: str) -> None:
     import socket
 
     repo = ModelRepositoryBuilder(tmp_path / "models")
@@ -292,7 +302,7 @@ async def test_grpc_address_and_port(tmp_path: Path, plugin_manager) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    settings = loopback_settings(repo.root, grpc_port=port, **GRPC_ONLY)
+    settings = loopback_settings(repo.root, grpc_port=port, grpc_engine=grpc_engine, **GRPC_ONLY)
     async with Server(settings, plugin_manager=plugin_manager) as server:
         assert server.grpc_port == port and server.grpc_url == f"127.0.0.1:{port}"
         client = aioclient.InferenceServerClient(f"localhost:{port}")

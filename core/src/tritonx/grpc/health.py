@@ -15,6 +15,7 @@ import grpc
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
 from tritonx.dataplane import DataPlane
+from tritonx.grpc.context import CallContext
 from tritonx.grpc.receive import Limit, receiving
 
 SERVICE_NAME = "grpc.health.v1.Health"
@@ -70,7 +71,7 @@ def health_method_handlers(
     requests are received as the inference service's (:func:`tritonx.grpc.receive.receiving`,
     compressed ones inflated up to ``limit``)."""
 
-    async def check(request: Any, context: Any) -> Any:
+    async def check(request: Any, context: CallContext) -> Any:
         status = SERVING if dataplane.server_ready() else NOT_SERVING
         return HealthCheckResponse(status=status)
 

@@ -50,6 +50,7 @@ from typing import Any
 
 import grpc
 
+from tritonx.grpc.context import CallContext
 from tritonx.grpc.errors import bounded_message
 
 #: Default ``--grpc-max-decompressed-message-size``: the largest size a compressed request
@@ -90,7 +91,7 @@ class Refusal:
     code: grpc.StatusCode
     details: str
 
-    def fail(self, context: Any) -> None:
+    def fail(self, context: CallContext) -> None:
         """Set this status on the RPC of ``context``; returns None for the handler to return."""
         context.set_code(self.code)
         context.set_details(self.details)
@@ -390,7 +391,7 @@ def receiving(handler: grpc.RpcMethodHandler, limit: Limit) -> grpc.RpcMethodHan
     if inner is None:
         return handler._replace(request_deserializer=deserialize)
 
-    async def unary_unary(request: Any, context: Any) -> Any:
+    async def unary_unary(request: Any, context: CallContext) -> Any:
         if type(request) is Received:
             request = await request.message()
             if type(request) is Refusal:
