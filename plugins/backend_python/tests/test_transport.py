@@ -418,6 +418,7 @@ def test_a_misspelt_key_is_refused(
     assert (
         "--backend-config=python,shm-defualt-byte-size: backend 'python' has no setting "
         "'shm-defualt-byte-size' (its settings: default-max-batch-size, execution-mode, "
-        "requirements-cache-dir, shm-default-byte-size, shm-growth-byte-size, shm-message-queue-size, "
-        "shm-region-prefix-name, stub-timeout-seconds)"
+        "requirements-allowed-options, requirements-cache-dir, requirements-index-urls, "
+        "requirements-install-timeout-seconds, shm-default-byte-size, shm-growth-byte-size, "
+        "shm-message-queue-size, shm-region-prefix-name, stub-timeout-seconds)"
     ) in done.stderr

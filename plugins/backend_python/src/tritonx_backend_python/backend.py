@@ -21,7 +21,7 @@ from tritonx.backend import AutoCompleteContext, Backend, LoadContext, ModelInst
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx_backend_python import _ipc
 from tritonx_backend_python.environment import (
-    CACHE_DIR_KEY,
+    CONFIG_KEYS,
     REQUIREMENTS_PARAMETER,
     EnvironmentCache,
     Requirements,
@@ -67,8 +67,17 @@ class PythonBackend(Backend):
     ``in_process``: the default for models that set no ``TRITONX_EXECUTION_MODE``),
     ``stub-timeout-seconds`` (default 30), ``shm-region-prefix-name`` (the label of the
     shared-memory segments in ``/proc/<pid>/fd``: they have no file name, so no client can
-    register them) and ``requirements-cache-dir`` (where the environments of models with
-    their own requirements are cached: :mod:`~tritonx_backend_python.environment`).
+    register them), and for models with their own requirements
+    (:mod:`~tritonx_backend_python.environment`, :mod:`~tritonx_backend_python.reqfile`):
+    ``requirements-cache-dir`` (where their environments are cached, a folder servers may
+    share; default: this server's own, removed at exit), ``requirements-index-urls`` (the
+    URLs, separated by commas, that a requirements file may name with ``--index-url``,
+    ``--extra-index-url`` or ``--find-links``; default none), ``requirements-allowed-options``
+    (further installer options a requirements file may use, from ``--pre``,
+    ``--prefer-binary``, ``--require-hashes``, ``--only-binary``, ``--no-binary``,
+    ``--trusted-host``, ``--use-feature``, ``--config-settings``, ``--global-option``; default
+    none) and ``requirements-install-timeout-seconds`` (default 600: a longer install is
+    killed and the load fails).
     """
 
     name = "python"
@@ -79,7 +88,7 @@ class PythonBackend(Backend):
             "execution-mode",
             "stub-timeout-seconds",
             "shm-region-prefix-name",
-            CACHE_DIR_KEY,
+            *CONFIG_KEYS,
             *NO_EFFECT,
         }
     )
@@ -187,7 +196,8 @@ class PythonBackend(Backend):
         """``tritonx check``'s auto-complete of a model with requirements: in its environment
         when cached, else (nothing is built) in the server's, saying so if that fails."""
         assert ctx.model_path is not None
-        status = self.environments.status(requirements.path)
+        model = ctx.config.name or ctx.model_dir.name
+        status = self.environments.status(requirements.path, ctx.model_dir, model)
         if status.state == "cached":
             python = WorkerEnv(site_dir=str(status.path))
             return auto_complete_in_worker(ctx.model_path, before, python, self.stub_timeout)
@@ -209,7 +219,8 @@ class PythonBackend(Backend):
         requirements = self.requirements(parameters, ctx.model_dir, model)
         if requirements is None:
             return {}
-        return {"environment": self.environments.status(requirements.path).describe()}
+        status = self.environments.status(requirements.path, ctx.model_dir, model)
+        return {"environment": status.describe()}
 
     def load(self, ctx: LoadContext) -> ModelInstance:
         """Start one instance: a worker process, or the model in this process."""
@@ -243,6 +254,7 @@ class PythonBackend(Backend):
         self.closed.set()
         for worker in list(self.workers):
             worker.kill()
+        self.environments.close()
 
 
 #: Characters Triton's python backend refuses in the names its stubs are started with (its
