@@ -251,11 +251,6 @@ def test_a_deadline_that_passes_ends_the_call(server_thread: ServerThread) -> No
         sock.close()
 
 
-@pytest.mark.loop_engine_differs(
-    reason="loop engine: grpc core (the aio engine; grpcio 1.85) words its message-size "
-    "statuses 'SERVER: Received message larger than max (N vs. M)' and 'SERVER: Sent message "
-    "larger than max (N vs. M)'; the loop engine leaves out the 'SERVER: '"
-)
 def test_messages_over_the_limit_are_answered_in_grpc_cores_words(
     server_settings: ServerSettings, plugin_manager: Any
 ) -> None:
@@ -288,10 +283,6 @@ def test_messages_over_the_limit_are_answered_in_grpc_cores_words(
         thread.stop()
 
 
-@pytest.mark.loop_engine_differs(
-    reason="loop engine: a unary call with a second request message ends INTERNAL 'More than "
-    "one request message on a unary call'; grpc core (the aio engine) answers the first"
-)
 def test_a_unary_call_with_two_messages_answers_the_first(server_thread: ServerThread) -> None:
     message = infer_request(np.ones(2, np.float32))
     with grpc.insecure_channel(server_thread.server.grpc_url) as channel:

@@ -13,7 +13,9 @@ handler reads it.
 
 Statuses are grpc core's where a client can see them: an unknown method is UNIMPLEMENTED
 ``Method not found!``; a message over ``--grpc-max-message-size`` is RESOURCE_EXHAUSTED
-``Received message larger than max (N vs. M)`` (``Sent ...`` for an answer); a deadline
+``SERVER: Received message larger than max (N vs. M)`` (``SERVER: Sent ...`` for an answer, as
+grpcio's own server words them); a unary call's request messages past its first are dropped,
+its first answered (as grpc core does); a deadline
 (``grpc-timeout``) that passes cancels the handler (the data plane cancels the request) and
 ends the call DEADLINE_EXCEEDED ``Deadline Exceeded``; a client's RST_STREAM or a lost
 connection cancels it without an answer.
@@ -50,6 +52,7 @@ from tritonx.http2 import frames as h2
 from tritonx.http2.hpack import literal
 
 if TYPE_CHECKING:
+    from tritonx.grpc.context import CallContext
     from tritonx.grpc.engine import Engine
     from tritonx.http2.connection import Stream
 
@@ -225,6 +228,7 @@ class Call:
         "partial",
         "prefix",
         "requests",
+        "skip",
         "stream",
         "task",
         "timer",
@@ -251,6 +255,8 @@ class Call:
         self.prefix = bytearray()
         self.partial: bytearray | None = None
         self.need = 0
+        #: bytes of a dropped message still to come
+        self.skip = 0
         #: bytes of this call's messages counted in the engine's buffered bytes
         self.buffered = 0
         #: bytes of a unary call's request counted in its connection's (until it ends)
@@ -269,6 +275,11 @@ class Call:
         pos = 0
         end = len(data)
         while pos < end and not self.done:
+            if self.skip:
+                take = min(self.skip, end - pos)
+                self.skip -= take
+                pos += take
+                continue
             message = self.partial
             if message is None:
                 prefix = self.prefix
@@ -286,6 +297,8 @@ class Call:
                     size = int.from_bytes(prefix[1:5], "big")
                     prefix.clear()
                 if not self.message_started(flag, size):
+                    if self.skip:
+                        continue
                     return
                 if end - pos >= size:  # whole in this frame: one copy
                     self.message_received(bytes(data[pos : pos + size]))
@@ -303,7 +316,7 @@ class Call:
 
     def end_received(self) -> None:
         """The client ended its side."""
-        if self.partial is not None or self.prefix:
+        if self.partial is not None or self.prefix or self.skip:
             self.incomplete()
         else:
             self.remote_ended()
@@ -319,7 +332,9 @@ class Call:
         engine = self.engine
         limit = engine.max_message
         if size > limit:
-            self.fail(RESOURCE_EXHAUSTED, f"Received message larger than max ({size} vs. {limit})")
+            self.fail(
+                RESOURCE_EXHAUSTED, f"SERVER: Received message larger than max ({size} vs. {limit})"
+            )
             return False
         if flag > 1:
             self.fail(INTERNAL, f"Invalid gRPC message flag {flag}")
@@ -328,7 +343,7 @@ class Call:
             self.fail(INTERNAL, "A compressed message came on a call without grpc-encoding")
             return False
         if not self.method.streaming and self.message is not None:
-            self.fail(INTERNAL, "More than one request message on a unary call")
+            self.skip = size  # a unary call's second message: dropped, the first answered
             return False
         buffered = engine.buffered
         if buffered and buffered + size > engine.max_buffered:
@@ -470,7 +485,10 @@ class Call:
         data = self.method.serialize(response)
         limit = self.engine.max_message
         if len(data) > limit:
-            self.fail(RESOURCE_EXHAUSTED, f"Sent message larger than max ({len(data)} vs. {limit})")
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"SERVER: Sent message larger than max ({len(data)} vs. {limit})",
+            )
             return False
         stream = self.stream
         headers: bytes | None = None
@@ -571,3 +589,10 @@ class Call:
                     callback(self.context)
                 except Exception:
                     log.exception("gRPC call done callback failed")
+
+
+if TYPE_CHECKING:
+
+    def _implements(context: Context) -> CallContext:
+        """mypy checks here that :class:`Context` is the handlers' :class:`CallContext`."""
+        return context
