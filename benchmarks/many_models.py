@@ -9,7 +9,8 @@ on the same repository, nothing loaded at start:
 
 * ``no budget``: ``--model-load-on-demand=true`` (a model stays loaded after its first load);
 * ``budget``: the same with ``--max-loaded-models 8`` (the least recently used idle model is
-  unloaded to make room).
+  unloaded to make room, however recently it loaded: ``--model-min-residency-secs 0``; the
+  minimum's own rows are in ``many_models_refusals.py``).
 
 Rows, all over HTTP with ``tritonclient``:
 
@@ -262,7 +263,7 @@ def points(
         return []
     s = settings or (Settings.smoke() if smoke else Settings())
     repo = build(work, s.models, write_model)
-    budget_args = ("--max-loaded-models", str(s.budget))
+    budget_args = ("--max-loaded-models", str(s.budget), "--model-min-residency-secs", "0")
     label = {"free": "no budget", "budget": f"--max-loaded-models {s.budget}"}
     rows: list[Any] = []
     try:

@@ -35,6 +35,9 @@ from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 ON_DEMAND: dict[str, Any] = {"model_control_mode": "explicit", "model_load_on_demand": True}
+#: the budgets' least-recently-used order alone: a model just loaded may make room
+#: (``--model-min-residency-secs 0``; the minimum has tests of its own)
+LRU: dict[str, Any] = {"model_min_residency_secs": 0}
 DATA = np.arange(4, dtype=np.float32)
 
 
@@ -400,7 +403,7 @@ async def test_the_least_recently_used_model_is_unloaded(
 ) -> None:
     for i, name in enumerate("abcd"):
         gate_model(repo, name, add=i)
-    async with serving(repo, max_loaded_models=2) as server:
+    async with serving(repo, max_loaded_models=2, **LRU) as server:
         h, g = http(server, clients), grpc(server, clients)
         for name, loaded in (
             ("a", ["a"]),
@@ -431,7 +434,7 @@ async def test_a_busy_model_is_not_unloaded_until_its_request_ends(
     Gates.exec_gates["busy"] = gate = threading.Event()
     Gates.exec_started["busy"] = executing = threading.Event()
     with logged("waiting for a loaded model to go idle to load 'next'") as waiting:
-        async with serving(repo, max_loaded_models=1) as server:
+        async with serving(repo, max_loaded_models=1, **LRU) as server:
             h = http(server, clients)
             busy = asyncio.ensure_future(http_infer(h, "busy"))
             assert await asyncio.to_thread(executing.wait, 30)
@@ -502,7 +505,7 @@ async def test_an_ensemble_loads_its_composing_models_and_keeps_them(
     repo: ModelRepositoryBuilder, clients: list[Any]
 ) -> None:
     _ensemble(repo)
-    async with serving(repo, max_loaded_models=2) as server:
+    async with serving(repo, max_loaded_models=2, **LRU) as server:
         h = http(server, clients)
         np.testing.assert_array_equal(await http_infer(h, "ens"), DATA + 3)
         assert ready(server) == ["ens", "inner"]
@@ -580,6 +583,14 @@ async def test_poll_mode_loads_nothing_at_start(
             "--max-loaded-models 1 cannot hold the 2 models listed with --load-model",
         ),
         ({**ON_DEMAND, "max_loaded_models": -1}, "--max-loaded-models must be 0 or more, got -1"),
+        (
+            {**ON_DEMAND, "model_min_residency_secs": -1.0},
+            "--model-min-residency-secs must be 0 or more, got -1",
+        ),
+        (
+            {**ON_DEMAND, "unknown_model_rescan_secs": -1.0},
+            "--unknown-model-rescan-secs must be 0 or more, got -1",
+        ),
     ],
 )
 async def test_settings_are_checked(
@@ -656,7 +667,7 @@ async def test_a_live_sequence_keeps_its_model(
     )
     gate_model(repo, "other", add=2)
     with logged("waiting for a loaded model to go idle to load 'other'") as waiting:
-        async with serving(repo, max_loaded_models=1) as server:
+        async with serving(repo, max_loaded_models=1, **LRU) as server:
             h = http(server, clients)
 
             async def step(**sequence: Any) -> np.ndarray:
@@ -739,7 +750,7 @@ async def test_a_model_larger_than_the_memory_budget_is_refused(
 ) -> None:
     gate_model(repo, "big", ballast_mb="32")
     gate_model(repo, "small", add=1)
-    async with serving(repo, model_memory_budget=16 << 20) as server:
+    async with serving(repo, model_memory_budget=16 << 20, **LRU) as server:
         h = http(server, clients)
         message = (
             r"cannot load model 'big': --model-memory-budget 16777216 bytes \(\d+ bytes in use\) "
@@ -771,7 +782,7 @@ async def test_cached_models_load_on_demand_and_are_evicted(
             extra="response_cache { enable: true }\n",
         )
     async with serving(
-        repo, max_loaded_models=1, cache_config={"local": {"size": "1048576"}}
+        repo, max_loaded_models=1, cache_config={"local": {"size": "1048576"}}, **LRU
     ) as server:
         h = http(server, clients)
         for _ in range(2):  # a miss, then a hit
@@ -786,3 +797,173 @@ async def test_cached_models_load_on_demand_and_are_evicted(
         np.testing.assert_array_equal(await http_infer(h, "c1"), DATA + 10)
         assert ready(server) == ["c1"]
         assert Gates.loads == {"c1": 2, "c2": 1}
+
+
+# ---------------------------------------------------------------------------------- refusals
+
+
+def scans(samples: dict[Any, float]) -> float:
+    """Reads of every repository so far (the series must be there)."""
+    key = ("tritonx_model_repository_scans_total", ())
+    assert key in samples, "no tritonx_model_repository_scans_total"
+    return samples[key]
+
+
+async def refused_as_unknown(h: Any, g: Any, name: str) -> None:
+    """``name`` gets Triton's unknown-model answer over HTTP (404) and gRPC (NOT_FOUND)."""
+    message = f"Request for unknown model: '{name}' is not found"
+    with pytest.raises(InferenceServerException) as http_refusal:
+        await http_infer(h, name)
+    assert (http_refusal.value.status(), http_refusal.value.message()) == ("404", message)
+    with pytest.raises(InferenceServerException) as grpc_refusal:
+        await grpc_infer(g, name)
+    assert grpc_refusal.value.status() == "StatusCode.NOT_FOUND"
+    assert grpc_refusal.value.message() == message
+
+
+async def test_unknown_names_are_refused_without_reading_the_repositories(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "m")
+    async with serving(repo, unknown_model_rescan_secs=3600) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        before = scans(await scrape(server))
+        assert before >= 1  # the start-up's read
+        for i in range(100):
+            await refused_as_unknown(h, g, f"nope-{i}")
+        with pytest.raises(InferenceServerException, match="Request for unknown model: 'x'"):
+            await h.get_model_metadata("x")
+        samples = await scrape(server)
+        assert scans(samples) == before  # answered from the last read
+        assert not [key for key in samples if any(v.startswith("nope") for _, v in key[1])]
+        assert [r.name for r in server.repository_index()] == ["m"]  # (this reads them)
+        # a folder added since the last read is not seen by a request for it...
+        gate_model(repo, "late", add=4)
+        await refused_as_unknown(h, g, "late")
+        read = scans(await scrape(server))
+        # ... until something reads the repositories again: here the index API
+        assert [row["name"] for row in await h.get_model_repository_index()] == ["late", "m"]
+        assert scans(await scrape(server)) == read + 1
+        np.testing.assert_array_equal(await grpc_infer(g, "late"), DATA + 4)
+        assert Gates.loads == {"late": 1}
+
+
+async def test_the_load_and_unload_apis_read_the_repositories_again(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "a")
+    async with serving(repo, unknown_model_rescan_secs=3600) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        gate_model(repo, "b", add=1)
+        await refused_as_unknown(h, g, "b")
+        await g.load_model("a")  # a load of any model reads the repositories
+        np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 1)
+        gate_model(repo, "c", add=2)
+        await refused_as_unknown(h, g, "c")
+        await h.unload_model("nothing-of-that-name")  # (succeeds, as in Triton)
+        np.testing.assert_array_equal(await grpc_infer(g, "c"), DATA + 2)
+        shutil.rmtree(repo.root / "c")
+        await h.unload_model("c")
+        await refused_as_unknown(h, g, "c")  # a removed model is unknown again
+
+
+async def test_a_poll_reads_the_repositories_again(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "a")
+    settings = {"model_control_mode": "poll", "unknown_model_rescan_secs": 3600}
+    async with serving(repo, repository_poll_secs=0, **settings) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        gate_model(repo, "b", add=1)
+        await refused_as_unknown(h, g, "b")
+        await server.poll_repository()
+        np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 1)
+    # --repository-poll-secs: the server's own polls
+    async with serving(repo, repository_poll_secs=0.05, **settings) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        gate_model(repo, "c", add=2)
+        read = scans(await scrape(server))
+        sampled: list[float] = []
+
+        async def polled() -> bool:
+            sampled.append(scans(await scrape(server)))
+            return sampled[-1] > read + 1  # a poll that began after "c" was written
+
+        deadline = time.monotonic() + 30
+        while not await polled():
+            assert time.monotonic() < deadline, "no repository poll"
+            await asyncio.sleep(0.01)
+        np.testing.assert_array_equal(await grpc_infer(g, "c"), DATA + 2)
+
+
+async def test_unknown_model_rescan_secs_bounds_how_old_the_last_read_may_be(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "m")
+    async with serving(repo, unknown_model_rescan_secs=0) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        before = scans(await scrape(server))
+        for i in range(5):
+            await refused_as_unknown(h, g, f"nope-{i}")
+        assert scans(await scrape(server)) == before + 10  # one read for each
+        gate_model(repo, "late", add=3)
+        np.testing.assert_array_equal(await http_infer(h, "late"), DATA + 3)
+
+
+async def test_a_model_loaded_less_than_the_minimum_residency_is_not_unloaded_for_another(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    for i, name in enumerate("abc"):
+        gate_model(repo, name, add=i)
+    async with serving(repo, max_loaded_models=1, model_min_residency_secs=3600) as server:
+        h, g = http(server, clients), grpc(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "a"), DATA)
+        read = scans(await scrape(server))
+        message = (
+            r"cannot load model 'b': --max-loaded-models 1 reached and every loaded model that "
+            r"could be unloaded was loaded less than 3600 s ago \(--model-min-residency-secs\); "
+            r"the first may be unloaded in \d+\.\d\d s"
+        )
+        for _ in range(3):
+            with pytest.raises(InferenceServerException, match=message) as refused:
+                await http_infer(h, "b")
+            assert refused.value.status() == "503"
+            with pytest.raises(InferenceServerException, match=message) as refused:
+                await grpc_infer(g, "b")
+            assert refused.value.status() == "StatusCode.UNAVAILABLE"
+        np.testing.assert_array_equal(await grpc_infer(g, "a"), DATA)
+        samples = await scrape(server)
+        assert value(samples, "tritonx_model_min_residency_refusals_total", model="b") == 6
+        assert value(samples, "tritonx_model_min_residency_seconds") == 3600
+        assert value(samples, "tritonx_model_evictions_total", model="a", reason="budget") == 0
+        assert scans(samples) == read  # refused before any read of the repositories
+        assert Gates.loads == {"a": 1}  # and before any load
+        assert ready(server) == ["a"]
+        # an unknown name is still unknown (not refused for want of room)
+        await refused_as_unknown(h, g, "nope")
+        # the load API is not held back: an operator's load makes room
+        await h.load_model("b")
+        assert ready(server) == ["b"]
+        with pytest.raises(InferenceServerException, match="cannot load model 'c'"):
+            await http_infer(h, "c")
+
+
+async def test_a_model_may_make_room_once_its_minimum_residency_has_passed(
+    repo: ModelRepositoryBuilder, clients: list[Any]
+) -> None:
+    gate_model(repo, "a")
+    gate_model(repo, "b", add=1)
+    async with serving(repo, max_loaded_models=1, model_min_residency_secs=0.2) as server:
+        h = http(server, clients)
+        np.testing.assert_array_equal(await http_infer(h, "a"), DATA)
+        deadline = time.monotonic() + 30
+        while True:  # refused while "a" is younger than 0.2 s, then served
+            try:
+                np.testing.assert_array_equal(await http_infer(h, "b"), DATA + 1)
+                break
+            except InferenceServerException as exc:
+                assert "--model-min-residency-secs" in str(exc), exc
+                assert time.monotonic() < deadline, "b never loaded"
+        assert ready(server) == ["b"]
+        samples = await scrape(server)
+        assert value(samples, "tritonx_model_evictions_total", model="a", reason="budget") == 1

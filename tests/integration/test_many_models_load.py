@@ -101,7 +101,13 @@ def gather_onnx(weights: np.ndarray) -> bytes:
 # ---------------------------------------------------------------------------------- server
 
 #: every server of these tests: explicit mode, nothing loaded at start-up, loads on demand
-ON_DEMAND = ("--model-control-mode=explicit", "--model-load-on-demand=true")
+#: (``--model-min-residency-secs=0``: the budgets' least-recently-used order alone; a request
+#: is never refused for want of room)
+ON_DEMAND = (
+    "--model-control-mode=explicit",
+    "--model-load-on-demand=true",
+    "--model-min-residency-secs=0",
+)
 
 
 def tree_rss(pid: int) -> int:

@@ -22,7 +22,9 @@ import pytest
 
 from tritonx import PluginError, Server
 from tritonx.testing import listed_plugins, loopback_settings
+from tritonx_frontend_openai.auth import BAD_KEY, NO_KEY
 from tritonx_frontend_openai.examples import copy_mock_llm
+from tritonx_frontend_openai.frontend import OpenAIFrontend
 
 PLUGIN_ROOT = Path(__file__).resolve().parents[1]
 
@@ -106,6 +108,49 @@ async def test_no_key_is_openais_401(keyed: Server) -> None:
         # a path that is no API is not protected: 404
         async with session.get(f"{url}/nothing") as resp:
             assert resp.status == 404
+
+
+def _keyless_requests(server: Server) -> list[tuple[str, str]]:
+    """(method, path) of every route of the frontend's app, as its router table has them
+    (``make_app``, with the server's own settings), each with every method it answers
+    (``HEAD`` where aiohttp adds it to a ``GET`` route, every method for a ``*`` route) and
+    ``OPTIONS``; a variable part of a path is filled in."""
+    frontend = OpenAIFrontend(
+        server.dataplane.handle, server.settings, server.settings.frontend_config["openai"]
+    )
+    app = frontend.make_app()
+    every = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+    out: list[tuple[str, str]] = []
+    for resource in app.router.resources():
+        path = re.sub(r"\{[^}]*\}", "some-model", resource.canonical)
+        # a route the keys cannot protect would be open to anyone: none may be added
+        assert frontend.auth.group(path) is not None, f"{path} is in no API group"
+        methods = {route.method for route in resource}
+        methods = set(every) if "*" in methods else methods | {"OPTIONS"}
+        out += [(method, path) for method in sorted(methods)]
+    return out
+
+
+async def test_every_route_and_method_asks_for_a_key(keyed: Server) -> None:
+    """HEAD (aiohttp answers it on GET routes), OPTIONS and methods a route does not serve
+    get 401 like the route's own: a keyless client learns nothing, not even whether a model
+    exists (``HEAD /v1/models/<id>`` answered 200 or 404)."""
+    requests = _keyless_requests(keyed)
+    assert ("HEAD", "/v1/models/some-model") in requests and ("OPTIONS", "/v1/models") in requests
+    base = keyed.frontend_urls["openai"].removesuffix("/v1")
+    async with aiohttp.ClientSession() as session:
+        for model in ("mock_llm", "no-such-model"):
+            async with session.head(f"{base}/v1/models/{model}") as resp:
+                assert resp.status == 401, model
+        for method, path in requests:
+            for headers in ({}, {"Authorization": "Bearer sk-wrong"}):
+                async with session.request(method, base + path, headers=headers) as resp:
+                    assert resp.status == 401, (method, path, headers)
+                    if method != "HEAD":
+                        assert (await resp.json())["error"]["message"] in (NO_KEY, BAD_KEY)
+            headers = {"Authorization": "Bearer sk-env-1"}
+            async with session.request(method, base + path, headers=headers) as resp:
+                assert resp.status != 401, (method, path)  # a key opens them
 
 
 def test_keys_protect_only_the_apis_named(

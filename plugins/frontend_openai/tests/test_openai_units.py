@@ -176,19 +176,19 @@ def test_stop_sequences_cut_a_stream() -> None:
 
 def test_api_keys_and_groups() -> None:
     auth = Auth(Options(api_keys=frozenset({"k1", "k2"})), "/v1")
-    auth.check("POST", "/v1/chat/completions", {"authorization": "Bearer k2"})
-    auth.check("GET", "/v1/other", {})  # no API group: not checked
+    auth.check("/v1/chat/completions", {"authorization": "Bearer k2"})
+    auth.check("/v1/other", {})  # no API group: not checked
     for headers, code in (
         ({}, None),
         ({"authorization": "Bearer nope"}, "invalid_api_key"),
         ({"authorization": "k1"}, None),
     ):
         with pytest.raises(OpenAIError) as caught:
-            auth.check("GET", "/v1/models/m", headers)
+            auth.check("/v1/models/m", headers)
         assert caught.value.status == 401 and caught.value.code == code
     open_models = Auth(
         Options(api_keys=frozenset({"k"}), auth_apis=frozenset({"inference"})), "/v1"
     )
-    open_models.check("GET", "/v1/models", {})
+    open_models.check("/v1/models", {})
     with pytest.raises(OpenAIError):
-        open_models.check("POST", "/v1/embeddings", {})
+        open_models.check("/v1/embeddings", {})

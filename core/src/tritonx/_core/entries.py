@@ -95,6 +95,9 @@ class ModelEntry:
     #: when a request last asked for it, or it loaded (``time.monotonic()``; kept only with
     #: ``--model-load-on-demand``, for the least-recently-used order)
     last_used: float = 0.0
+    #: when its last load succeeded (``time.monotonic()``; ``--model-min-residency-secs``
+    #: counts from it)
+    loaded_at: float = 0.0
     #: its last load was a request's (``--model-load-on-demand``) and failed: the server's
     #: strict readiness ignores it (any client could make the server unready otherwise)
     demand_failed: bool = False

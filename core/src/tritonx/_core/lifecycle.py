@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
@@ -136,6 +137,18 @@ class ModelManager:
         self._deps = DependencyGraph()
         #: the versions' unloads; they hurry to the exit deadline once :meth:`shutdown` begins
         self._unloads = Unloads(settings.model_unload_timeout_secs, self._emit)
+        #: the model names the last read of every repository listed (duplicates included),
+        #: and when that read began (``time.monotonic()``; None: to be read again):
+        #: :meth:`listed` answers from them, every :meth:`scan` renews them
+        self._listed: frozenset[str] = frozenset()
+        self._listed_at: float | None = None
+        #: reads that began before this time do not renew the listing (:meth:`relist`)
+        self._relisted = 0.0
+        self._listing_lock = threading.Lock()
+        #: a read of the repositories a lookup started (:meth:`listed`), shared by lookups
+        self._rescan: asyncio.Future[Any] | None = None
+        #: reads of every repository (``tritonx_model_repository_scans_total``)
+        self.scans = 0
         #: ``--model-load-on-demand``: loads on first request, budgets, idle unload
         self.residency = (
             Residency(self, self._deps, settings) if settings.model_load_on_demand else None
@@ -222,7 +235,10 @@ class ModelManager:
 
         :param strict: raise when a repository cannot be read (start-up, as Triton); else
             log it and go on with the others.
+
+        Every read renews the listing :meth:`listed` answers from.
         """
+        began = time.monotonic()
         found: dict[str, list[Repository]] = {}
         for repo in self.repositories:
             try:
@@ -238,7 +254,39 @@ class ModelManager:
         duplicates = {
             name: [r.url for r in repos] for name, repos in found.items() if len(repos) > 1
         }
+        with self._listing_lock:
+            self.scans += 1
+            if began >= self._relisted and (self._listed_at is None or began >= self._listed_at):
+                self._listed, self._listed_at = frozenset(found), began
         return models, duplicates
+
+    def relist(self) -> None:
+        """The next :meth:`listed` reads the repositories again (an unload API call)."""
+        with self._listing_lock:
+            self._listed_at = None
+            self._relisted = time.monotonic()
+        self._rescan = None  # (one under way began before: not shared)
+
+    async def listed(self, name: str) -> bool:
+        """Whether a repository lists ``name`` (once, or in several), as their last read
+        found it, unless that read began ``--unknown-model-rescan-secs`` ago or more: then
+        they are read again (one read shared by the lookups that need it meanwhile).
+
+        So a request for a name in no repository costs no read of them: a model folder added
+        since is found by the next poll, repository index, load or unload call, or after
+        ``--unknown-model-rescan-secs``. The memory it takes is the repositories' listing,
+        whatever names requests ask for."""
+        if name in self._listed:
+            return True  # (its load reads them again)
+        listed_at = self._listed_at
+        max_age = self.settings.unknown_model_rescan_secs
+        if listed_at is not None and time.monotonic() - listed_at < max_age:
+            return False
+        rescan = self._rescan
+        if rescan is None or rescan.done():
+            rescan = self._rescan = asyncio.ensure_future(asyncio.to_thread(self.scan))
+        await asyncio.shield(rescan)
+        return name in self._listed
 
     # ------------------------------------------------------------------ queries
 
@@ -398,6 +446,7 @@ class ModelManager:
         """The repository unload API (explicit mode); unloading an unknown model succeeds."""
         self._check_explicit()
         check_model_name(name)
+        self.relist()
         composing = self._deps.of(name)
         await self._unload(name, None)
         if unload_dependents:
@@ -714,7 +763,7 @@ class ModelManager:
             await replaced_agents.unload()
             await replaced_agents.unload_completed()
         if succeeded:
-            entry.last_used = time.monotonic()
+            entry.last_used = entry.loaded_at = time.monotonic()
             entry.demand_failed = False
             log.info("successfully loaded '%s'", name)
         else:

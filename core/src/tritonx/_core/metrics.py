@@ -510,7 +510,15 @@ class ResidencyMetrics:
       resident memory (workers included) when it loaded;
     * ``tritonx_loaded_models``, ``tritonx_max_loaded_models`` (0: no limit),
       ``tritonx_model_memory_used_bytes`` (with a memory budget: the growth it bounds) and
-      ``tritonx_model_memory_budget_bytes`` (0: no limit).
+      ``tritonx_model_memory_budget_bytes`` (0: no limit);
+    * ``tritonx_model_min_residency_refusals_total{model}``: requests refused because only
+      models loaded less than ``--model-min-residency-secs`` ago could make room for their
+      model, and ``tritonx_model_min_residency_seconds`` (that setting);
+    * ``tritonx_model_repository_scans_total``: reads of every repository (start-up, polls,
+      index, load API, on-demand loads, and lookups of unknown names once the last read is
+      ``--unknown-model-rescan-secs`` old).
+
+    Triton has none of these: they are tritonx's own.
     """
 
     def __init__(self, residency: Residency) -> None:
@@ -538,6 +546,12 @@ class ResidencyMetrics:
                 "tritonx_model_load_wait_seconds",
                 "Cumulative seconds requests waited for model loads",
                 r.wait_seconds,
+            ),
+            (
+                "tritonx_model_min_residency_refusals",
+                "Number of requests refused because only models loaded less than "
+                "--model-min-residency-secs ago could make room for their model",
+                r.min_residency_refusals,
             ),
         ):
             family = CounterMetricFamily(name, help_text, labels=["model"])
@@ -580,6 +594,17 @@ class ResidencyMetrics:
             "tritonx_model_memory_budget_bytes",
             "--model-memory-budget (0: no limit)",
             value=r.memory_budget,
+        )
+        yield GaugeMetricFamily(
+            "tritonx_model_min_residency_seconds",
+            "--model-min-residency-secs (0: no minimum)",
+            value=r.min_residency,
+        )
+        yield CounterMetricFamily(
+            "tritonx_model_repository_scans",
+            "Number of reads of every model repository (a request for an unknown model "
+            "reads them only once the last read is --unknown-model-rescan-secs old)",
+            value=r.scans,
         )
 
 

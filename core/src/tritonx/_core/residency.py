@@ -5,9 +5,11 @@ loaded (an inference, its metadata or config) loads it first: the model manager'
 raises :class:`~tritonx.errors.NotLoaded`, the caller awaits :meth:`Residency.ensure` and looks again.
 Concurrent requests for one model share one load, bounded by
 ``--model-load-on-demand-timeout-secs``; a name in no repository gets Triton's unknown-model
-error without a load attempt; a failed load fails every request waiting for it, and the
-next attempt waits for a back-off that doubles with each failure (1 s up to
-:data:`MAX_BACKOFF`).
+error without a load attempt, and without a read of the repositories: the names their last
+read listed answer it (:meth:`ModelManager.listed`; read again by a poll, the index, load
+and unload APIs, or once ``--unknown-model-rescan-secs`` have passed); a failed load fails
+every request waiting for it, and the next attempt waits for a back-off that doubles with
+each failure (1 s up to :data:`MAX_BACKOFF`).
 
 Budgets (``--max-loaded-models``, ``--model-memory-budget``): loads run one at a time;
 before one, the least recently used models that may go are unloaded until the new one fits;
@@ -17,6 +19,15 @@ request is in flight on it or a live sequence holds it, a request is waiting for
 or a loaded ensemble uses it. When every loaded model is busy the load waits for one to
 become idle, up to the request's timeout; when none could ever go, it fails at once:
 UNAVAILABLE, naming the budget.
+
+Against thrash (requests cycling over more models than the budgets hold, each one loading
+its model and unloading another): a model loaded less than ``--model-min-residency-secs``
+ago is not unloaded to make room for a request's model. When only such models could make
+room, the request is refused at once (UNAVAILABLE, saying when the next one may go; counted
+in ``tritonx_model_min_residency_refusals_total``), before any read of the repositories or
+load: requests can cause no more than about N / ``--model-min-residency-secs`` loads a
+second (N: the models the budgets hold). The load API is not held back (an operator's load
+unloads what it must).
 
 Memory is measured, not declared: the resident set of the server and of every process it
 started (a python model's workers), through ``/proc``. A model's footprint is what that
@@ -144,6 +155,8 @@ class Residency:
     :ivar evictions: unloads by ``(model, reason)``, reason ``budget`` or ``idle``.
     :ivar waits: requests that waited for a load, by model; :ivar wait_seconds: how long.
     :ivar footprints: bytes each loaded model added to the server's memory at its load.
+    :ivar min_residency_refusals: requests refused by ``--model-min-residency-secs``, by
+        the model they asked for.
     """
 
     def __init__(
@@ -157,6 +170,7 @@ class Residency:
         self.max_models = settings.max_loaded_models
         self.memory_budget = settings.model_memory_budget
         self.idle_secs = settings.model_idle_unload_secs
+        self.min_residency = settings.model_min_residency_secs
         self.pinned: set[str] = set()
         self.footprints: dict[str, int] = {}
         #: what each model's last load added, loaded or not (the estimates of later loads)
@@ -166,6 +180,7 @@ class Residency:
         self.evictions: Counter[tuple[str, str]] = Counter()
         self.waits: Counter[str] = Counter()
         self.wait_seconds: dict[str, float] = {}
+        self.min_residency_refusals: Counter[str] = Counter()
         #: the server's resident memory before any model loaded (the memory budget's zero)
         self.base_memory = 0
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -182,6 +197,11 @@ class Residency:
     def budgeted(self) -> bool:
         """Whether a budget limits the loaded models."""
         return bool(self.max_models or self.memory_budget)
+
+    @property
+    def scans(self) -> int:
+        """Reads of every repository so far (``tritonx_model_repository_scans_total``)."""
+        return self._manager.scans
 
     def start(self) -> None:
         """Measure the server's memory before models load; start the idle unloads."""
@@ -213,6 +233,13 @@ class Residency:
         """When a request last asked for ``name`` (or it loaded), ``time.monotonic()``."""
         entry = self._models.get(name)
         return entry.last_used if entry is not None else 0.0
+
+    def _young_for(self, name: str, now: float) -> float:
+        """Seconds until ``name`` has been loaded ``--model-min-residency-secs`` (0: it
+        has)."""
+        entry = self._models.get(name)
+        loaded_at = entry.loaded_at if entry is not None else 0.0
+        return max(0.0, loaded_at + self.min_residency - now)
 
     def _in_use(self, name: str) -> bool:
         """Whether a request is in flight on ``name`` or a live sequence holds it."""
@@ -274,8 +301,15 @@ class Residency:
 
         :raises TritonXError: NOT_FOUND when no repository has it; UNAVAILABLE with the
             load's failure (also for the requests of the back-off period that follows it),
-            after ``--model-load-on-demand-timeout-secs``, or when the budgets have no room.
+            after ``--model-load-on-demand-timeout-secs``, or when the budgets have no room
+            (at once when only models loaded less than ``--model-min-residency-secs`` ago
+            could make room).
         """
+        if name not in self._loading:
+            if self._manager.resident(name):
+                return  # loaded since the request looked
+            if not await self._manager.listed(name):  # (no read of the repositories)
+                raise not_found(f"Request for unknown model: '{name}' is not found")
         loop = asyncio.get_running_loop()
         self._holds[name] += 1
         try:
@@ -286,6 +320,9 @@ class Residency:
                 failure = self._failures.get(name)
                 if failure is not None and time.monotonic() < failure.retry_at:
                     raise failure.error
+                refused = self.refusal(name)
+                if refused is not None:
+                    raise refused
                 task = self._loading[name] = loop.create_task(
                     self._load(name), name=f"tritonx-on-demand-{name}"
                 )
@@ -333,7 +370,7 @@ class Residency:
             raise not_found(f"Request for unknown model: '{name}' is not found")
         log.info("loading model '%s' on demand", name)
         try:
-            await self.admit(name, lambda: self._manager.load_named(name))
+            await self.admit(name, lambda: self._manager.load_named(name), protect=True)
         except NoRoom:
             raise  # the budgets' doing, not the model's: no back-off
         except TritonXError as exc:
@@ -366,9 +403,14 @@ class Residency:
 
     # ------------------------------------------------------------------ budgets
 
-    async def admit(self, name: str, load: Callable[[], Awaitable[T]]) -> T:
+    async def admit(
+        self, name: str, load: Callable[[], Awaitable[T]], *, protect: bool = False
+    ) -> T:
         """Run ``load`` (of ``name``) within the budgets: room made first, the model's
-        footprint measured, and room made again should it not fit."""
+        footprint measured, and room made again should it not fit.
+
+        :param protect: a request's load: models loaded less than
+            ``--model-min-residency-secs`` ago are not unloaded for it."""
         if not self.budgeted:  # (concurrent loads: each footprint may include others')
             before = tree_rss()
             result = await load()
@@ -382,11 +424,11 @@ class Residency:
                 f"{self.timeout:g} s"
             ) from None
         try:
-            await self._make_room(name, adding=not self._manager.resident(name))
+            await self._make_room(name, not self._manager.resident(name), protect)
             before = tree_rss()
             result = await load()
             self._measure(name, before)
-            await self._fit(name)
+            await self._fit(name, protect)
             return result
         finally:
             self._admission.release()
@@ -426,16 +468,48 @@ class Residency:
         sequence on it."""
         return name not in self._holds and not self._in_use(name)
 
-    def _victim(self, keep: set[str]) -> tuple[str | None, list[str]]:
-        """The least recently used model that may go now, and the models that may go once
-        idle."""
+    def _victim(self, keep: set[str], protect: bool) -> tuple[str | None, list[str], list[str]]:
+        """The least recently used model that may go now, the models that may go once
+        idle, and (``protect``) those held back only by ``--model-min-residency-secs``."""
         candidates = [n for n in self.loaded_names() if self._may_go(n, keep)]
+        young: list[str] = []
+        if protect and self.min_residency > 0:
+            now = time.monotonic()
+            young = [n for n in candidates if self._young_for(n, now) > 0]
+            if young:
+                candidates = [n for n in candidates if n not in young]
         idle = [n for n in candidates if self._idle(n)]
         if not idle:
-            return None, candidates
-        return min(idle, key=self._last_used), candidates
+            return None, candidates, young
+        return min(idle, key=self._last_used), candidates, young
 
-    async def _make_room(self, name: str, adding: bool) -> None:
+    def refusal(self, name: str) -> NoRoom | None:
+        """The refusal a request's load of ``name`` (not loaded) would meet at once, as
+        things stand: only models loaded less than ``--model-min-residency-secs`` ago could
+        make room. Checked before the load is started (it would read the repositories); the
+        load itself checks again."""
+        if self.min_residency <= 0 or not self.budgeted:
+            return None
+        budget = self._over(1, self._estimate(name))
+        if budget is None:
+            return None
+        victim, candidates, young = self._victim({name}, protect=True)
+        if victim is None and not candidates and young:
+            return self._too_young(name, budget, young)
+        return None
+
+    def _too_young(self, name: str, budget: str, young: list[str]) -> NoRoom:
+        """The refusal of ``name``'s load: only ``young`` models could make room."""
+        now = time.monotonic()
+        soonest = min(self._young_for(n, now) for n in young)
+        self.min_residency_refusals[name] += 1
+        return NoRoom(
+            f"cannot load model '{name}': {budget} reached and every loaded model that could "
+            f"be unloaded was loaded less than {self.min_residency:g} s ago "
+            f"(--model-min-residency-secs); the first may be unloaded in {soonest:.2f} s"
+        )
+
+    async def _make_room(self, name: str, adding: bool, protect: bool) -> None:
         """Unload models until ``name`` fits (its memory estimated: with nothing left to
         unload, the load is tried and :meth:`_fit` judges what it measured)."""
         count = 1 if adding else 0
@@ -443,14 +517,15 @@ class Residency:
             lambda: self._over(count, self._estimate(name)),
             {name},
             name,
+            protect,
             measured=lambda: self._over(count, 0),
         )
 
-    async def _fit(self, name: str) -> None:
+    async def _fit(self, name: str, protect: bool) -> None:
         """After ``name``'s load: unload others until it fits; if it cannot, unload it."""
         keep = {name, *self._composing_closure(name)}
         try:
-            await self._evict_until(lambda: self._over(0, 0), keep, name)
+            await self._evict_until(lambda: self._over(0, 0), keep, name, protect)
         except NoRoom:
             log.warning("unloading '%s' again: it does not fit the budgets", name)
             await self._manager.evict(name)
@@ -464,21 +539,26 @@ class Residency:
         over: Callable[[], str | None],
         keep: set[str],
         name: str,
+        protect: bool,
         *,
         measured: Callable[[], str | None] | None = None,
     ) -> None:
         """Unload the least recently used idle models while ``over()`` names a budget;
-        with none to unload, wait for one to go idle, or give up (:class:`NoRoom`), unless
-        ``measured()`` (the budgets without estimates) is None: then the load is tried."""
+        with none to unload, wait for one to go idle, or give up (:class:`NoRoom`): at once
+        when only models loaded less than ``--model-min-residency-secs`` ago could go
+        (``protect``), else unless ``measured()`` (the budgets without estimates) is None:
+        then the load is tried."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.timeout if self.timeout else None
         waited = False
         while (budget := over()) is not None:
-            victim, candidates = self._victim(keep)
+            victim, candidates, young = self._victim(keep, protect)
             if victim is not None:
                 await self.evict(victim, "budget", budget)
                 continue
             if not candidates:
+                if young:
+                    raise self._too_young(name, budget, young)
                 if measured is not None and measured() is None:
                     return  # only the estimate does not fit: try
                 raise NoRoom(

@@ -1,6 +1,11 @@
 """Who may call which API: OpenAI's API keys (``Authorization: Bearer <key>``) and Triton's
 ``--openai-restricted-api`` header restrictions, by API group (``inference``,
-``model-repository``)."""
+``model-repository``).
+
+A request belongs to a group by its path alone, whatever its method: ``HEAD`` (which aiohttp
+answers on every ``GET`` route), ``OPTIONS`` and methods a route does not serve are checked
+like the route's own, so a request without a key learns nothing (not even whether a model
+exists) from a protected path."""
 
 from __future__ import annotations
 
@@ -31,9 +36,7 @@ class Auth:
         self.key_groups = options.auth_apis if self.keys else frozenset()
         self.restricted: Mapping[str, tuple[str, str]] = options.restricted
         self.endpoints = [
-            (group, method, base_path + path)
-            for group, endpoints in API_GROUPS.items()
-            for method, path in endpoints
+            (group, base_path + path) for group, paths in API_GROUPS.items() for path in paths
         ]
 
     @property
@@ -41,16 +44,17 @@ class Auth:
         """Whether any request is checked."""
         return bool(self.key_groups or self.restricted)
 
-    def group(self, method: str, path: str) -> str | None:
-        """The API group of a request (method and path prefix, as Triton matches them)."""
-        for group, want_method, prefix in self.endpoints:
-            if method == want_method and path.startswith(prefix):
+    def group(self, path: str) -> str | None:
+        """The API group of a request to ``path`` (its prefix, as Triton matches them; any
+        method), or None (no API: not checked)."""
+        for group, prefix in self.endpoints:
+            if path.startswith(prefix):
                 return group
         return None
 
-    def check(self, method: str, path: str, headers: Mapping[str, str]) -> None:
-        """Raise OpenAI's 401 unless the request may call its API."""
-        group = self.group(method, path)
+    def check(self, path: str, headers: Mapping[str, str]) -> None:
+        """Raise OpenAI's 401 unless a request to ``path`` (any method) may call its API."""
+        group = self.group(path)
         if group is None:
             return
         restriction = self.restricted.get(group)

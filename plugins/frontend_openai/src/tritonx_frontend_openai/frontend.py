@@ -3,7 +3,8 @@ base path ``/v1``), started and stopped with the server.
 
 Every answer that is not a success is OpenAI's error JSON: a body that is too large (413),
 no or a wrong API key (401), an unknown path (404) or method (405), and a handler's failure
-(500, logged) included.
+(500, logged) included. The keys are checked before the route's method: on a protected path
+a request without a valid key gets 401 whatever its method (``HEAD``, ``OPTIONS``...).
 """
 
 from __future__ import annotations
@@ -65,8 +66,8 @@ class OpenAIFrontend(tritonx.AiohttpFrontend):
     @web.middleware
     async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         try:
-            if self.auth.active:
-                self.auth.check(request.method, request.path, request.headers)
+            if self.auth.active:  # (every method: HEAD, OPTIONS and 405s included)
+                self.auth.check(request.path, request.headers)
             length = request.content_length
             if length is not None and length > self.options.max_request_size:
                 raise self._too_large(length)

@@ -19,10 +19,11 @@ API_KEYS_ENV = "TRITONX_OPENAI_API_KEYS"
 DEFAULT_MAX_REQUEST_SIZE = 1 << 26
 
 #: The API groups of Triton's ``--openai-restricted-api`` this frontend serves, and the
-#: endpoints in each (method, path below the base path).
-API_GROUPS: Mapping[str, tuple[tuple[str, str], ...]] = {
-    "inference": (("POST", "/chat/completions"), ("POST", "/completions"), ("POST", "/embeddings")),
-    "model-repository": (("GET", "/models"),),
+#: paths in each (prefixes below the base path; a request to one is checked whatever its
+#: method).
+API_GROUPS: Mapping[str, tuple[str, ...]] = {
+    "inference": ("/chat/completions", "/completions", "/embeddings"),
+    "model-repository": ("/models",),
 }
 
 #: ``--frontend-config openai,<key>=<value>`` keys, with their help.
