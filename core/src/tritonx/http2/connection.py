@@ -195,8 +195,10 @@ class Stream:
         """Hold back (True) or give (False) the receive-window credit of what arrived: a
         handler holds it while it has received more than it consumed, so its client waits."""
         self.credit_held = held
-        if not held and self.recv_used and not self.closed and not self.ended_remote:
-            conn = self.conn
+        if held or self.closed or self.ended_remote:
+            return
+        conn = self.conn
+        if self.recv_used >= conn.options.stream_window // 2:  # (as data_received credits)
             conn.write(f.window_update(self.id, self.recv_used))
             self.recv_used = 0
 
