@@ -369,11 +369,12 @@ def test_an_unfinished_header_block_times_out(server: ServerThread) -> None:
 
 @pytest.mark.parametrize("server", [{"grpc_max_buffered_request_bytes": 1000}], indirect=True)
 def test_request_bytes_held_server_wide_are_bounded(server: ServerThread) -> None:
-    """Request messages held at once count against --grpc-max-buffered-request-bytes: one
-    call holding most of it leaves another RESOURCE_EXHAUSTED; once it ends, room is back."""
+    """Request message bytes held at once (as they arrive, not as announced) count against
+    --grpc-max-buffered-request-bytes: one call holding most of it leaves another
+    RESOURCE_EXHAUSTED; once it ends, room is back."""
     holder = Client(server.server.grpc_port)
     block = holder.headers(INFER)
-    first = b"\x00" + (900).to_bytes(4, "big") + b"\x00" * 100  # 900 announced, 100 sent
+    first = b"\x00" + (950).to_bytes(4, "big") + b"\x00" * 900  # 950 announced, 900 sent
     holder.send(frame(HEADERS, END_HEADERS, 1, block) + frame(DATA, 0, 1, first))
     holder.send(holder.call(3, LIVE, b""))  # answered: the server has read the above
     assert holder.trailers(3)[b"grpc-status"] == b"0"

@@ -301,12 +301,14 @@ class Call:
                         continue
                     return
                 if end - pos >= size:  # whole in this frame: one copy
+                    self._charge(size)
                     self.message_received(bytes(data[pos : pos + size]))
                     pos += size
                     continue
                 message = self.partial = bytearray()
                 self.need = size
             take = min(self.need, end - pos)
+            self._charge(take)
             message += data[pos : pos + take]
             pos += take
             self.need -= take
@@ -320,6 +322,15 @@ class Call:
             self.incomplete()
         else:
             self.remote_ended()
+
+    def _charge(self, size: int) -> None:
+        """``size`` bytes of a message arrived: counted server-wide until parsed, and (a unary
+        call's) against its connection until the call ends."""
+        self.engine.buffered += size
+        self.buffered += size
+        if self.requests is None:
+            self.held += size
+            self.conn.hold_requests(size)
 
     def release(self, size: int) -> None:
         """``size`` bytes of this call's messages are parsed: no longer buffered."""
@@ -354,9 +365,7 @@ class Call:
                 "(--grpc-max-buffered-request-bytes)",
             )
             return False
-        engine.buffered = buffered + size
-        self.buffered += size
-        return True
+        return True  # (its bytes are counted as they arrive: _charge)
 
     def message_received(self, data: bytes | bytearray) -> None:
         """A whole message (compressed or not: the deserializer tells them apart, as it
@@ -365,8 +374,6 @@ class Call:
             self.requests.put(data)
         else:
             self.message = data
-            self.held = len(data)
-            self.conn.hold_requests(self.held)  # until the call ends
 
     def remote_ended(self) -> None:
         """The client sent all of its messages."""

@@ -79,7 +79,7 @@ def connection_options(settings: ServerSettings) -> Options:
         max_concurrent_streams=int(settings.grpc_max_concurrent_streams),
         announced_header_list_size=int(settings.grpc_max_header_list_size),
         max_header_list_size=4 * int(settings.grpc_max_header_list_size),
-        max_header_block=max(256 << 10, 4 * int(settings.grpc_max_header_list_size)),
+        max_header_block=4 * int(settings.grpc_max_header_list_size),
         header_timeout=float(settings.grpc_header_timeout_secs),
         max_send_buffer=int(settings.grpc_max_send_buffer),
         send_timeout=float(settings.grpc_send_timeout_secs),

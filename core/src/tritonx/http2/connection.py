@@ -495,11 +495,17 @@ class Connection(asyncio.Protocol):
     def _priority(self, sid: int, payload: memoryview) -> None:
         if sid == 0:
             raise ConnectionError_(f.PROTOCOL_ERROR, "PRIORITY on stream 0")
+        code = f.NO_ERROR
         if len(payload) != 5:
-            self._stream_error(sid, f.FRAME_SIZE_ERROR)
-            return
-        if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == sid:
-            self._stream_error(sid, f.PROTOCOL_ERROR)  # depends on itself (RFC 7540 §5.3.1)
+            code = f.FRAME_SIZE_ERROR
+        elif int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == sid:
+            code = f.PROTOCOL_ERROR  # depends on itself (RFC 7540 §5.3.1)
+        if code:
+            stream = self.streams.get(sid)
+            if stream is not None:
+                self._client_reset(stream, code)
+            else:
+                self._stream_error(sid, code)
 
     def _headers(self, sid: int, flags: int, payload: memoryview) -> None:
         if sid == 0 or not sid & 1:
@@ -548,9 +554,9 @@ class Connection(asyncio.Protocol):
         stream = self.streams.get(sid)
         if stream is not None:  # trailers from the client: they end its side
             if stream.ended_remote:
-                self._reset(stream, f.STREAM_CLOSED)
+                self._client_reset(stream, f.STREAM_CLOSED)
             elif not end_stream or any(name[:1] == b":" for name, _ in headers):
-                self._reset(stream, f.PROTOCOL_ERROR)  # malformed trailers (§8.1)
+                self._client_reset(stream, f.PROTOCOL_ERROR)  # malformed trailers (§8.1)
             else:
                 self._remote_end(stream)
             return
@@ -568,7 +574,6 @@ class Connection(asyncio.Protocol):
             return
         if len(self.streams) >= self.options.max_concurrent_streams:
             self._stream_error(sid, f.REFUSED_STREAM)
-            self._spend_reset()
             return
         length = -1
         if headers is not self.checked:
@@ -595,8 +600,7 @@ class Connection(asyncio.Protocol):
             for low, high in self.gaps:
                 if low <= sid <= high:
                     raise ConnectionError_(f.PROTOCOL_ERROR, f"HEADERS on closed stream {sid}")
-        self.out.append(f.rst_stream(sid, f.STREAM_CLOSED))
-        self._remember_reset(sid)
+        self._stream_error(sid, f.STREAM_CLOSED)
 
     def _data(self, sid: int, flags: int, payload: memoryview) -> None:
         length = len(payload)
@@ -618,7 +622,7 @@ class Connection(asyncio.Protocol):
         if length:
             self._data_flowed()
         if stream.ended_remote:
-            self._reset(stream, f.STREAM_CLOSED)
+            self._client_reset(stream, f.STREAM_CLOSED)
             return
         body = self._unpad(flags, payload)
         end_stream = bool(flags & f.END_STREAM)
@@ -627,7 +631,7 @@ class Connection(asyncio.Protocol):
             if stream.received > stream.content_length or (
                 end_stream and stream.received != stream.content_length
             ):
-                self._reset(stream, f.PROTOCOL_ERROR)  # content-length mismatch (§8.1.1)
+                self._client_reset(stream, f.PROTOCOL_ERROR)  # content-length mismatch (§8.1.1)
                 return
         if length:
             stream.recv_used += length - len(body)  # padding: credited with the rest
@@ -652,7 +656,7 @@ class Connection(asyncio.Protocol):
     def _remote_end(self, stream: Stream) -> None:
         stream.ended_remote = True
         if stream.content_length > 0 and stream.received != stream.content_length:
-            self._reset(stream, f.PROTOCOL_ERROR)
+            self._client_reset(stream, f.PROTOCOL_ERROR)
             return
         if stream.handler is not None:
             stream.handler.end_received()
@@ -676,11 +680,11 @@ class Connection(asyncio.Protocol):
                 raise ConnectionError_(f.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
             return
         if increment == 0:
-            self._reset(stream, f.PROTOCOL_ERROR)
+            self._client_reset(stream, f.PROTOCOL_ERROR)
             return
         stream.credit += increment
         if stream.send_window > f.MAX_WINDOW:
-            self._reset(stream, f.FLOW_CONTROL_ERROR)
+            self._client_reset(stream, f.FLOW_CONTROL_ERROR)
             return
         if stream.queued or stream.trailers is not None:
             self._send_queued(stream)
@@ -811,9 +815,17 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def _stream_error(self, sid: int, code: int) -> None:
-        """A stream error on a stream that is not open (RST_STREAM ``code``)."""
+        """A stream error the client caused on a stream that is not open (RST_STREAM
+        ``code``): drawn from the reset budget."""
         self.out.append(f.rst_stream(sid, code))
         self._remember_reset(sid)
+        self._spend_reset()
+
+    def _client_reset(self, stream: Stream, code: int) -> None:
+        """Reset an open stream for a frame of the client's: drawn from the reset budget
+        (a client cannot make the server reset streams for free: MadeYouReset)."""
+        self._reset(stream, code)
+        self._spend_reset()
 
     def _reset(self, stream: Stream, code: int) -> None:
         """Reset ``stream`` (RST_STREAM ``code``): its handler is told."""

@@ -11,7 +11,8 @@ Bounds: the decoded header list is counted as it grows (RFC 9113 §6.5.2's size:
 and 32 per field); past ``max_list_size`` decoding stops and the block is refused as a
 compression bomb (:class:`~tritonx.http2.frames.ConnectionError_` ENHANCE_YOUR_CALM: the
 connection cannot continue, its table is no longer the client's). A Huffman string is decoded
-only when its shortest possible decoding (8 bits per 30-bit code) still fits the budget.
+only after its input is charged to the budget (decoding costs per input byte); a block may
+update the table size twice at most.
 Huffman strings are decoded by ``hpack``'s table decoder (``hpack`` ships with ``h2``; the
 one name used below its public API is guarded by ``tests/unit/http2/test_hpack_guard.py``).
 
@@ -194,8 +195,8 @@ class HeaderDecoder:
         if not huffman:
             self._spend(length)
             return raw, end
-        # the shortest decoding of a Huffman string: 8 bits per 30-bit code
-        self._spend(length * 8 // 30)
+        # charged for its input (decoding costs per input byte) before it is decoded
+        self._spend(length)
         cacheable = length <= MAX_CACHED_STRING
         decoded = self._huffman.get(raw) if cacheable else None
         if decoded is None:
@@ -207,7 +208,7 @@ class HeaderDecoder:
                 if len(self._huffman) >= 256:
                     self._huffman.clear()
                 self._huffman[raw] = decoded
-        self._spend(len(decoded) - length * 8 // 30)
+        self._spend(max(0, len(decoded) - length))
         return decoded, end
 
     def _spend(self, size: int) -> None:
@@ -247,6 +248,7 @@ class HeaderDecoder:
         pos = 0
         end = len(data)
         started = False
+        updates = 0
         self._budget = self._max_list
         while pos < end:
             byte = data[pos]
@@ -272,6 +274,9 @@ class HeaderDecoder:
             elif byte & 0x20:  # dynamic table size update, only before the first field
                 if started:
                     raise ValueError("table size update after a header field")
+                updates += 1
+                if updates > 2:  # RFC 7541 §4.2: at most two, at the start of a block
+                    raise ValueError("more than two table size updates")
                 size, pos = self._integer(data, pos, 5)
                 self._resize(size)
                 self._cached_block = b""
