@@ -415,3 +415,25 @@ def test_a_stop_lets_the_call_in_progress_finish_after_goaway(
     finally:
         client.close()
         stopper.join()
+
+
+def test_an_announced_size_holds_nothing_of_other_connections(server: ServerThread) -> None:
+    """A prefix announcing a 2 GiB message, then nothing, used to reserve it server-wide: every
+    other client's call got RESOURCE_EXHAUSTED. Only bytes that arrive count server-wide; an
+    announcement counts against its own connection's share."""
+    attacker = Client(server.server.grpc_port)
+    block = attacker.headers(INFER)
+    prefix = b"\x00" + (2**31 - 1).to_bytes(4, "big")
+    attacker.send(frame(HEADERS, END_HEADERS, 1, block) + frame(DATA, 0, 1, prefix))
+    attacker.send(attacker.call(3, LIVE, b""))  # answered: the server has read the above
+    assert attacker.trailers(3)[b"grpc-status"] == b"0"
+    other = Client(server.server.grpc_port)
+    other.send(other.call(1, INFER, infer_message("ident", 300)))
+    assert other.trailers(1)[b"grpc-status"] == b"0"
+    # on its own connection, a second message past the share is refused
+    attacker.send(attacker.call(5, INFER, infer_message("ident", 300)))
+    trailers = attacker.trailers(5)
+    assert trailers[b"grpc-status"] == b"8"
+    assert b"on this connection" in trailers[b"grpc-message"]
+    attacker.close()
+    other.close()

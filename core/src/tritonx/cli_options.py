@@ -475,8 +475,9 @@ SERVE_OPTIONS: list[Decorator] = [
         click.IntRange(min=1),
         1 << 30,
         "Bytes of gRPC request messages held at once, server-wide (received, not yet parsed); "
-        "a message past it gets RESOURCE_EXHAUSTED unless it is the only one. Loop engine"
-        + TRITONX_ONLY,
+        "a message past it gets RESOURCE_EXHAUSTED unless it is the only one, and so does one "
+        "whose announced size passes a quarter of it on its connection (unless it is the "
+        "connection's only one). Loop engine" + TRITONX_ONLY,
     ),
     value(
         "--grpc-infer-response-compression-level",

@@ -170,7 +170,8 @@ class ServerSettings:
     grpc_max_stream_in_flight: int = 128
     #: tritonx only: request message bytes the event-loop engine holds at once, server-wide
     #: (received, not yet parsed); a message past it gets RESOURCE_EXHAUSTED unless it is
-    #: the only one
+    #: the only one, and so does one whose announced size passes a quarter of it on its
+    #: connection (unless it is the connection's only one)
     grpc_max_buffered_request_bytes: int = 1 << 30
     #: ``--grpc-max-connection-age`` / ``-grace`` (ms; 0: not set, grpc's default)
     grpc_max_connection_age: int = 0

@@ -21,8 +21,9 @@ ends the call DEADLINE_EXCEEDED ``Deadline Exceeded``; a client's RST_STREAM or 
 connection cancels it without an answer.
 
 Bounds: a message's bytes count against the server-wide ``--grpc-max-buffered-request-bytes``
-from its prefix until its handler parses it (RESOURCE_EXHAUSTED past it, unless it is the
-only one); a streaming call holds back its stream's window credit while it has messages its
+as they arrive, until its handler parses it (RESOURCE_EXHAUSTED past it, unless it is the
+only one), and its announced size against its connection's share of that (a quarter, unless
+it is the connection's only one), so one connection cannot take it all by announcing; a streaming call holds back its stream's window credit while it has messages its
 handler has not read (the client waits); an answer that would wait past
 ``--grpc-max-send-buffer`` gets RESOURCE_EXHAUSTED.
 """
@@ -228,6 +229,7 @@ class Call:
         "partial",
         "prefix",
         "requests",
+        "reserved",
         "skip",
         "stream",
         "task",
@@ -261,6 +263,8 @@ class Call:
         self.buffered = 0
         #: bytes of a unary call's request counted in its connection's (until it ends)
         self.held = 0
+        #: announced sizes of this call's messages not yet parsed (the connection's share)
+        self.reserved = 0
         if headers.timeout is not None:
             self.timer = conn.loop.call_later(headers.timeout, self._expire)
         if method.streaming:
@@ -324,19 +328,25 @@ class Call:
             self.remote_ended()
 
     def _charge(self, size: int) -> None:
-        """``size`` bytes of a message arrived: counted server-wide until parsed, and (a unary
-        call's) against its connection until the call ends."""
+        """``size`` bytes of a message arrived: counted server-wide until parsed."""
         self.engine.buffered += size
         self.buffered += size
-        if self.requests is None:
-            self.held += size
-            self.conn.hold_requests(size)
 
     def release(self, size: int) -> None:
-        """``size`` bytes of this call's messages are parsed: no longer buffered."""
-        size = min(size, self.buffered)
-        self.buffered -= size
-        self.engine.buffered -= size
+        """``size`` bytes of this call's messages are parsed: no longer buffered, nor
+        reserved on the connection."""
+        engine = self.engine
+        held = min(size, self.buffered)
+        self.buffered -= held
+        engine.buffered -= held
+        reserved = min(size, self.reserved)
+        if reserved:
+            self.reserved -= reserved
+            left = engine.reserved.get(self.conn, 0) - reserved
+            if left > 0:
+                engine.reserved[self.conn] = left
+            else:
+                engine.reserved.pop(self.conn, None)
 
     def message_started(self, flag: int, size: int) -> bool:
         """A message of ``size`` bytes begins: False (and the call ended) when it is refused."""
@@ -365,7 +375,20 @@ class Call:
                 "(--grpc-max-buffered-request-bytes)",
             )
             return False
-        return True  # (its bytes are counted as they arrive: _charge)
+        conn = self.conn
+        reserved = engine.reserved.get(conn, 0)
+        share = engine.max_buffered // 4
+        if size and reserved and reserved + size > share:
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"Request messages of {reserved} bytes are already in progress on this "
+                f"connection; this one ({size} bytes) would pass its share of {share} "
+                "(a quarter of --grpc-max-buffered-request-bytes)",
+            )
+            return False
+        engine.reserved[conn] = reserved + size
+        self.reserved += size
+        return True  # (the server-wide count takes its bytes as they arrive: _charge)
 
     def message_received(self, data: bytes | bytearray) -> None:
         """A whole message (compressed or not: the deserializer tells them apart, as it
@@ -374,6 +397,8 @@ class Call:
             self.requests.put(data)
         else:
             self.message = data
+            self.held = len(data)
+            self.conn.hold_requests(self.held)  # until the call ends
 
     def remote_ended(self) -> None:
         """The client sent all of its messages."""
@@ -575,8 +600,8 @@ class Call:
         if self.done:
             return
         self.done = True
-        if self.buffered:
-            self.release(self.buffered)
+        if self.buffered or self.reserved:
+            self.release(max(self.buffered, self.reserved))
         if self.held:
             self.conn.hold_requests(-self.held)
             self.held = 0

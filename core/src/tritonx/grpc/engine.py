@@ -114,6 +114,8 @@ class Engine:
         self.max_metadata = int(settings.grpc_max_header_list_size)
         self.max_buffered = int(settings.grpc_max_buffered_request_bytes)
         self.buffered = 0
+        #: announced sizes of the messages in progress, per connection
+        self.reserved: dict[Connection, int] = {}
         #: set while a stop waits for the calls in progress (a call that ends completes it)
         self.call_ended: asyncio.Future[None] | None = None
         self.options = connection_options(settings)
@@ -127,6 +129,7 @@ class Engine:
 
     def connection_lost(self, conn: Connection) -> None:
         self.connections.discard(conn)
+        self.reserved.pop(conn, None)  # (its calls were reset: their share is released)
 
     def _parse(self, headers: Headers) -> CallHeaders:
         parsed = CallHeaders()

@@ -20,8 +20,8 @@ Bounds (:class:`Options`; each one a flag of the server's, see :mod:`tritonx.grp
   for ``header_timeout`` seconds too;
 - **receive windows**: a stream's window is credited as its handler consumes what it received
   (:meth:`Stream.hold_credit`): a handler that does not keep up stops its client; the
-  connection's window is credited only while the requests its streams are working on hold
-  less than a window's worth (:meth:`Connection.hold_requests`), so a client that sends
+  connection's window is credited only while the whole requests its streams are working on
+  hold less than a window's worth (:meth:`Connection.hold_requests`), so a client that sends
   faster than its calls end waits;
 - **send buffer**: answer bytes waiting for the client's windows are at most
   ``max_send_buffer`` per connection (an answer past it is refused: :meth:`Connection.send`
