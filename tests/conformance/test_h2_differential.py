@@ -49,12 +49,11 @@ Shapes left out, each an ``h2`` quirk rather than a tritonx bug:
 
 Frames that once were engine gaps (a stream depending on itself, frames on closed streams, a
 new stream numbered below an earlier one, a PRIORITY of a bad length on a stream not open, a
-GOAWAY shorter than 8 octets, malformed requests) are in the catalogue of violations. The one
-gap left, WINDOW_UPDATE on an idle even (server) stream below the client's last one (RFC 9113
-§5.1: ``h2`` refuses it, tritonx ignores it; conformance case
-``test_idle_even_stream_below_the_last_one``), is steered off in :func:`test_differential`
-and is all :func:`test_differential_known_gaps` generates (xfail until the engine handles it;
-then fold it back into the catalogue).
+GOAWAY shorter than 8 octets, malformed requests) are in the catalogue of violations. The
+last one closed, WINDOW_UPDATE on an idle even (server) stream below the client's last one
+(RFC 9113 §5.1: connection error PROTOCOL_ERROR; conformance case
+``test_idle_even_stream_below_the_last_one``), is generated on its own by
+:func:`test_differential_known_gaps`, a regression test now that the engine refuses it.
 
 Bounded by ``TRITONX_FUZZ_EXAMPLES`` (default 50) per test; ``TRITONX_FUZZ_SHRINK=1`` shrinks
 the known gaps' failures too.
@@ -816,14 +815,9 @@ def test_differential(h2_port: int, program: Program) -> None:
     check(h2_port, program)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=pytest.fail.Exception,
-    reason="engine: WINDOW_UPDATE on an idle even stream below the client's last one is "
-    "ignored where h2 refuses it (RFC 9113 §5.1: connection error PROTOCOL_ERROR)",
-)
 @fuzz_settings(shrink=SHRINK)
 @given(program=programs(gap=True))
 def test_differential_known_gaps(h2_port: int, program: Program) -> None:
-    """Programs that end in the engine's known gap: h2 refuses it."""
+    """Programs that end in what was the engine's gap (WINDOW_UPDATE on an idle even stream
+    below the client's last one): h2 refuses it, and so must the engine."""
     check(h2_port, program)

@@ -23,7 +23,6 @@ from h2frames import (
     Outcome,
     continuation,
     data,
-    engine_xfail,
     frame,
     headers,
     ping,
@@ -91,30 +90,7 @@ def test_idle_continuation(conn: H2Client) -> None:
 
 @pytest.mark.parametrize(
     "kind",
-    [
-        pytest.param(
-            0x0,
-            marks=engine_xfail(
-                "DATA on idle stream 2 (below the client's stream 3) gets RST_STREAM"
-                "(STREAM_CLOSED), a RST_STREAM on an idle stream (§6.4 forbids it); expected "
-                "GOAWAY(PROTOCOL_ERROR)"
-            ),
-        ),
-        pytest.param(
-            0x8,
-            marks=engine_xfail(
-                "WINDOW_UPDATE on idle stream 2 (below the client's stream 3) is ignored; "
-                "expected GOAWAY(PROTOCOL_ERROR)"
-            ),
-        ),
-        pytest.param(
-            0x3,
-            marks=engine_xfail(
-                "RST_STREAM on idle stream 2 (below the client's stream 3) is ignored; "
-                "expected GOAWAY(PROTOCOL_ERROR)"
-            ),
-        ),
-    ],
+    [0x0, 0x8, 0x3],
     ids=["data", "window-update", "rst-stream"],
 )
 def test_idle_even_stream_below_the_last_one(conn: H2Client, kind: int) -> None:
@@ -207,11 +183,6 @@ def test_closed_data(conn: H2Client) -> None:
     conn.expect_stream_error(1, STREAM_CLOSED)
 
 
-@engine_xfail(
-    "HEADERS on a closed stream (END_STREAM both ways) gets RST_STREAM(STREAM_CLOSED), a "
-    "stream error; h2spec (RFC 7540 §5.1) wants the connection error STREAM_CLOSED, which "
-    "RFC 9113 §5.1 turned into a MAY"
-)
 def test_closed_headers(conn: H2Client) -> None:
     """h2spec http2/5.1/12: HEADERS on a closed stream: connection error STREAM_CLOSED
     (RFC 7540 §5.1; RFC 9113 §5.1 keeps it as what an endpoint MAY do)."""

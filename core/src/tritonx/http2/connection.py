@@ -592,20 +592,22 @@ class Connection(asyncio.Protocol):
 
     def _closed_stream_frame(self, sid: int, kind: int) -> None:
         """A HEADERS or DATA frame on a stream id at or below the last one opened and not
-        open: ignored if this side reset the stream (the frame crossed the reset), a
-        connection error on an id the client skipped (RFC 9113 §5.1.1), else STREAM_CLOSED."""
+        open: ignored if this side reset the stream (the frame crossed the reset); HEADERS on
+        an id the client skipped is a connection error PROTOCOL_ERROR (RFC 9113 §5.1.1), on a
+        stream closed otherwise STREAM_CLOSED (§5.1); DATA gets RST_STREAM STREAM_CLOSED."""
         if sid in self.reset_ids:
             return
         if kind == f.HEADERS:
             for low, high in self.gaps:
                 if low <= sid <= high:
                     raise ConnectionError_(f.PROTOCOL_ERROR, f"HEADERS on closed stream {sid}")
+            raise ConnectionError_(f.STREAM_CLOSED, f"HEADERS on closed stream {sid}")
         self._stream_error(sid, f.STREAM_CLOSED)
 
     def _data(self, sid: int, flags: int, payload: memoryview) -> None:
         length = len(payload)
-        if sid == 0:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "DATA on stream 0")
+        if not sid & 1:  # stream 0, or one only this side could open: idle (§5.1)
+            raise ConnectionError_(f.PROTOCOL_ERROR, f"DATA on stream {sid}")
         self.recv_used += length
         if (
             self.recv_used >= self.options.connection_window // 2
@@ -676,7 +678,7 @@ class Connection(asyncio.Protocol):
             return
         stream = self.streams.get(sid)
         if stream is None:
-            if sid > self.last_stream:
+            if sid > self.last_stream or not sid & 1:
                 raise ConnectionError_(f.PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {sid}")
             return
         if increment == 0:
@@ -770,7 +772,7 @@ class Connection(asyncio.Protocol):
             raise ConnectionError_(f.PROTOCOL_ERROR, "RST_STREAM on stream 0")
         stream = self.streams.get(sid)
         if stream is None:
-            if sid > self.last_stream:
+            if sid > self.last_stream or not sid & 1:
                 raise ConnectionError_(f.PROTOCOL_ERROR, f"RST_STREAM on idle stream {sid}")
             return
         self._forget(stream)
