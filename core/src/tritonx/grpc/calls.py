@@ -342,11 +342,10 @@ class Call:
         reserved = min(size, self.reserved)
         if reserved:
             self.reserved -= reserved
-            left = engine.reserved.get(self.conn, 0) - reserved
-            if left > 0:
-                engine.reserved[self.conn] = left
-            else:
-                engine.reserved.pop(self.conn, None)
+            reserved_now = engine.reserved
+            conn = self.conn
+            if conn in reserved_now:  # (gone once the connection is)
+                reserved_now[conn] -= reserved
 
     def message_started(self, flag: int, size: int) -> bool:
         """A message of ``size`` bytes begins: False (and the call ended) when it is refused."""

@@ -869,8 +869,9 @@ class Connection(asyncio.Protocol):
         size = 0
         fits = False
         if data is not None:
-            size = sum(len(piece) for piece in data)
-            if stream.send_window > f.MAX_WINDOW:
+            size = sum(map(len, data))
+            window = self.peer_window + stream.credit  # (Stream.send_window)
+            if window > f.MAX_WINDOW:
                 # found lazily: a change of the client's initial window overflowed it
                 self._connection_error(f.FLOW_CONTROL_ERROR, "stream window overflow")
                 return True
@@ -878,7 +879,7 @@ class Connection(asyncio.Protocol):
                 not stream.queued
                 and size <= self.peer_frame
                 and size <= self.send_window
-                and size <= stream.send_window
+                and size <= window
             )
             if (
                 bounded
