@@ -16,7 +16,9 @@ growth (``VmRSS``), and what the attacking connection got (GOAWAY code, or still
 * **hpack**: 40 header blocks of 250 KiB that add one 4 KB table entry and refer to it on
   every byte (landed: 9.7 s CPU, loop blocked 6.9 s);
 * **reset**: 100,000 HEADERS + DATA + RST_STREAM (rapid reset; landed: 4-6 s CPU, health
-  answers over 1 s).
+  answers over 1 s);
+* **fields**: 6,000 header blocks of 400 one-byte indexed fields each, the most a block may
+  decode to (the second break pass's 1,690 held the loop 10 s; they now end the connection).
 
     python benchmarks/grpc_hostile.py                    # every phase but window-open, ~1 min
     python benchmarks/grpc_hostile.py --phases streams,reset
@@ -237,6 +239,28 @@ def hpack_phase(attacker: Attacker) -> None:
             break
 
 
+#: one-byte fields per block in the fields phase: the most the decoding bound lets through
+#: (at 128 bytes a field); 1,690 was the break pass's (now the connection's end)
+FIELDS = 400
+
+
+def fields_phase(attacker: Attacker) -> None:
+    """6,000 header blocks, each the gRPC headers then :data:`FIELDS` one-byte indexed fields
+    (second break pass: with 1,690 each block cost ~4 ms and one connection held the loop
+    10 s)."""
+    base = attacker.block(LIVE)
+    repeated = attacker.block(LIVE)
+    out = []
+    for index in range(6000):
+        tail = b"\xbf" * FIELDS + (b"\xbf" if index & 1 else b"\xc1")
+        block = (base if index == 0 else repeated) + tail
+        out.append(frame(HEADERS, END_HEADERS | END_STREAM, 2 * index + 1, block))
+    data = b"".join(out)
+    for at in range(0, len(data), 1 << 16):
+        if not attacker.send(data[at : at + (1 << 16)]):
+            break
+
+
 def reset_phase(attacker: Attacker) -> None:
     first = attacker.block(LIVE)
     repeated = attacker.block(LIVE)
@@ -272,6 +296,7 @@ PHASES = {
     "window-open": (window_phase, b""),
     "hpack": (hpack_phase, b""),
     "reset": (reset_phase, b""),
+    "fields": (fields_phase, b""),
 }
 
 
@@ -309,7 +334,7 @@ def run_phase(name: str, served: Served, log: Path) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--phases", default="streams,settings,window,hpack,reset")
+    parser.add_argument("--phases", default="streams,settings,window,hpack,reset,fields")
     parser.add_argument("serve_args", nargs="*", help="flags for tritonx serve (after --)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:

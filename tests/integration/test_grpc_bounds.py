@@ -437,3 +437,65 @@ def test_an_announced_size_holds_nothing_of_other_connections(server: ServerThre
     assert b"on this connection" in trailers[b"grpc-message"]
     attacker.close()
     other.close()
+
+
+def test_a_block_of_many_tiny_fields_ends_the_connection(server: ServerThread) -> None:
+    """A header block of ~1,700 one-byte fields stayed under the decoded-size bound and cost
+    milliseconds each, without end (second break pass). Every field now costs the bound at
+    least 128 bytes: 600 of them end the connection."""
+    client = Client(server.server.grpc_port)
+    block = client.headers(LIVE) + b"\xbf" * 600  # static index 19: accept: ""
+    client.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+    assert client.goaway() == ENHANCE_YOUR_CALM
+    live(server.server.grpc_port)
+
+
+@pytest.mark.parametrize("server", [{"grpc_max_buffered_request_bytes": 2000}], indirect=True)
+def test_messages_announced_at_once_are_bounded_as_their_bytes_arrive(
+    server: ServerThread,
+) -> None:
+    """Two connections announcing 1,500 bytes each before either sends a byte were both
+    admitted and held 3,000 against a 2,000 limit. The limit now holds as bytes arrive."""
+    one, two = Client(server.server.grpc_port), Client(server.server.grpc_port)
+    prefix = b"\x00" + (1500).to_bytes(4, "big")
+    for client in (one, two):
+        client.send(
+            frame(HEADERS, END_HEADERS, 1, client.headers(INFER)) + frame(DATA, 0, 1, prefix)
+        )
+        client.send(client.call(3, LIVE, b""))  # answered: the prefix was read
+        assert client.trailers(3)[b"grpc-status"] == b"0"
+    one.send(frame(DATA, 0, 1, b"\x00" * 1400))
+    one.send(one.call(5, LIVE, b""))
+    assert one.trailers(5)[b"grpc-status"] == b"0"
+    two.send(frame(DATA, 0, 1, b"\x00" * 1400))
+    trailers = two.trailers(1)
+    assert trailers[b"grpc-status"] == b"8"
+    assert b"--grpc-max-buffered-request-bytes" in trailers[b"grpc-message"]
+    one.close()
+    two.close()
+
+
+@pytest.mark.parametrize("server", [{"grpc_max_send_buffer_total": 1 << 20}], indirect=True)
+def test_answers_waiting_on_all_connections_are_bounded(server: ServerThread) -> None:
+    """Each connection's send buffer was bounded, their sum was not (10 zero-window
+    connections held 730 MB). Past --grpc-max-send-buffer-total an answer that would wait is
+    refused, whichever connection it is on."""
+    message = infer_message("ident", 300 << 10)
+    waiting = []
+    for _ in range(3):  # ~900 KiB waiting in all
+        client = Client(server.server.grpc_port, initial_window=0)
+        client.send(client.call(1, INFER, message))
+        client.until(HEADERS, 1)  # the answer's headers: its data waits
+        waiting.append(client)
+    late = Client(server.server.grpc_port, initial_window=0)
+    late.send(late.call(1, INFER, message) + late.call(3, INFER, message))
+    decoder = hpack.Decoder()
+    while True:
+        flags, _, block = late.until(HEADERS)
+        fields = dict(decoder.decode(block))
+        if flags & END_STREAM:
+            break
+    assert fields["grpc-status"] == "8", fields
+    assert "--grpc-max-send-buffer-total" in fields["grpc-message"]
+    for client in [*waiting, late]:
+        client.close()

@@ -448,6 +448,14 @@ SERVE_OPTIONS: list[Decorator] = [
         "engine" + TRITONX_ONLY,
     ),
     value(
+        "--grpc-max-send-buffer-total",
+        click.IntRange(min=0),
+        256 << 20,
+        "Answer bytes that may wait for gRPC clients' windows, all connections together; an "
+        "answer past it gets RESOURCE_EXHAUSTED (one per connection always waits). Loop engine"
+        + TRITONX_ONLY,
+    ),
+    value(
         "--grpc-send-timeout-secs",
         click.IntRange(min=1),
         60,

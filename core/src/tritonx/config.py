@@ -165,6 +165,8 @@ class ServerSettings:
     grpc_max_header_list_size: int = 16 << 10
     grpc_header_timeout_secs: int = 10
     grpc_max_send_buffer: int = 32 << 20
+    #: tritonx only: the same, all connections together
+    grpc_max_send_buffer_total: int = 256 << 20
     grpc_send_timeout_secs: int = 60
     grpc_max_reset_rate: int = 100
     grpc_max_stream_in_flight: int = 128

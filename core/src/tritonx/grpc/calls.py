@@ -305,14 +305,16 @@ class Call:
                         continue
                     return
                 if end - pos >= size:  # whole in this frame: one copy
-                    self._charge(size)
+                    if not self._charge(size):
+                        return
                     self.message_received(bytes(data[pos : pos + size]))
                     pos += size
                     continue
                 message = self.partial = bytearray()
                 self.need = size
             take = min(self.need, end - pos)
-            self._charge(take)
+            if not self._charge(take):
+                return
             message += data[pos : pos + take]
             pos += take
             self.need -= take
@@ -327,10 +329,23 @@ class Call:
         else:
             self.remote_ended()
 
-    def _charge(self, size: int) -> None:
-        """``size`` bytes of a message arrived: counted server-wide until parsed."""
-        self.engine.buffered += size
+    def _charge(self, size: int) -> bool:
+        """``size`` bytes of a message arrived: counted server-wide until parsed. False (the
+        call ended RESOURCE_EXHAUSTED) when they pass the server-wide limit while other calls
+        hold bytes too (messages announced at once are admitted together: the limit is
+        enforced as their bytes arrive)."""
+        engine = self.engine
+        engine.buffered += size
         self.buffered += size
+        if engine.buffered > engine.max_buffered and engine.buffered != self.buffered:
+            self.fail(
+                RESOURCE_EXHAUSTED,
+                f"Request messages of {engine.buffered - self.buffered} bytes are already held "
+                f"by the server; this one would pass the limit of {engine.max_buffered} "
+                "(--grpc-max-buffered-request-bytes)",
+            )
+            return False
+        return True
 
     def release(self, size: int) -> None:
         """``size`` bytes of this call's messages are parsed: no longer buffered, nor
@@ -539,7 +554,8 @@ class Call:
                 RESOURCE_EXHAUSTED,
                 f"The answer ({len(data)} bytes) cannot wait: {conn.queued_bytes} bytes of "
                 "answers already wait for this connection's flow-control window "
-                f"(--grpc-max-send-buffer {conn.options.max_send_buffer})",
+                f"(--grpc-max-send-buffer {conn.options.max_send_buffer}), or answers of all "
+                "connections fill --grpc-max-send-buffer-total",
             )
             return False
         return True

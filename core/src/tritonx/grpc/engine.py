@@ -38,7 +38,7 @@ from tritonx.grpc.calls import (
 )
 from tritonx.grpc.metadata import RESPONSE_HEADERS, STATUS_415, status_block
 from tritonx.grpc.restricted import restriction_rules
-from tritonx.http2.connection import Connection, Options, Stream
+from tritonx.http2.connection import Connection, Options, SendBudget, Stream
 from tritonx.http2.hpack import Headers
 from tritonx.security import listener_tls_files
 
@@ -119,6 +119,8 @@ class Engine:
         #: set while a stop waits for the calls in progress (a call that ends completes it)
         self.call_ended: asyncio.Future[None] | None = None
         self.options = connection_options(settings)
+        #: answer bytes waiting for clients' windows, all connections together
+        self.send_budget = SendBudget(int(settings.grpc_max_send_buffer_total))
         self.connections: set[Connection] = set()
         self.server: asyncio.Server | None = None
 
@@ -223,7 +225,7 @@ class Engine:
         host = address[1:-1] if address.startswith("[") and address.endswith("]") else address
         try:
             self.server = await self.loop.create_server(
-                lambda: Connection(self, self.options, self.loop),
+                lambda: Connection(self, self.options, self.loop, self.send_budget),
                 host=host or None,
                 port=port,
                 family=socket.AF_UNSPEC,

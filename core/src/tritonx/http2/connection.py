@@ -24,9 +24,12 @@ Bounds (:class:`Options`; each one a flag of the server's, see :mod:`tritonx.grp
   hold less than a window's worth (:meth:`Connection.hold_requests`), so a client that sends
   faster than its calls end waits;
 - **send buffer**: answer bytes waiting for the client's windows are at most
-  ``max_send_buffer`` per connection (an answer past it is refused: :meth:`Connection.send`
-  returns False), and data that makes no progress for ``send_timeout`` seconds has its
+  ``max_send_buffer`` per connection and :class:`SendBudget`'s limit across connections (an
+  answer past either is refused: :meth:`Connection.send` returns False; a connection's first
+  waiting answer always waits), and data that makes no progress for ``send_timeout`` seconds has its
   streams reset (CANCEL);
+- **time per read**: frames are handled for :data:`READ_BUDGET` seconds at most per read; the
+  rest waits, reading paused, until the loop has run everything else once;
 - **no work per frame proportional to client state**: a change of the client's initial
   window is applied lazily (a stream's window is the client's initial window plus the
   stream's own credit), and streams waiting for window are tried once per read, not per frame.
@@ -55,6 +58,9 @@ from tritonx.http2.hpack import HeaderDecoder, Headers
 log = logging.getLogger("tritonx.http2")
 
 _FRAME = struct.Struct(">HBBBL")  # length (high 16 bits, low 8 bits), type, flags, stream
+#: seconds of frame handling per read; what is left waits for the loop's next turn (reading
+#: paused), so one connection cannot hold the loop however much it sends at once
+READ_BUDGET = 0.005
 #: a stream's data waiting beyond this makes its writer wait (:meth:`Stream.drained`)
 STREAM_SEND_BUFFER = 1 << 20
 #: stream ids this side reset, remembered so that frames the client sent before it saw the
@@ -114,6 +120,18 @@ class Options:
     #: GOAWAY after this long (0: never), then this grace for the calls left
     max_connection_age: float = 0.0
     max_connection_age_grace: float = 1e9
+
+
+class SendBudget:
+    """Answer bytes waiting for clients' windows, counted across the connections that share
+    it; past ``limit`` an answer that would wait is refused (as past a connection's own
+    ``max_send_buffer``)."""
+
+    __slots__ = ("limit", "queued")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.queued = 0
 
 
 class StreamHandler(Protocol):
@@ -228,8 +246,16 @@ class Stream:
 class Connection(asyncio.Protocol):
     """An HTTP/2 server connection carrying ``app``'s streams under ``options``' bounds."""
 
-    def __init__(self, app: Application, options: Options, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self,
+        app: Application,
+        options: Options,
+        loop: asyncio.AbstractEventLoop,
+        budget: SendBudget | None = None,
+    ) -> None:
         self.app = app
+        #: the server-wide count of answer bytes waiting (None: this connection's bound only)
+        self.budget = budget
         self.options = options
         self.loop = loop
         self.transport: asyncio.Transport | None = None
@@ -263,6 +289,8 @@ class Connection(asyncio.Protocol):
         self.send_progress = 0.0
         self.send_timer: asyncio.TimerHandle | None = None
         self.paused = False
+        #: frames of a read wait for the next turn of the loop (reading paused meanwhile)
+        self.deferred = False
         self.drain_waiters: list[asyncio.Future[None]] = []
         self.going_away = False
         self.closed = False
@@ -317,6 +345,8 @@ class Connection(asyncio.Protocol):
         streams = list(self.streams.values())
         self.streams.clear()
         self.waiting.clear()
+        if self.budget is not None:
+            self.budget.queued -= self.queued_bytes
         self.queued_bytes = 0
         for stream in streams:
             stream.closed = True
@@ -339,7 +369,7 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        if self.transport is not None and not self.closed:
+        if self.transport is not None and not self.closed and not self.deferred:
             self.transport.resume_reading()
         self._wake_drainers()
 
@@ -350,23 +380,31 @@ class Connection(asyncio.Protocol):
                 waiter.set_result(None)
 
     def data_received(self, data: bytes) -> None:
+        if self.deferred:  # (a read that was under way when reading paused)
+            self.pending += data
+            return
         if self.pending:
             data = self.pending + data
             self.pending = b""
-        try:
-            if self.preface:
-                if len(data) < 24:
-                    if not f.PREFACE.startswith(data):
-                        self._abort()
-                    else:
-                        self.pending = data
-                    return
-                if not data.startswith(f.PREFACE):
+        if self.preface:
+            if len(data) < 24:
+                if not f.PREFACE.startswith(data):
                     self._abort()
-                    return
-                self.preface = False
-                data = data[24:]
-            self._frames(data)
+                else:
+                    self.pending = data
+                return
+            if not data.startswith(f.PREFACE):
+                self._abort()
+                return
+            self.preface = False
+            data = data[24:]
+        self._process(data)
+
+    def _process(self, data: bytes) -> None:
+        """Handle the frames of ``data`` for at most :data:`READ_BUDGET` seconds; the rest
+        waits (reading paused) until the loop has run everything else once."""
+        try:
+            deferred = self._frames(data)
             if self.window_grew:
                 self.window_grew = False
                 self._send_waiting()
@@ -374,6 +412,21 @@ class Connection(asyncio.Protocol):
             self._connection_error(exc.code, exc.reason)
             return
         self.flush()
+        if deferred and not self.closed and self.transport is not None:
+            if not self.deferred:
+                self.deferred = True
+                self.transport.pause_reading()
+            self.loop.call_soon(self._continue)
+
+    def _continue(self) -> None:
+        """Go on with the frames a read left for later (:meth:`_process`)."""
+        if self.closed:
+            return
+        data, self.pending = self.pending, b""
+        self.deferred = False
+        self._process(data)
+        if not self.deferred and not self.paused and not self.closed and self.transport:
+            self.transport.resume_reading()
 
     def eof_received(self) -> bool | None:
         return None  # close the transport
@@ -431,12 +484,17 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ frames in
 
-    def _frames(self, data: bytes) -> None:
+    def _frames(self, data: bytes) -> bool:
+        """Handle the whole frames of ``data`` (the rest is kept for the next read); True
+        when the read's time budget ran out first (the frames left are kept too)."""
         view = memoryview(data)
         end = len(data)
         pos = 0
         unpack = _FRAME.unpack_from
         max_frame = f.DEFAULT_FRAME_SIZE
+        clock = time.perf_counter
+        deadline = clock() + READ_BUDGET
+        count = 0
         while pos + 9 <= end:
             high, low, kind, flags, sid = unpack(data, pos)
             length = high << 8 | low
@@ -477,9 +535,16 @@ class Connection(asyncio.Protocol):
                 raise ConnectionError_(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
             # other frame types are ignored (RFC 9113 §4.1)
             if self.closed:
-                return
+                return False
+            count += 1
+            if (kind == f.HEADERS or kind == f.CONTINUATION or not count & 63) and (
+                pos < end and clock() > deadline
+            ):
+                self.pending = bytes(view[pos:])
+                return True
         if pos < end:
             self.pending = bytes(view[pos:])
+        return False
 
     @staticmethod
     def _unpad(flags: int, payload: memoryview) -> memoryview:
@@ -806,6 +871,8 @@ class Connection(asyncio.Protocol):
         self.streams.pop(stream.id, None)
         if stream.queued_bytes:
             self.queued_bytes -= stream.queued_bytes
+            if self.budget is not None:
+                self.budget.queued -= stream.queued_bytes
             self._wake_drainers()
         self.waiting.pop(stream.id, None)
         stream.queued.clear()
@@ -881,13 +948,12 @@ class Connection(asyncio.Protocol):
                 and size <= self.send_window
                 and size <= window
             )
-            if (
-                bounded
-                and not fits
-                and self.queued_bytes
-                and self.queued_bytes + size > self.options.max_send_buffer
-            ):
-                return False
+            if bounded and not fits and self.queued_bytes:
+                if self.queued_bytes + size > self.options.max_send_buffer:
+                    return False
+                budget = self.budget
+                if budget is not None and budget.queued + size > budget.limit:
+                    return False
         if headers is not None:
             self._header_frames(stream.id, headers, 0)
             stream.headers_sent = True
@@ -904,6 +970,8 @@ class Connection(asyncio.Protocol):
                     stream.queued.append(memoryview(piece))
                 stream.queued_bytes += size
                 self.queued_bytes += size
+                if self.budget is not None:
+                    self.budget.queued += size
                 if self.send_timer is None:
                     self.send_progress = self.loop.time()
                     self.send_timer = self.loop.call_later(
@@ -981,6 +1049,8 @@ class Connection(asyncio.Protocol):
         if sent:
             stream.queued_bytes -= sent
             self.queued_bytes -= sent
+            if self.budget is not None:
+                self.budget.queued -= sent
             self.send_progress = self.loop.time()
             self._data_flowed()
             self._wake_drainers()

@@ -8,7 +8,7 @@ decode to the same headers until the table changes: the last one is kept decoded
 list object is returned, so a caller may cache what it derives from it by identity).
 
 Bounds: the decoded header list is counted as it grows (RFC 9113 §6.5.2's size: name, value
-and 32 per field); past ``max_list_size`` decoding stops and the block is refused as a
+and 32 per field, and at least :data:`FIELD_COST` a field); past ``max_list_size`` decoding stops and the block is refused as a
 compression bomb (:class:`~tritonx.http2.frames.ConnectionError_` ENHANCE_YOUR_CALM: the
 connection cannot continue, its table is no longer the client's). A Huffman string is decoded
 only after its input is charged to the budget (decoding costs per input byte); a block may
@@ -98,6 +98,9 @@ MAX_CACHED_STRING = 256
 #: size an entry takes in the dynamic table, and a field in a header list, beyond its name and
 #: value (RFC 7541 §4.1, RFC 9113 §6.5.2)
 ENTRY_OVERHEAD = 32
+#: what a field costs the decoding budget at least: the work per field does not shrink with its
+#: size, so a block of one-byte fields reaches the budget at a few hundred fields
+FIELD_COST = 128
 
 Headers = list[tuple[bytes, bytes]]
 
@@ -255,7 +258,7 @@ class HeaderDecoder:
             if byte & 0x80:  # indexed field
                 index, pos = self._integer(data, pos, 7)
                 entry = self._entry(index)
-                self._spend(len(entry[0]) + len(entry[1]) + ENTRY_OVERHEAD)
+                self._spend(max(FIELD_COST, len(entry[0]) + len(entry[1]) + ENTRY_OVERHEAD))
                 headers.append(entry)
                 started = True
                 continue
@@ -268,7 +271,7 @@ class HeaderDecoder:
                 else:
                     self._spend(len(name))
                 value, pos = self._string(data, pos)
-                self._spend(ENTRY_OVERHEAD)
+                self._spend(max(ENTRY_OVERHEAD, FIELD_COST - len(name) - len(value)))
                 self._add(name, value)
                 self._cached_block = b""  # the table changed: indices move
             elif byte & 0x20:  # dynamic table size update, only before the first field
@@ -289,7 +292,7 @@ class HeaderDecoder:
                 else:
                     self._spend(len(name))
                 value, pos = self._string(data, pos)
-                self._spend(ENTRY_OVERHEAD)
+                self._spend(max(ENTRY_OVERHEAD, FIELD_COST - len(name) - len(value)))
             headers.append((name, value))
             started = True
         return headers, indexed_only
