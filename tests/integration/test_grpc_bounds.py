@@ -499,3 +499,24 @@ def test_answers_waiting_on_all_connections_are_bounded(server: ServerThread) ->
     assert "--grpc-max-send-buffer-total" in fields["grpc-message"]
     for client in [*waiting, late]:
         client.close()
+
+
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+@pytest.mark.parametrize("server", [{"grpc_max_stream_in_flight": 1}], indirect=True)
+def test_data_past_the_window_granted_is_refused(server: ServerThread) -> None:
+    """The windows this side grants are enforced (RFC 9113 §6.9.1): a streaming call whose
+    handler is busy holds back its stream's credit, and a client that sends past the 1 MiB
+    it was granted anyway gets RST_STREAM FLOW_CONTROL_ERROR (it was buffered before)."""
+    client = Client(server.server.grpc_port)
+    message = infer_message("slow", 256 << 10)
+    body = (b"\x00" + len(message).to_bytes(4, "big") + message) * 6  # ~1.5 MiB
+    out = frame(HEADERS, END_HEADERS, 1, client.headers(STREAM_INFER))
+    for at in range(0, len(body), 16384):
+        out += frame(DATA, 0, 1, body[at : at + 16384])
+    client.send(out)
+    _, _, payload = client.until(RST_STREAM, 1)
+    assert int.from_bytes(payload, "big") == 0x3  # FLOW_CONTROL_ERROR
+    client.close()
+    live(server.server.grpc_port)

@@ -673,7 +673,9 @@ class Connection(asyncio.Protocol):
         length = len(payload)
         if not sid & 1:  # stream 0, or one only this side could open: idle (§5.1)
             raise ConnectionError_(f.PROTOCOL_ERROR, f"DATA on stream {sid}")
-        self.recv_used += length
+        self.recv_used += length  # received and not credited back: past the window, an error
+        if self.recv_used > self.options.connection_window:
+            raise ConnectionError_(f.FLOW_CONTROL_ERROR, "DATA past the connection's window")
         if (
             self.recv_used >= self.options.connection_window // 2
             and self.held < self.options.connection_window
@@ -701,15 +703,15 @@ class Connection(asyncio.Protocol):
                 self._client_reset(stream, f.PROTOCOL_ERROR)  # content-length mismatch (§8.1.1)
                 return
         if length:
-            stream.recv_used += length - len(body)  # padding: credited with the rest
+            stream.recv_used += length  # (padding credited with the rest)
+            if stream.recv_used > self.options.stream_window:
+                self._client_reset(stream, f.FLOW_CONTROL_ERROR)  # past its window (§6.9.1)
+                return
             handler = stream.handler
             if body and handler is not None:
-                stream.recv_used += len(body)
                 handler.data_received(body)
                 if stream.closed:
                     return
-            else:
-                stream.recv_used += len(body)
             if (
                 not stream.credit_held
                 and stream.recv_used >= self.options.stream_window // 2
