@@ -475,8 +475,9 @@ SERVE_OPTIONS: list[Decorator] = [
         "--grpc-max-stream-in-flight",
         click.IntRange(min=1),
         128,
-        "Requests of one ModelStreamInfer call in flight at once; the call's next message is "
-        "read when one ends (the client waits on its flow-control window)" + TRITONX_ONLY,
+        "ModelStreamInfer requests in flight at once on one connection (all its calls), and "
+        "per call counting answers not yet written; a call's next message is read when one "
+        "ends (the client waits on its flow-control window)" + TRITONX_ONLY,
     ),
     value(
         "--grpc-max-buffered-request-bytes",

@@ -159,8 +159,8 @@ class ServerSettings:
     #: seconds an unfinished header block may wait, answer bytes waiting for the client's
     #: window (an answer past it gets RESOURCE_EXHAUSTED), seconds such data may wait without
     #: progress (then its streams are reset), client resets and refused streams per second
-    #: (then GOAWAY ENHANCE_YOUR_CALM; 0: no limit), and requests of one ModelStreamInfer
-    #: call in flight (the call's next message is read when one ends)
+    #: (then GOAWAY ENHANCE_YOUR_CALM; 0: no limit), and ModelStreamInfer requests of all
+    #: calls in flight on one connection (a call's next message is read when one ends)
     grpc_max_concurrent_streams: int = 100
     grpc_max_header_list_size: int = 16 << 10
     grpc_header_timeout_secs: int = 10

@@ -119,12 +119,26 @@ class Context:
     :param metadata: returns the call's metadata (:func:`decode_metadata`, without the
         headers gRPC itself uses: pseudo-headers, content-type, te, grpc-timeout,
         grpc-encoding, grpc-accept-encoding).
+    :param peer: returns the client's address (:meth:`peer`).
     """
 
-    __slots__ = ("_callbacks", "_code", "_compression", "_details", "_metadata", "_trailing")
+    __slots__ = (
+        "_callbacks",
+        "_code",
+        "_compression",
+        "_details",
+        "_metadata",
+        "_peer",
+        "_trailing",
+    )
 
-    def __init__(self, metadata: Callable[[], tuple[tuple[str, str | bytes], ...]]) -> None:
+    def __init__(
+        self,
+        metadata: Callable[[], tuple[tuple[str, str | bytes], ...]],
+        peer: Callable[[], str] | None = None,
+    ) -> None:
         self._metadata = metadata
+        self._peer = peer
         self._code = OK
         self._details = ""
         self._compression: grpc.Compression | None = None
@@ -133,6 +147,9 @@ class Context:
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         return self._metadata()
+
+    def peer(self) -> str:
+        return self._peer() if self._peer is not None else "unknown"
 
     def set_code(self, code: grpc.StatusCode) -> None:
         self._code = code.value[0]
@@ -245,7 +262,7 @@ class Call:
         self.stream = stream
         self.method = method
         self.headers = headers
-        self.context = Context(headers.decoded_metadata)
+        self.context = Context(headers.decoded_metadata, conn.peer)
         self.cancelled = False
         self.done = False
         self.expired = False

@@ -58,3 +58,8 @@ class CallContext(Protocol):
     def add_done_callback(self, callback: Callable[[Any], None], /) -> None:
         """Call ``callback`` (with the context) once the call has ended."""
         ...
+
+    def peer(self) -> str:
+        """The client's address as grpc writes it (``ipv4:127.0.0.1:5000``): one per
+        connection."""
+        ...

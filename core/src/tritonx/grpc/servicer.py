@@ -53,8 +53,9 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         matches becomes parameters of each inference request (None: nothing is forwarded).
     :param compression: ``--grpc-infer-response-compression-level``'s algorithm for the
         responses of ModelInfer and ModelStreamInfer (None: not compressed).
-    :param max_stream_in_flight: ``--grpc-max-stream-in-flight``: requests of one
-        ModelStreamInfer call in flight (running, or answered and not yet written) at once.
+    :param max_stream_in_flight: ``--grpc-max-stream-in-flight``: ModelStreamInfer requests
+        running at once on one connection (its peer address), all its calls together, and of
+        one call running or answered and not yet written.
     """
 
     def __init__(
@@ -67,6 +68,8 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         self.dataplane = dataplane
         self.compression = compression
         self.max_stream_in_flight = max_stream_in_flight
+        #: ModelStreamInfer requests in flight per connection (its peer address)
+        self.connection_loads: dict[str, _ConnectionLoad] = {}
         #: the inference RPCs' steps (``forward``: metadata forwarded to each request)
         self.pipeline = Pipeline(dataplane, "grpc", forward)
 
@@ -406,8 +409,17 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         grpc_error = any(
             key == GRPC_ERROR_METADATA and str(value).lower() == "true" for key, value in metadata
         )
+        peer = context.peer()
+        load = self.connection_loads.get(peer)
+        if load is None:
+            load = self.connection_loads[peer] = _ConnectionLoad(self.max_stream_in_flight)
+        load.streams += 1
         stream = _Stream(
-            self.pipeline, grpc_error, MetadataHeaders(lambda: metadata), self.max_stream_in_flight
+            self.pipeline,
+            grpc_error,
+            MetadataHeaders(lambda: metadata),
+            self.max_stream_in_flight,
+            load,
         )
         reader = asyncio.create_task(stream.read(request_iterator))
         try:
@@ -431,6 +443,26 @@ class GRPCInferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             reader.cancel()
             stream.cancel()
             stream.drop_traces()
+            load.streams -= 1
+            if not load.streams and self.connection_loads.get(peer) is load:
+                del self.connection_loads[peer]
+
+
+class _ConnectionLoad:
+    """The ModelStreamInfer requests in flight on one connection, all its calls together
+    (``--grpc-max-stream-in-flight``): a call's next message is read while fewer run."""
+
+    __slots__ = ("limit", "streams", "tasks", "waiting")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.tasks = 0
+        self.streams = 0
+        self.waiting: set[_Stream] = set()
+
+    def wake(self) -> None:
+        for stream in list(self.waiting):
+            stream.room()
 
 
 class _Stream:
@@ -450,9 +482,16 @@ class _Stream:
     """
 
     def __init__(
-        self, pipeline: Pipeline, grpc_error: bool, headers: Headers, limit: int = 128
+        self,
+        pipeline: Pipeline,
+        grpc_error: bool,
+        headers: Headers,
+        limit: int = 128,
+        load: _ConnectionLoad | None = None,
     ) -> None:
         self.pipeline = pipeline
+        #: the requests in flight on the call's connection (None: this call's only)
+        self.load = load if load is not None else _ConnectionLoad(limit)
         #: requests in flight at most (running, or answered and not yet written): the next
         #: message is read when one ends, so a client that sends faster than it reads waits
         self.limit = limit
@@ -505,10 +544,15 @@ class _Stream:
     def room(self) -> None:
         """A request ended or a message was taken to be written: the reader may go on."""
         waiter = self.room_waiter
-        if waiter is not None and len(self.tasks) + self.queue.qsize() < self.limit:
+        if waiter is not None and not self._full():
             self.room_waiter = None
+            self.load.waiting.discard(self)
             if not waiter.done():
                 waiter.set_result(None)
+
+    def _full(self) -> bool:
+        load = self.load
+        return len(self.tasks) + self.queue.qsize() >= self.limit or load.tasks >= load.limit
 
     async def read(
         self, request_iterator: AsyncIterable[service_pb2.ModelInferRequest | Received]
@@ -516,9 +560,13 @@ class _Stream:
         try:
             iterator = aiter(request_iterator)
             while True:
-                while len(self.tasks) + self.queue.qsize() >= self.limit:
+                while self._full():
                     self.room_waiter = asyncio.get_running_loop().create_future()
-                    await self.room_waiter
+                    self.load.waiting.add(self)
+                    try:
+                        await self.room_waiter
+                    finally:
+                        self.load.waiting.discard(self)
                 wait_start = time.perf_counter_ns()
                 try:
                     request = await anext(iterator)
@@ -562,11 +610,16 @@ class _Stream:
             self.previous = done
         task = loop.create_task(self.run(request, version, target, previous, done, waited, raws))
         self.tasks.add(task)
+        self.load.tasks += 1
         task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.tasks.discard(task)
+        load = self.load
+        load.tasks -= 1
         self.room()
+        if load.waiting:
+            load.wake()
         if not task.cancelled() and task.exception() is not None:
             log.error("stream request failed", exc_info=task.exception())
         self._maybe_end()

@@ -1115,6 +1115,15 @@ class Connection(asyncio.Protocol):
                 self.options.max_connection_age_grace, self.close_now
             )
 
+    def peer(self) -> str:
+        """The client's address as grpc writes it (``ipv4:127.0.0.1:5000``, ``ipv6:[::1]:5000``,
+        ``unix:...``); unique per connection while it is open."""
+        name = self.transport.get_extra_info("peername") if self.transport is not None else None
+        if isinstance(name, tuple) and len(name) >= 2:
+            host, port = name[0], name[1]
+            return f"ipv6:[{host}]:{port}" if ":" in str(host) else f"ipv4:{host}:{port}"
+        return f"unix:{name}" if name else f"connection:{id(self)}"
+
     def close_now(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
