@@ -45,7 +45,7 @@ from tritonx.proto import service_pb2
 
 TICK = os.sysconf("SC_CLK_TCK")
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x7
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY, WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x7, 0x8
 END_STREAM, END_HEADERS = 0x1, 0x4
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 LIVE = "/inference.GRPCInferenceService/ServerLive"
@@ -148,6 +148,26 @@ class Attacker:
             pos += 9 + length
         return out
 
+    def credit(self) -> tuple[int, dict[int, int], int, set[int]]:
+        """What the server granted so far, as a compliant client counts it: the connection's
+        window, each stream's window increments, its initial stream window, and the streams
+        it ended (trailers or RST_STREAM)."""
+        connection, streams, initial, ended = 65535, {}, 65535, set()
+        for kind, flags, stream, payload in self.frames():
+            if kind == WINDOW_UPDATE:
+                increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+                if stream:
+                    streams[stream] = streams.get(stream, 0) + increment
+                else:
+                    connection += increment
+            elif kind == SETTINGS and not flags & 1:
+                for at in range(0, len(payload), 6):
+                    if int.from_bytes(payload[at : at + 2], "big") == 4:
+                        initial = int.from_bytes(payload[at + 2 : at + 6], "big")
+            elif (kind == HEADERS and flags & END_STREAM) or kind == RST_STREAM:
+                ended.add(stream)
+        return connection, streams, initial, ended
+
     def outcome(self) -> str:
         for kind, _, _, payload in self.frames():
             if kind == GOAWAY:
@@ -200,16 +220,37 @@ def window_phase(attacker: Attacker) -> None:
     request.raw_input_contents.append(len(value).to_bytes(4, "little") + value)
     body = grpc_message(request.SerializeToString())
     block = attacker.block(INFER)
+    # a compliant sender: within the windows the server grants and its 100 open streams
+    sent_total = 0
+    sent: dict[int, int] = {}
     for index in range(300):
         sid = 2 * index + 1
+        while True:
+            _, _, _, ended = attacker.credit()
+            if index - len(ended) < 100 or attacker.outcome() != "still open":
+                break
+            time.sleep(0.01)
         if attacker.outcome() != "still open":
             break
-        out = [frame(HEADERS, END_HEADERS, sid, block if index == 0 else attacker.block(INFER))]
-        for at in range(0, len(body), 16384):
-            last = at + 16384 >= len(body)
-            out.append(frame(DATA, END_STREAM if last else 0, sid, body[at : at + 16384]))
-        if not attacker.send(b"".join(out)):
+        head = frame(HEADERS, END_HEADERS, sid, block if index == 0 else attacker.block(INFER))
+        if not attacker.send(head):
             break
+        for at in range(0, len(body), 16384):
+            piece = body[at : at + 16384]
+            deadline = time.monotonic() + 30
+            while True:
+                connection, streams, initial, _ = attacker.credit()
+                if (
+                    sent_total + len(piece) <= connection
+                    and sent.get(sid, 0) + len(piece) <= initial + streams.get(sid, 0)
+                ) or time.monotonic() > deadline:
+                    break
+                time.sleep(0.002)
+            last = at + 16384 >= len(body)
+            if not attacker.send(frame(DATA, END_STREAM if last else 0, sid, piece)):
+                return
+            sent_total += len(piece)
+            sent[sid] = sent.get(sid, 0) + len(piece)
     # every call answered (trailers) or waiting (its headers sent): then RSS is read
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

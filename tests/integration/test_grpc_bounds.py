@@ -520,3 +520,30 @@ def test_data_past_the_window_granted_is_refused(server: ServerThread) -> None:
     assert int.from_bytes(payload, "big") == 0x3  # FLOW_CONTROL_ERROR
     client.close()
     live(server.server.grpc_port)
+
+
+@pytest.mark.parametrize("server", [{"grpc_max_connections": 2}], indirect=True)
+def test_connections_past_the_cap_send_an_idle_one_away_or_are_refused(
+    server: ServerThread,
+) -> None:
+    """--grpc-max-connections: at the cap the oldest connection without a call open gets
+    GOAWAY to make room; when every one has a call open, the new connection is closed."""
+    port = server.server.grpc_port
+    idle = Client(port)
+    idle.send(idle.call(1, LIVE, b""))
+    assert idle.trailers(1)[b"grpc-status"] == b"0"
+    busy = Client(port)
+    busy.send(frame(HEADERS, END_HEADERS, 1, busy.headers(INFER)))  # a call left open
+    busy.send(busy.call(3, LIVE, b""))
+    assert busy.trailers(3)[b"grpc-status"] == b"0"
+    newer = Client(port)
+    assert idle.goaway() == 0  # NO_ERROR: sent away for the newer one
+    newer.send(frame(HEADERS, END_HEADERS, 1, newer.headers(INFER)))  # a call left open
+    newer.send(newer.call(3, LIVE, b""))
+    assert newer.trailers(3)[b"grpc-status"] == b"0"
+    refused = Client(port)
+    assert refused.goaway() == 0
+    for client in (busy, newer):
+        client.send(client.call(5, LIVE, b""))
+        assert client.trailers(5)[b"grpc-status"] == b"0"
+        client.close()

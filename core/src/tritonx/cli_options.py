@@ -425,6 +425,14 @@ SERVE_OPTIONS: list[Decorator] = [
         + TRITONX_ONLY,
     ),
     value(
+        "--grpc-max-connections",
+        click.IntRange(min=0),
+        0,
+        "Most open gRPC connections; at the cap the oldest one without a call open is sent "
+        "away (GOAWAY) to make room, else the new one is closed. 0: half the open-file limit. "
+        "Loop engine" + TRITONX_ONLY,
+    ),
+    value(
         "--grpc-max-header-list-size",
         click.IntRange(min=1, max=2**31 - 1),
         16 << 10,

@@ -162,6 +162,9 @@ class ServerSettings:
     #: (then GOAWAY ENHANCE_YOUR_CALM; 0: no limit), and ModelStreamInfer requests of all
     #: calls in flight on one connection (a call's next message is read when one ends)
     grpc_max_concurrent_streams: int = 100
+    #: tritonx only: open gRPC connections at most (0: half the open-file limit); at the cap
+    #: the oldest one without a call open is sent away, else the new one
+    grpc_max_connections: int = 0
     grpc_max_header_list_size: int = 16 << 10
     grpc_header_timeout_secs: int = 10
     grpc_max_send_buffer: int = 32 << 20

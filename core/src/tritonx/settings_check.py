@@ -63,6 +63,7 @@ AT_LEAST: dict[int, tuple[str, ...]] = {
         "grpc_max_connection_age_grace",
         "grpc_max_send_buffer",
         "grpc_max_send_buffer_total",
+        "grpc_max_connections",
         "grpc_max_reset_rate",
         "inline_execution_us",
         "model_load_on_demand_timeout_secs",

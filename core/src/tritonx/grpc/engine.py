@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import socket
 from typing import Any
 
@@ -70,6 +71,14 @@ def parse_timeout(value: bytes) -> float | None:
         return None
     unit = _TIMEOUT_UNITS.get(value[-1])
     return None if unit is None else int(value[:-1]) * unit
+
+
+def default_max_connections() -> int:
+    """``--grpc-max-connections`` 0: half of the open-file soft limit (at least 16)."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        soft = 1 << 20
+    return max(16, soft // 2)
 
 
 def connection_options(settings: ServerSettings) -> Options:
@@ -121,16 +130,32 @@ class Engine:
         self.options = connection_options(settings)
         #: answer bytes waiting for clients' windows, all connections together
         self.send_budget = SendBudget(int(settings.grpc_max_send_buffer_total))
-        self.connections: set[Connection] = set()
+        #: open connections, oldest first
+        self.connections: dict[Connection, None] = {}
+        self.max_connections = int(settings.grpc_max_connections) or default_max_connections()
         self.server: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ connections
 
     def connection_made(self, conn: Connection) -> None:
-        self.connections.add(conn)
+        """``--grpc-max-connections``: at the cap, the oldest connection with no call open
+        is sent away to make room; with none, the new one is."""
+        connections = self.connections
+        if len(connections) >= self.max_connections:
+            idle = next((old for old in connections if not old.streams), None)
+            if idle is None:
+                log.warning(
+                    "gRPC connection refused: %d open, all with calls (--grpc-max-connections)",
+                    len(connections),
+                )
+                conn.close()
+                return
+            idle.go_away()
+            connections.pop(idle, None)
+        connections[conn] = None
 
     def connection_lost(self, conn: Connection) -> None:
-        self.connections.discard(conn)
+        self.connections.pop(conn, None)
         self.reserved.pop(conn, None)  # (its calls were reset: their share is released)
 
     def _parse(self, headers: Headers) -> CallHeaders:
