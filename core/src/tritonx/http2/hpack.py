@@ -245,6 +245,19 @@ class HeaderDecoder:
             old_name, old_value = table.pop()
             self._size -= len(old_name) + len(old_value) + ENTRY_OVERHEAD
 
+    def _literal(self, data: bytes, pos: int, prefix: int) -> tuple[bytes, bytes, int]:
+        """A literal field (its name indexed with a ``prefix``-bit index, or a string), charged
+        to the budget; its name, value and the position after it."""
+        index, pos = self._integer(data, pos, prefix)
+        if index:
+            name = self._entry(index)[0]
+            self._spend(len(name))
+        else:
+            name, pos = self._string(data, pos)
+        value, pos = self._string(data, pos)
+        self._spend(max(ENTRY_OVERHEAD, FIELD_COST - len(name) - len(value)))
+        return name, value, pos
+
     def _decode(self, data: bytes) -> tuple[Headers, bool]:
         headers: Headers = []
         indexed_only = True
@@ -264,14 +277,7 @@ class HeaderDecoder:
                 continue
             indexed_only = False
             if byte & 0x40:  # literal with incremental indexing
-                index, pos = self._integer(data, pos, 6)
-                name = self._entry(index)[0] if index else None
-                if name is None:
-                    name, pos = self._string(data, pos)
-                else:
-                    self._spend(len(name))
-                value, pos = self._string(data, pos)
-                self._spend(max(ENTRY_OVERHEAD, FIELD_COST - len(name) - len(value)))
+                name, value, pos = self._literal(data, pos, 6)
                 self._add(name, value)
                 self._cached_block = b""  # the table changed: indices move
             elif byte & 0x20:  # dynamic table size update, only before the first field
@@ -285,14 +291,7 @@ class HeaderDecoder:
                 self._cached_block = b""
                 continue
             else:  # literal without indexing (0000) or never indexed (0001)
-                index, pos = self._integer(data, pos, 4)
-                name = self._entry(index)[0] if index else None
-                if name is None:
-                    name, pos = self._string(data, pos)
-                else:
-                    self._spend(len(name))
-                value, pos = self._string(data, pos)
-                self._spend(max(ENTRY_OVERHEAD, FIELD_COST - len(name) - len(value)))
+                name, value, pos = self._literal(data, pos, 4)
             headers.append((name, value))
             started = True
         return headers, indexed_only
