@@ -545,6 +545,10 @@ def test_pings_beside_flowing_data_are_no_strikes(server_thread: ServerThread) -
     np.testing.assert_array_equal(np.frombuffer(answer.raw_output_contents[0], np.float32), data)
 
 
+@pytest.mark.loop_engine_only(
+    reason="grpc core races its deadline timer against the handler: a call whose deadline "
+    "is already due may still end OK when the handler answers first (CI, 2026-12-07)"
+)
 def test_a_deadline_due_before_the_call_starts_still_ends_it(
     tmp_path: Path, grpc_engine: str
 ) -> None:
