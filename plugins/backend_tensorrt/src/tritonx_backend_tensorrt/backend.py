@@ -31,9 +31,16 @@ from tritonx import (
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.parameters import parse_bool
 from tritonx.proto import model_config_pb2
-from tritonx_backend_tensorrt import modelconfig
 from tritonx_backend_tensorrt.cuda import Cuda, DeviceBuffer, load_runtime
-from tritonx_backend_tensorrt.modelconfig import EngineIO
+from tritonx_backend_tensorrt.modelconfig import (
+    EngineIO,
+    auto_complete,
+    check_profiles,
+    group_profiles,
+    read_parameters,
+    select_profile,
+    validate,
+)
 
 log = logging.getLogger("tritonx.backend.tensorrt")
 
@@ -154,9 +161,7 @@ class TensorRTBackend(Backend):
             cuda.set_device(gpus[0])
         _, engine = self._engine(trt, ctx.model_path, ctx.config.name)
         io = engine_io(trt, engine)
-        completed = modelconfig.auto_complete(
-            ctx.config.to_dict(), io, engine.num_optimization_profiles
-        )
+        completed = auto_complete(ctx.config.to_dict(), io, engine.num_optimization_profiles)
         ctx.config.update_from_dict(completed)
 
     def load(self, ctx: LoadContext) -> ModelInstance:
@@ -164,17 +169,15 @@ class TensorRTBackend(Backend):
         config = ctx.config
         if ctx.instance.kind != "KIND_GPU":
             raise _gpu_only(config.name)
-        strategy = modelconfig.read_parameters(config, ctx.instance.name)
-        profiles = modelconfig.group_profiles(config.raw, ctx.instance.group_name)
+        strategy = read_parameters(config, ctx.instance.name)
+        profiles = group_profiles(config.raw, ctx.instance.group_name)
         trt = import_tensorrt()
         cuda = Cuda(load_runtime())
         cuda.set_device(ctx.instance.device_id)
         runtime, engine = self._engine(trt, ctx.model_path, config.name)
         io = engine_io(trt, engine)
-        modelconfig.check_profiles(
-            config.name, ctx.instance.name, profiles, engine.num_optimization_profiles
-        )
-        modelconfig.validate(config, io, ctx.instance.name)
+        check_profiles(config.name, ctx.instance.name, profiles, engine.num_optimization_profiles)
+        validate(config, io, ctx.instance.name)
         stream = cuda.stream()
         contexts: dict[int, Any] = {}
         allocation = getattr(trt.ExecutionContextAllocationStrategy, strategy)
@@ -271,7 +274,7 @@ class TensorRTInstance(ModelInstance):
 
     def _run(self, inputs: Mapping[str, np.ndarray], timer: Any) -> dict[str, np.ndarray]:
         shapes = {name: tuple(array.shape) for name, array in inputs.items()}
-        index = modelconfig.select_profile(shapes, self._io, self._profiles)
+        index = select_profile(shapes, self._io, self._profiles)
         context = self._contexts[index]
         for name, _ in self._inputs:
             array = np.ascontiguousarray(inputs[name])

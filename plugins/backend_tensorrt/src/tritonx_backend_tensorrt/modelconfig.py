@@ -123,6 +123,22 @@ def auto_complete(
     """
     out = copy.deepcopy(dict(config))
     name = out.get("name", "")
+    profiles = _selected_profiles(out, name, profile_count)
+    hint, shaped = _batching_hint(out, io, name)
+    _complete_max_batch_size(out, name, max_batch_size(io, profiles or [0]), hint, shaped)
+    batching = int(out.get("max_batch_size", 0)) > 0
+    if int(out["max_batch_size"]) > 1 and not _scheduler(out):
+        out["dynamic_batching"] = {}
+    for kind in ("input", "output"):
+        _complete_io(
+            out, kind, [_reference(t, batching) for t in io if t.is_input == (kind == "input")]
+        )
+    return out
+
+
+def _selected_profiles(out: Mapping[str, Any], name: str, profile_count: int) -> list[int]:
+    """The profile indexes the config's instance groups select, each checked against the
+    engine's ``profile_count``."""
     profiles = [
         profile_index(p) for g in out.get("instance_group", []) for p in g.get("profile", [])
     ]
@@ -133,6 +149,14 @@ def auto_complete(
                 f". Number of profiles supported by TensorRT engine: {profile_count}",
                 Code.INTERNAL,
             )
+    return profiles
+
+
+def _batching_hint(
+    out: Mapping[str, Any], io: Sequence[EngineIO], name: str
+) -> tuple[bool | None, int]:
+    """Whether the listed inputs and outputs hint at batching (None: no hint), from their
+    dims against the engine's (a ragged one hints it), and how many list dims."""
     by_name = {t.name: t for t in io}
     hint: bool | None = None
     shaped = 0
@@ -159,7 +183,14 @@ def auto_complete(
                         Code.INTERNAL,
                     )
                 hint = batch
-    engine_max = max_batch_size(io, profiles or [0])
+    return hint, shaped
+
+
+def _complete_max_batch_size(
+    out: dict[str, Any], name: str, engine_max: int, hint: bool | None, shaped: int
+) -> None:
+    """Set ``max_batch_size`` when the config has none (the engine's, 0 when the listed dims
+    say the model does not batch); refuse one the engine cannot run."""
     if hint and engine_max == 0:
         raise TritonXError(
             f"autofill failed for model '{name}': model tensor shape configuration hints for "
@@ -177,27 +208,27 @@ def auto_complete(
             f"{configured} but TensorRT engine only supports max-batch {engine_max}",
             Code.INTERNAL,
         )
-    batching = int(out.get("max_batch_size", 0)) > 0
-    if int(out["max_batch_size"]) > 1 and not _scheduler(out):
-        out["dynamic_batching"] = {}
-    for kind in ("input", "output"):
-        reference = [_reference(t, batching) for t in io if t.is_input == (kind == "input")]
-        listed = out.get(kind) or []
-        if not listed:
-            out[kind] = reference
+
+
+def _complete_io(out: dict[str, Any], kind: str, reference: list[dict[str, Any]]) -> None:
+    """Fill the config's ``kind`` (``input`` or ``output``) list from the engine's
+    ``reference`` entries: the whole list when empty, else the listed entries' missing
+    ``data_type`` and ``dims``."""
+    listed = out.get(kind) or []
+    if not listed:
+        out[kind] = reference
+        return
+    refs = {r["name"]: r for r in reference}
+    for item in listed:
+        ref = refs.get(item.get("name", ""))
+        if ref is None:
             continue
-        refs = {r["name"]: r for r in reference}
-        for item in listed:
-            ref = refs.get(item.get("name", ""))
-            if ref is None:
-                continue
-            if item.get("data_type", "TYPE_INVALID") in ("", "TYPE_INVALID"):
-                item["data_type"] = ref["data_type"]
-            if not item.get("dims"):
-                item["dims"] = ref["dims"]
-                if "reshape" in ref:
-                    item["reshape"] = ref["reshape"]
-    return out
+        if item.get("data_type", "TYPE_INVALID") in ("", "TYPE_INVALID"):
+            item["data_type"] = ref["data_type"]
+        if not item.get("dims"):
+            item["dims"] = ref["dims"]
+            if "reshape" in ref:
+                item["reshape"] = ref["reshape"]
 
 
 def _reference(t: EngineIO, batching: bool) -> dict[str, Any]:
