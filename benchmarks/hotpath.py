@@ -19,10 +19,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from tritonx.grpc import decode as grpc_decode
-from tritonx.grpc import encode as grpc_encode
-from tritonx.http.decode import decode_infer_request
-from tritonx.http.encode import encode_answer
+from tritonx._transports.grpc import decode as grpc_decode
+from tritonx._transports.grpc import encode as grpc_encode
+from tritonx._transports.http.decode import decode_infer_request
+from tritonx._transports.http.encode import encode_answer
 from tritonx.proto import service_pb2
 from tritonx.types import InferenceResponse
 

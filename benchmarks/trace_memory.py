@@ -16,7 +16,7 @@ could:
 
 The figure is after - start. Before the trace buffers were bounded, every trace (the JSON text
 of its input and output tensors) stayed in memory until shutdown, as Triton does with
-``log_frequency`` 0; now at most ``tritonx.trace.MAX_HELD_BYTES`` of them are held and the rest
+``log_frequency`` 0; now at most ``tritonx._dataplane.trace.MAX_HELD_BYTES`` of them are held and the rest
 are already in the trace file. The script also prints what the trace file held before the
 server stopped (bytes on disk).
 

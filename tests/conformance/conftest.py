@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import ServerThread, loopback_settings
 

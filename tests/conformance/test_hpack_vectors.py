@@ -20,9 +20,9 @@ import pytest
 from h2frames import indexed, literal
 
 try:
-    from tritonx.http2.hpack import HeaderDecoder
-except ImportError:  # before the HTTP/2 layer moved out of tritonx.grpc
-    from tritonx.grpc.http2 import HeaderDecoder  # type: ignore[assignment,no-redef,unused-ignore]
+    from tritonx._transports.http2.hpack import HeaderDecoder
+except ImportError:  # before the HTTP/2 layer moved out of tritonx._transports.grpc
+    from tritonx._transports.grpc.http2 import HeaderDecoder  # type: ignore[assignment,no-redef,unused-ignore]
 
 COMPRESSION_ERROR = 0x9
 #: size an entry takes beyond its name and value (RFC 7541 §4.1)

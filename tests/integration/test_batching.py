@@ -15,8 +15,8 @@ import pytest
 
 import tritonx
 from tritonx import InferenceRequest, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 NO_LISTENERS = {"allow_http": False, "allow_grpc": False, "allow_metrics": False}

@@ -31,8 +31,8 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 pytest.importorskip("tritonx_backend_python")

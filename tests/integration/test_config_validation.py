@@ -21,7 +21,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

@@ -28,8 +28,8 @@ import tritonclient.http as httpclient
 
 import tritonx
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
-from tritonx.settings_check import SettingsError
+from tritonx._runtime.plugins import make_plugin_manager
+from tritonx._runtime.settings_check import SettingsError
 from tritonx.testing import ModelRepositoryBuilder, ServeProcess, identity, loopback_settings
 
 pytest.importorskip("watchfiles", reason="--reload needs watchfiles (tritonx[reload])")

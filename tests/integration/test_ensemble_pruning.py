@@ -18,7 +18,7 @@ import tritonclient.http.aio as httpclient
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 from tritonx.types import SEQUENCE_END, SEQUENCE_START
 

@@ -16,9 +16,9 @@ from aiohttp import web
 
 import tritonx
 from tritonx import InferenceRequest, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import PluginError, TritonXError
 from tritonx.pipeline import PlainDecoded
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 

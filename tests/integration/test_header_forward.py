@@ -23,9 +23,9 @@ from aiohttp import ClientSession
 from tritonclient.utils import InferenceServerException
 
 from tritonx import Server
+from tritonx._dataplane.header_forward import HeaderForward
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import Code, TritonXError
-from tritonx.header_forward import HeaderForward
-from tritonx.plugins import make_plugin_manager
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 

@@ -26,7 +26,7 @@ import tritonclient.http.aio as httpclient
 from tritonclient.utils import InferenceServerException
 
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, listening, loopback_settings
 
 pytest.importorskip("tritonx_backend_python")

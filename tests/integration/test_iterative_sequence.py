@@ -25,7 +25,7 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import REQUEST_RELEASE_RESCHEDULE, InferenceRequest, InferenceResponse, Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 # ---------------------------------------------------------------------------- test backend

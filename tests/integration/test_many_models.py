@@ -29,9 +29,9 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, LoadContext, ModelInstance, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.cli import cli
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 ON_DEMAND: dict[str, Any] = {"model_control_mode": "explicit", "model_load_on_demand": True}

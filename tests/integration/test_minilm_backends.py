@@ -73,7 +73,7 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def served(repository: Path) -> Iterator[Server]:
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
 
     pm = make_plugin_manager(only={PLUGINS[fmt][0] for fmt in AVAILABLE})
     thread = ServerThread(Server(loopback_settings(repository), plugin_manager=pm))

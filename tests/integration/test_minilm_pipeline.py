@@ -78,7 +78,7 @@ def reference() -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def served(minilm_repository: Path) -> Iterator[Server]:
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
 
     pm = make_plugin_manager(only=("backend_onnx", "backend_python"))
     thread = ServerThread(Server(loopback_settings(minilm_repository), plugin_manager=pm))

@@ -49,8 +49,8 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, ServeProcess, loopback_settings
 
 pytest.importorskip("onnx", reason="the ONNX model is built with the onnx package")

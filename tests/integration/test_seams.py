@@ -16,8 +16,8 @@ import pytest
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, ModelState, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import Code, PluginError, TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 NO_LISTENERS = {"allow_http": False, "allow_grpc": False, "allow_metrics": False}

@@ -32,12 +32,12 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from tritonclient.utils import InferenceServerException
 
 from tritonx import Server, TritonXError
+from tritonx._dataplane.dataplane import DataPlane
+from tritonx._runtime.plugins import make_plugin_manager
+from tritonx._runtime.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
+from tritonx._transports.http import routes
+from tritonx._transports.http.app import make_app
 from tritonx.config import ServerSettings
-from tritonx.dataplane import DataPlane
-from tritonx.http import routes
-from tritonx.http.app import make_app
-from tritonx.plugins import make_plugin_manager
-from tritonx.security import RESTRICTED_CATEGORIES, load_tls_files, parse_restricted_option
 from tritonx.testing import (
     ModelRepositoryBuilder,
     ServerThread,

@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 from tritonx.types import ModelState
 

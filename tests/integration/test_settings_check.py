@@ -1,4 +1,4 @@
-"""One settings validation step (``tritonx.settings_check``): ``Server.start()`` refuses, before
+"""One settings validation step (``tritonx._runtime.settings_check``): ``Server.start()`` refuses, before
 anything starts, the settings ``tritonx serve`` refuses, with the same message, whether they
 come from the CLI or are given in-process."""
 
@@ -13,10 +13,16 @@ import pytest
 
 import tritonx
 from tritonx import Server, TritonXError
+from tritonx._runtime.settings_check import (
+    AT_LEAST,
+    AT_MOST,
+    ONE_OF,
+    SettingsError,
+    validate_settings,
+)
 from tritonx.cli import cli
 from tritonx.config import ServerSettings
 from tritonx.errors import Code
-from tritonx.settings_check import AT_LEAST, AT_MOST, ONE_OF, SettingsError, validate_settings
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 from tritonx.types import ModelEvent
 

@@ -38,9 +38,9 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
+from tritonx._dataplane.shared_memory import SharedMemoryManager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.config import EXAMPLE_REPOSITORY
-from tritonx.plugins import make_plugin_manager
-from tritonx.shared_memory import SharedMemoryManager
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, identity, loopback_settings
 from tritonx.testing.identity import IdentityBackend
 

@@ -5,7 +5,7 @@
   ``tritonclient.http`` and ``tritonclient.grpc``, and nothing of the update is applied.
 * An absurd ``log_verbose_level`` is refused rather than stored.
 * Finished traces held in memory stay bounded whatever a client sets: once
-  ``tritonx.trace.MAX_HELD_BYTES`` bytes or ``MAX_HELD_TRACES`` traces are held, they are in
+  ``tritonx._dataplane.trace.MAX_HELD_BYTES`` bytes or ``MAX_HELD_TRACES`` traces are held, they are in
   the trace file before shutdown (the file is read while the server runs).
 """
 
@@ -23,9 +23,10 @@ import tritonclient.http.aio as httpclient
 from aiohttp import ClientSession
 from tritonclient.utils import InferenceServerException
 
-from tritonx import Server, logs
+from tritonx import Server
+from tritonx._dataplane.trace import MAX_HELD_BYTES, MAX_HELD_TRACES
+from tritonx._runtime import logs
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
-from tritonx.trace import MAX_HELD_BYTES, MAX_HELD_TRACES
 
 #: what a client sets in the issue: every request traced with its tensors, no limit
 TENSORS_EVERY_REQUEST = {"trace_level": ["TENSORS"], "trace_rate": "1", "trace_count": "-1"}

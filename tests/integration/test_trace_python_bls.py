@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http.aio as httpclient
 
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 pytest.importorskip("onnxruntime")

@@ -256,9 +256,9 @@ def test_sigterm_ends_a_server_whose_loop_is_blocked_for_good(
 async def test_the_watchdog_setting(model_repository: ModelRepositoryBuilder) -> None:
     """5 s unless set; 0 turns the watchdog (and its metrics) off; a negative one stops the
     start with INVALID_ARG."""
+    from tritonx._runtime.plugins import make_plugin_manager
     from tritonx.config import ServerSettings
     from tritonx.errors import Code, TritonXError
-    from tritonx.plugins import make_plugin_manager
 
     assert ServerSettings().event_loop_watchdog_secs == 5.0
     settings = loopback_settings(

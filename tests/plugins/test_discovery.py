@@ -15,8 +15,8 @@ import pluggy
 import pytest
 
 import tritonx
+from tritonx._runtime.plugins import collect, describe_plugins, make_plugin_manager
 from tritonx.errors import PluginError
-from tritonx.plugins import collect, describe_plugins, make_plugin_manager
 
 PLUGIN = """
 import tritonx

@@ -1,4 +1,4 @@
-"""``tritonx.shared_memory`` without a server: leases, deferred unregister, and a view that
+"""``tritonx._dataplane.shared_memory`` without a server: leases, deferred unregister, and a view that
 outlives its region's unregister (it keeps the mapping; nothing reads freed memory)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 import tritonclient.utils.shared_memory as shm
 
+from tritonx._dataplane.shared_memory import MemoryKind, SharedMemoryManager, SharedMemoryUse
 from tritonx.errors import Code, TritonXError
-from tritonx.shared_memory import MemoryKind, SharedMemoryManager, SharedMemoryUse
 
 
 @pytest.fixture

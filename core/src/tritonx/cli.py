@@ -1,8 +1,8 @@
 """The ``tritonx`` command: ``serve`` (tritonserver's flags), ``plugins``, ``check``.
 
-``serve`` parses its flags (:mod:`tritonx.cli_options`) into a :class:`ServerSettings` and
+``serve`` parses its flags (:mod:`tritonx._runtime.cli_options`) into a :class:`ServerSettings` and
 runs the server; the settings are checked once, by the server as it starts
-(:mod:`tritonx.settings_check`): a refusal tritonserver makes while parsing its command line
+(:mod:`tritonx._runtime.settings_check`): a refusal tritonserver makes while parsing its command line
 is a usage error here (exit status 2), any other start-up failure exits with status 1.
 """
 
@@ -22,18 +22,18 @@ from typing import Any
 import click
 
 from tritonx._core.watchdog import ExitGuard
-from tritonx.cli_options import NOT_IMPLEMENTED_FLAGS, serve_options
-from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
-from tritonx.errors import PluginError, TritonXError
-from tritonx.security import parse_restricted_option
-from tritonx.settings_check import SettingsError, validate_settings
-from tritonx.trace_settings import (
+from tritonx._dataplane.trace_settings import (
     DeprecatedTraceFlags,
     TraceConfig,
     TraceConfigError,
     build_trace_config,
     settings_fields,
 )
+from tritonx._runtime.cli_options import NOT_IMPLEMENTED_FLAGS, serve_options
+from tritonx._runtime.security import parse_restricted_option
+from tritonx._runtime.settings_check import SettingsError, validate_settings
+from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
+from tritonx.errors import PluginError, TritonXError
 
 log = logging.getLogger("tritonx.cli")
 
@@ -122,7 +122,7 @@ def configure_logging(opts: dict[str, Any]) -> None:
 
     :raises click.UsageError: when ``--log-file`` cannot be opened.
     """
-    from tritonx import logs
+    from tritonx._runtime import logs
 
     log_format = "ISO8601" if opts["log_format"].lower() == "iso8601" else "default"
     try:
@@ -327,7 +327,7 @@ async def _serve(settings: ServerSettings, guard: ExitGuard) -> int:
 )
 def plugins(show_all: bool) -> None:
     """List installed plugins as JSON (name, distribution, version, hooks, registered)."""
-    from tritonx.plugins import collect, describe_plugins, make_plugin_manager
+    from tritonx._runtime.plugins import collect, describe_plugins, make_plugin_manager
 
     pm = make_plugin_manager()
     entries = describe_plugins(pm, collect(pm))
@@ -373,7 +373,7 @@ def check(
     With no REPOSITORIES, checks the bundled example repository."""
     from tritonx._core.check import check_repositories
     from tritonx._core.lifecycle import ModelManager
-    from tritonx.plugins import collect, make_plugin_manager
+    from tritonx._runtime.plugins import collect, make_plugin_manager
     from tritonx.server import format_table
 
     settings = ServerSettings(
@@ -427,7 +427,7 @@ def check(
 def main(argv: Sequence[str] | None = None) -> None:
     """Entry point of the ``tritonx`` script; plugins may add subcommands first."""
     try:
-        from tritonx.plugins import make_plugin_manager
+        from tritonx._runtime.plugins import make_plugin_manager
 
         make_plugin_manager().hook.tritonx_register_commands(cli=cli)
     except PluginError as exc:

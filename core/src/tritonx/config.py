@@ -91,7 +91,7 @@ class ServerSettings:
     reuse_http_port: bool = False
     http_thread_count: int = 8
     http_max_input_size: int = 64 * 1024 * 1024
-    #: tritonx only (``tritonx.http.listener``): seconds a connection may take to send a
+    #: tritonx only (``tritonx._transports.http.listener``): seconds a connection may take to send a
     #: request's headers, from its opening or from the first byte of a later request
     #: (also bounds a TLS handshake); then it is closed. 0: no limit.
     http_header_timeout_secs: float = 60.0
@@ -103,16 +103,16 @@ class ServerSettings:
     http_keepalive_timeout_secs: float = 620.0
     #: tritonx only: most open HTTP connections; beyond it new clients wait in the listen
     #: backlog and an idle connection is closed to make room. 0: from the open-file limit
-    #: (``tritonx.http.listener.default_max_connections``).
+    #: (``tritonx._transports.http.listener.default_max_connections``).
     http_max_connections: int = 0
     #: tritonx only (``--http-fast-infer``): serve plain ``/infer`` requests below aiohttp's
-    #: ``web`` layer (:mod:`tritonx.http.fast_infer`); same answers, less CPU per request
+    #: ``web`` layer (:mod:`tritonx._transports.http.fast_infer`); same answers, less CPU per request
     http_fast_infer: bool = True
-    #: ``--http-restricted-api``: category (``tritonx.security.RESTRICTED_CATEGORIES``) →
+    #: ``--http-restricted-api``: category (``tritonx._runtime.security.RESTRICTED_CATEGORIES``) →
     #: (header, value) a request to that category's endpoints must carry, else 403
     http_restricted_api: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     #: ``--http-header-forward-pattern``: headers of ``/infer`` requests whose name this
-    #: regular expression matches become request parameters (:mod:`tritonx.header_forward`)
+    #: regular expression matches become request parameters (:mod:`tritonx._dataplane.header_forward`)
     http_header_forward_pattern: str = ""
     #: HTTPS (tritonx only, named after the ``--grpc-*`` TLS flags): PEM files; mutual
     #: requires and verifies client certificates against ``http_root_cert``
@@ -121,7 +121,7 @@ class ServerSettings:
     http_server_cert: str = ""
     http_server_key: str = ""
     http_root_cert: str = ""
-    #: tritonx only: serve the live status page (``GET /``, :mod:`tritonx.status`)
+    #: tritonx only: serve the live status page (``GET /``, :mod:`tritonx._transports.http.status_page`)
     http_status_page: bool = True
     allow_grpc: bool = True
     grpc_address: str = "0.0.0.0"
@@ -149,7 +149,7 @@ class ServerSettings:
     #: ``--grpc-infer-response-compression-level``: none, low, medium or high; the responses
     #: of ModelInfer / ModelStreamInfer are compressed with the algorithm grpc's level picks
     grpc_infer_response_compression_level: str = "none"
-    #: ``--grpc-engine``: "loop" (HTTP/2 framed on the event loop, :mod:`tritonx.grpc.engine`)
+    #: ``--grpc-engine``: "loop" (HTTP/2 framed on the event loop, :mod:`tritonx._transports.grpc.engine`)
     #: or "aio" (grpcio's grpc.aio server)
     grpc_engine: str = "loop"
     #: tritonx only, the event-loop engine's bounds per connection (HTTP/2 settings where
@@ -206,7 +206,7 @@ class ServerSettings:
     inline_execution_us: float = 100.0
     rate_limit_resource: tuple[str, ...] = ()
     #: ``--allow-client-shm``: clients may register and unregister system / CUDA shared
-    #: memory regions (``tritonx.shared_memory``); false answers those calls UNSUPPORTED
+    #: memory regions (``tritonx._dataplane.shared_memory``); false answers those calls UNSUPPORTED
     allow_client_shm: bool = False
     #: ``--trace-config level=...``: ``TIMESTAMPS`` and/or ``TENSORS``; empty: tracing off
     trace_level: tuple[str, ...] = ()

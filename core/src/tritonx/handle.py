@@ -19,7 +19,7 @@ from tritonx.config import ModelConfig
 from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata, RepositoryEntry
 
 if TYPE_CHECKING:
-    from tritonx.dataplane import DataPlane
+    from tritonx._dataplane.dataplane import DataPlane
     from tritonx.pipeline import Pipeline
 
 T = TypeVar("T")

@@ -34,11 +34,11 @@ from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-from tritonx.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
+from tritonx._dataplane.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
+from tritonx._dataplane.header_forward import HeaderForward
+from tritonx._dataplane.shared_memory import SharedMemoryUse, decode_in_thread
+from tritonx._dataplane.trace import Trace
 from tritonx.errors import NotLoaded, unsupported
-from tritonx.header_forward import HeaderForward
-from tritonx.shared_memory import SharedMemoryUse, decode_in_thread
-from tritonx.trace import Trace
 from tritonx.types import InferenceRequest, InferenceResponse
 from tritonx.wire import parse_version
 
@@ -373,7 +373,7 @@ class Call(Generic[D]):
     # ------------------------------------------------------------------ streams
 
     async def responses(self) -> AsyncGenerator[InferenceResponse, None]:
-        """The request's responses (:meth:`~tritonx.dataplane.DataPlane.infer_stream`):
+        """The request's responses (:meth:`~tritonx._dataplane.dataplane.DataPlane.infer_stream`):
         one for an ordinary model, zero or more for a decoupled one; validation errors
         raise, later errors come as responses carrying ``error``. Leaving early cancels the
         request. The lease is released when the iteration ends; the trace stays open."""

@@ -33,13 +33,13 @@ from tritonx._core.extensions import (
 from tritonx._core.metrics import LoopMetrics, TritonMetrics
 from tritonx._core.metrics_app import export_registry, make_metrics_app
 from tritonx._core.watchdog import LoopWatchdog
+from tritonx._dataplane.dataplane import DataPlane
+from tritonx._dataplane.stats import ModelStats
+from tritonx._runtime.plugins import collect, make_plugin_manager
+from tritonx._runtime.security import open_repository_api_warnings
+from tritonx._runtime.settings_check import validate_settings
 from tritonx.config import ModelConfig, ServerSettings
-from tritonx.dataplane import DataPlane
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import collect, make_plugin_manager
-from tritonx.security import open_repository_api_warnings
-from tritonx.settings_check import validate_settings
-from tritonx.stats import ModelStats
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -112,11 +112,11 @@ class Server:
         await self.stop()
 
     async def start(self) -> None:
-        """Check the settings (:func:`~tritonx.settings_check.validate_settings`), register
+        """Check the settings (:func:`~tritonx._runtime.settings_check.validate_settings`), register
         plugins, build the configured cache and metric sinks, start the event-loop watchdog,
         load models, then bind the enabled listeners.
 
-        :raises tritonx.settings_check.SettingsError: a setting refused, before anything starts.
+        :raises tritonx._runtime.settings_check.SettingsError: a setting refused, before anything starts.
         """
         validate_settings(self.settings)
         threshold = self.settings.event_loop_watchdog_secs
@@ -214,12 +214,12 @@ class Server:
         s = self.settings
         assert self._dataplane is not None
         if s.allow_grpc:
-            from tritonx.grpc.server import start_grpc_server
+            from tritonx._transports.grpc.server import start_grpc_server
 
             self._grpc, self.grpc_port = await start_grpc_server(self._dataplane, s)
             log.info("Started GRPCInferenceService at %s:%d", s.grpc_address, self.grpc_port)
         if s.allow_http:
-            from tritonx.http.app import http_ssl_context, make_app
+            from tritonx._transports.http.app import http_ssl_context, make_app
 
             self.http_port = await self._serve_app(
                 make_app(self._dataplane, s),
@@ -237,7 +237,7 @@ class Server:
             )
             log.info("Started Metrics Service at %s:%d", address, self.metrics_port)
         if self._frontends:
-            from tritonx.http.app import http_ssl_context
+            from tritonx._transports.http.app import http_ssl_context
 
             tls = http_ssl_context(s)
             for placed in self._frontends:
@@ -264,10 +264,10 @@ class Server:
         fast_infer: bool = False,
     ) -> int:
         """Serve ``app`` on ``host:port`` behind the ``http_*`` connection limits
-        (:mod:`tritonx.http.listener`); returns the bound port. ``reuse_port``: bind with
+        (:mod:`tritonx._transports.http.listener`); returns the bound port. ``reuse_port``: bind with
         ``SO_REUSEPORT`` (``--reuse-http-port``); ``fast_infer``: the listener serves plain
         ``/infer`` requests itself (the inference app only: never the metrics listener)."""
-        from tritonx.http.listener import HTTPLimits, LimitedSite
+        from tritonx._transports.http.listener import HTTPLimits, LimitedSite
 
         limits = HTTPLimits.from_settings(self.settings)
         handler_kwargs: dict[str, Any] = {
@@ -299,7 +299,7 @@ class Server:
             and self.settings.http_fast_infer
             and not self.settings.http_header_forward_pattern
         ):
-            from tritonx.http.fast_infer import FastInfer
+            from tritonx._transports.http.fast_infer import FastInfer
 
             fast = FastInfer(self.dataplane, self.settings)
         site = LimitedSite(

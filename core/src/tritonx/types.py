@@ -18,7 +18,7 @@ import numpy as np
 from tritonx.errors import TritonXError
 
 if TYPE_CHECKING:
-    from tritonx.trace import RequestTrace
+    from tritonx._dataplane.trace import RequestTrace
 
 #: Request flags, as Triton's ``TRITONSERVER_RequestFlag``.
 SEQUENCE_START = 1

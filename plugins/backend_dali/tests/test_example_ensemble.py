@@ -27,6 +27,7 @@ import tritonclient.grpc.aio as grpcclient  # noqa: E402
 import tritonclient.http.aio as httpclient  # noqa: E402
 
 import tritonx_backend_dali  # noqa: E402
+from tritonx._runtime.plugins import make_plugin_manager  # noqa: E402
 from tritonx.examples.dali_preprocessing import (  # noqa: E402
     SIZE,
     build_repository,
@@ -34,7 +35,6 @@ from tritonx.examples.dali_preprocessing import (  # noqa: E402
     pil_preprocess,
     preprocess_pipeline,
 )
-from tritonx.plugins import make_plugin_manager  # noqa: E402
 from tritonx.server import Server  # noqa: E402
 from tritonx.testing import loopback_settings  # noqa: E402
 from tritonx_backend_dali import pipelines  # noqa: E402

@@ -33,8 +33,8 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 import tritonx_backend_fil  # noqa: E402
 from tritonx import InferenceRequest, InstanceSpec, LoadContext, Server  # noqa: E402
+from tritonx._runtime.plugins import make_plugin_manager  # noqa: E402
 from tritonx.errors import Code, TritonXError  # noqa: E402
-from tritonx.plugins import make_plugin_manager  # noqa: E402
 from tritonx.testing import BackendContract, ModelRepositoryBuilder, ServeProcess, identity  # noqa: E402
 from tritonx.testing import model_status as status  # noqa: E402
 from tritonx.testing import serve_repository as serve  # noqa: E402

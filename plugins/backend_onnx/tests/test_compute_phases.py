@@ -15,7 +15,7 @@ import tritonclient.http.aio as httpclient
 from aiohttp import ClientSession
 
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 pytest.importorskip("onnxruntime")

@@ -24,8 +24,8 @@ from onnx import TensorProto  # noqa: E402
 
 import tritonx_backend_openvino  # noqa: E402
 from tritonx import InferenceRequest, InstanceSpec, LoadContext, Server  # noqa: E402
+from tritonx._runtime.plugins import make_plugin_manager  # noqa: E402
 from tritonx.errors import Code, TritonXError  # noqa: E402
-from tritonx.plugins import make_plugin_manager  # noqa: E402
 from tritonx.testing import (  # noqa: E402
     BackendContract,
     ModelRepositoryBuilder,

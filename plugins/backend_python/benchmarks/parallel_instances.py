@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 import tritonx
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 HERE = Path(__file__).resolve().parent

@@ -31,9 +31,9 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 import tritonx_backend_tensorflow  # noqa: E402
 from tritonx import InferenceRequest, InstanceSpec, LoadContext, Server  # noqa: E402
+from tritonx._runtime.plugins import make_plugin_manager  # noqa: E402
 from tritonx.config import ModelConfig  # noqa: E402
 from tritonx.errors import Code, TritonXError  # noqa: E402
-from tritonx.plugins import make_plugin_manager  # noqa: E402
 from tritonx.proto import model_config_pb2  # noqa: E402
 from tritonx.testing import (  # noqa: E402
     BackendContract,

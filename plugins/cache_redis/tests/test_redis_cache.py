@@ -30,10 +30,10 @@ import tritonclient.http.aio as httpclient
 from prometheus_client.parser import text_string_to_metric_families
 
 from tritonx import InferenceRequest, Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.cache import SCOPE_BYTES
 from tritonx.config import ServerSettings
 from tritonx.errors import TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 from tritonx.testing.cache_contract import ResponseCacheContract
 from tritonx_cache_redis import RedisCache

@@ -16,7 +16,7 @@ pytest.importorskip("openai")
 pytest.importorskip("tritonx_backend_python")
 
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, identity, loopback_settings
 from tritonx_frontend_openai.examples import copy_mock_llm
 

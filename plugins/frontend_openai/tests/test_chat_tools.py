@@ -575,7 +575,7 @@ async def mock_server(
     """A started server (explicit model control, gRPC only) over a repository holding the
     mock LLM (it logs each request to ``request_log``), with the python backend plugin."""
     from tritonx import Server
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
     from tritonx.testing import loopback_settings
 
     parameters = {"request_log": str(request_log), "token_delay_ms": token_delay_ms}

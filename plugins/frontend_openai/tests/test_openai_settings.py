@@ -261,7 +261,7 @@ BAD_SETTINGS = [
 async def test_bad_settings_stop_the_start(
     mock_repository: Path, config: dict[str, str], message: str
 ) -> None:
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
 
     pm = make_plugin_manager(autoload=True, only=("frontend_openai",))
     settings = loopback_settings(
@@ -282,7 +282,7 @@ def test_start_up_log_names_the_url(
 
 
 async def test_without_the_plugin_no_v1_route_exists(mock_repository: Path) -> None:
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
 
     pm = make_plugin_manager(autoload=True, only=("backend_python",))
     async with Server(loopback_settings(mock_repository), plugin_manager=pm) as server:

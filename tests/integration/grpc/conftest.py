@@ -18,8 +18,8 @@ import pytest
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse
+from tritonx._transports.grpc.server import GRPC_ENGINES
 from tritonx.config import ServerSettings
-from tritonx.grpc.server import GRPC_ENGINES
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
 #: Every protocol datatype; the ``all_types`` model has INPUTi/OUTPUTi of DATATYPES[i].

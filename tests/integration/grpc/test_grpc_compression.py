@@ -15,8 +15,8 @@ import pytest
 import tritonclient.grpc.aio as grpcclient
 
 from tritonx import Server
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 #: 4 MiB of zeros: a few KiB once compressed

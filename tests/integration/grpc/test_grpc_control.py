@@ -14,8 +14,8 @@ import tritonclient.grpc.aio as aioclient
 from tritonclient.utils import InferenceServerException
 
 from tritonx import Server
-from tritonx.grpc.health import HealthCheckRequest, HealthCheckResponse
-from tritonx.grpc.server import grpc_options
+from tritonx._transports.grpc.health import HealthCheckRequest, HealthCheckResponse
+from tritonx._transports.grpc.server import grpc_options
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, loopback_settings
 
 GRPC_ONLY = {"allow_http": False, "allow_metrics": False}

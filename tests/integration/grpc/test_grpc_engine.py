@@ -28,9 +28,9 @@ import pytest
 import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
+from tritonx._transports.grpc.engine import parse_timeout
+from tritonx._transports.http2.hpack import HeaderDecoder
 from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
-from tritonx.grpc.engine import parse_timeout
-from tritonx.http2.hpack import HeaderDecoder
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, loopback_settings
 from tritonx.testing.serve_process import ServeProcess

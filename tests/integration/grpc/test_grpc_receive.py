@@ -1,4 +1,4 @@
-"""How the gRPC frontend receives request messages (:mod:`tritonx.grpc.receive`): compressed
+"""How the gRPC frontend receives request messages (:mod:`tritonx._transports.grpc.receive`): compressed
 messages inflated up to ``--grpc-max-decompressed-message-size`` and refused past it, large
 messages decoded with their input tensors as views of the received message, unparsable ones
 answered INVALID_ARGUMENT; the server keeps serving after every refusal.
@@ -18,8 +18,8 @@ from tritonclient.utils import InferenceServerException
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse, Server
+from tritonx._transports.grpc.health import HealthCheckRequest, HealthCheckResponse
 from tritonx.config import ServerSettings
-from tritonx.grpc.health import HealthCheckRequest, HealthCheckResponse
 from tritonx.proto import service_pb2
 from tritonx.testing import ModelRepositoryBuilder, loopback_settings
 
@@ -253,7 +253,7 @@ async def test_control_and_health_calls_take_compressed_messages(server: Server)
 def test_a_message_that_only_looks_compressed_is_parsed_as_it_is() -> None:
     """A protobuf message whose first bytes read as a zlib header (field 3, varint 25) and
     that does not inflate is parsed as the message it is."""
-    from tritonx.grpc.receive import Limit, compression_of, deserializer
+    from tritonx._transports.grpc.receive import Limit, compression_of, deserializer
 
     request = service_pb2.CudaSharedMemoryRegisterRequest(device_id=25, byte_size=7)
     data = request.SerializeToString()
@@ -265,7 +265,7 @@ def test_a_message_that_only_looks_compressed_is_parsed_as_it_is() -> None:
 def test_split_raw_contents_keeps_the_message() -> None:
     """The message without its raw contents, parsed, plus the views in order, is the message,
     whatever the order of its fields; what cannot be split is left to protobuf."""
-    from tritonx.grpc.receive import MAX_SPLIT_FIELDS, split_raw_contents
+    from tritonx._transports.grpc.receive import MAX_SPLIT_FIELDS, split_raw_contents
 
     msg = service_pb2.ModelInferRequest(model_name="m", id="x")
     msg.inputs.add(name="A", datatype="FP32", shape=[2])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

@@ -21,8 +21,8 @@ import pytest
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.config import ServerSettings
-from tritonx.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

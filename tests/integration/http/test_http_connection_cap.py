@@ -31,7 +31,7 @@ from cryptography.x509.oid import NameOID
 
 import tritonx
 from tritonx import InferenceRequest, InferenceResponse
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder
 

@@ -1,4 +1,4 @@
-"""The HTTP ``/infer`` fast path (``tritonx.http.fast_infer``, on by default) against aiohttp's
+"""The HTTP ``/infer`` fast path (``tritonx._transports.http.fast_infer``, on by default) against aiohttp's
 ``web`` path (``--http-fast-infer false``): the same answers, in order, on raw connections.
 
 Both servers serve the shared HTTP test repository. Raw sockets send exact bytes (pipelined,
@@ -25,7 +25,7 @@ import pytest
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

@@ -16,7 +16,7 @@ import numpy as np
 import orjson
 import pytest
 
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

@@ -1,7 +1,7 @@
 """Raw-socket robustness of the HTTP listener: no bytes a client sends stall the server.
 
-The listener frames HTTP/1.1 itself for the ``/infer`` fast path (``tritonx.http.framing``,
-``tritonx.http.listener``); everything else is aiohttp's parser (llhttp). Each case sends the
+The listener frames HTTP/1.1 itself for the ``/infer`` fast path (``tritonx._transports.http.framing``,
+``tritonx._transports.http.listener``); everything else is aiohttp's parser (llhttp). Each case sends the
 same bytes to a server with the fast path (the default) and one without
 (``http_fast_infer=False``): the answers' status lines must be equal (or both connections
 closed without one), must be the ones given in the case (aiohttp's answers, or Triton's for
@@ -27,10 +27,10 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tritonx.http.app import make_app
-from tritonx.http.routes import restricted_category
-from tritonx.plugins import make_plugin_manager
-from tritonx.security import RESTRICTED_CATEGORIES
+from tritonx._runtime.plugins import make_plugin_manager
+from tritonx._runtime.security import RESTRICTED_CATEGORIES
+from tritonx._transports.http.app import make_app
+from tritonx._transports.http.routes import restricted_category
 from tritonx.server import Server
 from tritonx.testing import ServerThread, identity, loopback_settings
 from tritonx.testing.repository import ModelRepositoryBuilder

@@ -97,7 +97,7 @@ def test_load_with_file_override(client: Any) -> None:
 
 
 def test_load_not_allowed_in_none_mode(tmp_path: Any) -> None:
-    from tritonx.plugins import make_plugin_manager
+    from tritonx._runtime.plugins import make_plugin_manager
     from tritonx.server import Server
     from tritonx.testing import identity
 

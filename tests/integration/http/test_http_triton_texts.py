@@ -18,7 +18,7 @@ import pytest
 import tritonclient.http.aio as httpclient
 
 from tritonx import Server
-from tritonx.plugins import make_plugin_manager
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.testing import ModelRepositoryBuilder, identity, loopback_settings
 
 HINT = "Use --http-max-input-size to increase the limit."

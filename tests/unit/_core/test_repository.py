@@ -4,10 +4,10 @@ import pytest
 
 from tritonx._core.lifecycle import ModelManager
 from tritonx._core.model_config import select_versions, version_folders
+from tritonx._runtime.plugins import collect, make_plugin_manager
 from tritonx.builtin.local_repository import LocalRepository
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError
-from tritonx.plugins import collect, make_plugin_manager
 from tritonx.proto import model_config_pb2
 
 

@@ -1,4 +1,4 @@
-"""``tritonx.grpc.context.CallContext``: what the gRPC handlers call on their context, and
+"""``tritonx._transports.grpc.context.CallContext``: what the gRPC handlers call on their context, and
 both engines' contexts providing every member of it alike.
 
 grpc ships no type stubs and mypy does not check the tests, so the signatures are compared
@@ -21,8 +21,8 @@ from typing import Any
 import grpc
 import pytest
 
-from tritonx.grpc import context as context_module
-from tritonx.grpc.context import CallContext
+from tritonx._transports.grpc import context as context_module
+from tritonx._transports.grpc.context import CallContext
 
 #: the modules whose handlers (or helpers they pass their context to) call the context
 HANDLER_MODULES = ("servicer", "receive", "health", "errors")
@@ -64,7 +64,7 @@ def aio_context_type() -> type:
 IMPLEMENTATIONS: dict[str, Callable[[], type]] = {
     "grpc.aio.ServicerContext": lambda: grpc.aio.ServicerContext,
     "grpc.aio-handed": aio_context_type,
-    "loop-engine": lambda: importlib.import_module("tritonx.grpc.calls").Context,
+    "loop-engine": lambda: importlib.import_module("tritonx._transports.grpc.calls").Context,
 }
 
 
@@ -147,7 +147,7 @@ def test_a_loop_engine_context_is_a_call_context() -> None:
     """The loop engine's context as the handlers type it (mypy checks this where the loop
     engine declares it; here: it constructs with the call's metadata source and answers
     ``invocation_metadata`` from it)."""
-    calls = importlib.import_module("tritonx.grpc.calls")
+    calls = importlib.import_module("tritonx._transports.grpc.calls")
     pairs = (("x-request-id", "a"), ("k-bin", b"\x00"))
     context: CallContext = calls.Context(lambda: pairs)
     assert tuple(context.invocation_metadata() or ()) == pairs

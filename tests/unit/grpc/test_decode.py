@@ -1,4 +1,4 @@
-"""``tritonx.grpc.decode`` without a server: ``ModelInferRequest`` into InferenceRequests."""
+"""``tritonx._transports.grpc.decode`` without a server: ``ModelInferRequest`` into InferenceRequests."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
+from tritonx._transports.grpc.decode import DecodedRequest, decode_infer_request
 from tritonx.errors import Code, TritonXError
-from tritonx.grpc.decode import DecodedRequest, decode_infer_request
 from tritonx.types import SEQUENCE_END, SEQUENCE_START
 from tritonx.wire import parse_version
 

@@ -1,4 +1,4 @@
-"""``tritonx.grpc.encode`` without a server: InferenceResponses into ``ModelInferResponse``."""
+"""``tritonx._transports.grpc.encode`` without a server: InferenceResponses into ``ModelInferResponse``."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import service_pb2
 
+from tritonx._transports.grpc.decode import DecodedRequest
+from tritonx._transports.grpc.encode import encode_infer_response, set_parameter, stream_error
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.grpc.decode import DecodedRequest
-from tritonx.grpc.encode import encode_infer_response, set_parameter, stream_error
 from tritonx.proto import model_config_pb2
 from tritonx.types import InferenceRequest, InferenceResponse
 

@@ -1,9 +1,9 @@
-"""``tritonx.grpc.errors``: Triton's error code → gRPC status table."""
+"""``tritonx._transports.grpc.errors``: Triton's error code → gRPC status table."""
 
 from __future__ import annotations
 
+from tritonx._transports.grpc.errors import STATUS, status_code
 from tritonx.errors import Code, TritonXError
-from tritonx.grpc.errors import STATUS, status_code
 
 
 def test_status_table_matches_triton() -> None:

@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
+from tritonx._transports.grpc.decode import OFFLOAD_ELEMENTS, Offload, decode_infer_request
+from tritonx._transports.grpc.encode import heavy_response, stream_error
+from tritonx._transports.grpc.errors import MAX_ERROR_BYTES, bounded_message, detached, fail
 from tritonx.errors import Code, TritonXError, invalid_arg
-from tritonx.grpc.decode import OFFLOAD_ELEMENTS, Offload, decode_infer_request
-from tritonx.grpc.encode import heavy_response, stream_error
-from tritonx.grpc.errors import MAX_ERROR_BYTES, bounded_message, detached, fail
 from tritonx.types import InferenceResponse
 
 Tensor = service_pb2.ModelInferRequest.InferInputTensor
@@ -114,7 +114,7 @@ async def test_servicer_releases_a_refused_request_at_once() -> None:
     """Before: ``context.abort()`` raised an exception grpc keeps on the call, whose
     traceback held the handler's frame and so the request: a cycle only the cyclic garbage
     collector broke."""
-    from tritonx.grpc.servicer import GRPCInferenceServicer
+    from tritonx._transports.grpc.servicer import GRPCInferenceServicer
 
     servicer = GRPCInferenceServicer(RefusingDataPlane())  # type: ignore[arg-type]
     msg = service_pb2.ModelInferRequest(model_name="nope" * 3000)
@@ -143,7 +143,7 @@ class BrokenDataPlane:
 async def test_unexpected_errors_are_internal_not_unknown() -> None:
     """grpc.aio answers an escaping exception UNKNOWN "Unexpected <class ...>: ..."; the
     servicer logs it and answers INTERNAL with its message."""
-    from tritonx.grpc.servicer import GRPCInferenceServicer
+    from tritonx._transports.grpc.servicer import GRPCInferenceServicer
 
     servicer = GRPCInferenceServicer(BrokenDataPlane())  # type: ignore[arg-type]
     context = Context()

@@ -1,9 +1,9 @@
-"""``tritonx.grpc.server``: listener options and addresses."""
+"""``tritonx._transports.grpc.server``: listener options and addresses."""
 
 from __future__ import annotations
 
+from tritonx._transports.grpc.server import grpc_options, listen_address
 from tritonx.config import ServerSettings
-from tritonx.grpc.server import grpc_options, listen_address
 
 
 def test_listener_options() -> None:

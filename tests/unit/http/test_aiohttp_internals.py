@@ -1,12 +1,12 @@
 """aiohttp's internals stay behind one door (design amendment 11).
 
-``tritonx.http.aiohttp_internals`` is the one module that goes below aiohttp's public API.
+``tritonx._transports.http.aiohttp_internals`` is the one module that goes below aiohttp's public API.
 These tests fail, naming the name and the aiohttp version, when:
 
 * the installed aiohttp is outside the range ``core/pyproject.toml`` pins;
 * a private name that module relies on (``PRIVATE_NAMES``), or a method it overrides
   (``OVERRIDES``), is gone from aiohttp or has another kind;
-* a name of its own (or of :class:`~tritonx.http.listener.LimitedSite`) shadows one of aiohttp;
+* a name of its own (or of :class:`~tritonx._transports.http.listener.LimitedSite`) shadows one of aiohttp;
 * aiohttp's default parser limits differ from the ones the fast path frames with;
 * any other module of ``core/src/tritonx`` or ``plugins/*/src`` uses a private aiohttp name
   (an internal module such as ``aiohttp.web_protocol``, a ``_name`` imported from aiohttp, or
@@ -33,13 +33,13 @@ import pytest
 from aiohttp import web
 from packaging.requirements import Requirement
 
-from tritonx.http import aiohttp_internals
-from tritonx.http.aiohttp_internals import OVERRIDES, PRIVATE_NAMES, Connection
-from tritonx.http.framing import MAX_FIELDS, MAX_LINE
-from tritonx.http.listener import LimitedSite
+from tritonx._transports.http import aiohttp_internals
+from tritonx._transports.http.aiohttp_internals import OVERRIDES, PRIVATE_NAMES, Connection
+from tritonx._transports.http.framing import MAX_FIELDS, MAX_LINE
+from tritonx._transports.http.listener import LimitedSite
 
 ROOT = Path(__file__).resolve().parents[3]
-DOOR = ROOT / "core" / "src" / "tritonx" / "http" / "aiohttp_internals.py"
+DOOR = ROOT / "core" / "src" / "tritonx" / "_transports" / "http" / "aiohttp_internals.py"
 VERSION = aiohttp.__version__
 #: aiohttp's public modules (its documented import surface); any other is internal
 PUBLIC_MODULES = frozenset(
@@ -137,7 +137,7 @@ def test_the_installed_aiohttp_is_in_the_pinned_range() -> None:
     specifier = _pinned().specifier
     assert specifier.contains(VERSION, prereleases=True), (
         f"aiohttp {VERSION} is installed, outside the range core/pyproject.toml pins "
-        f"({specifier}): tritonx.http.aiohttp_internals is tested only within it"
+        f"({specifier}): tritonx._transports.http.aiohttp_internals is tested only within it"
     )
 
 
@@ -170,7 +170,7 @@ def _kind_of(value: Any) -> str:
 def test_a_private_name_the_door_relies_on_is_there(name: str, handler: web.RequestHandler) -> None:
     kind = PRIVATE_NAMES[name]
     where = (
-        f"aiohttp {VERSION}: tritonx.http.aiohttp_internals relies on web.RequestHandler's "
+        f"aiohttp {VERSION}: tritonx._transports.http.aiohttp_internals relies on web.RequestHandler's "
         f"private {name!r} ({kind}; the module's docstring says why)"
     )
     if kind == "method":
@@ -188,7 +188,7 @@ def test_a_private_name_the_door_relies_on_is_there(name: str, handler: web.Requ
 def test_what_the_connection_overrides_is_there(name: str) -> None:
     """An override of a method aiohttp renamed or dropped would never be called."""
     assert callable(getattr(web.RequestHandler, name, None)), (
-        f"aiohttp {VERSION}: tritonx.http.aiohttp_internals.Connection overrides "
+        f"aiohttp {VERSION}: tritonx._transports.http.aiohttp_internals.Connection overrides "
         f"web.RequestHandler.{name}, which this aiohttp does not have"
     )
 
@@ -221,7 +221,9 @@ def test_own_names_shadow_none_of_aiohttp(cls: type, base: type, overrides: set[
 def test_the_docstring_says_why_for_every_private_name() -> None:
     doc = aiohttp_internals.__doc__ or ""
     missing = [name for name in PRIVATE_NAMES if f"``{name}``" not in doc]
-    assert not missing, f"tritonx.http.aiohttp_internals' docstring does not explain {missing}"
+    assert not missing, (
+        f"tritonx._transports.http.aiohttp_internals' docstring does not explain {missing}"
+    )
 
 
 def test_the_fast_paths_framing_limits_are_aiohttps() -> None:
@@ -232,7 +234,7 @@ def test_the_fast_paths_framing_limits_are_aiohttps() -> None:
     for name, ours in limits.items():
         assert defaults[name].default == ours, (
             f"aiohttp {VERSION}: web.RequestHandler's {name} defaults to "
-            f"{defaults[name].default}, tritonx.http.framing frames with {ours}"
+            f"{defaults[name].default}, tritonx._transports.http.framing frames with {ours}"
         )
 
 
@@ -454,7 +456,7 @@ def test_no_private_aiohttp_name_outside_the_door() -> None:
     outside = [str(use) for use in _uses(door=False)]
     assert not outside, (
         f"aiohttp {VERSION}: private aiohttp names used outside "
-        f"tritonx.http.aiohttp_internals (go through that module, and add what it needs to "
+        f"tritonx._transports.http.aiohttp_internals (go through that module, and add what it needs to "
         f"its PRIVATE_NAMES and docstring):\n" + "\n".join(outside)
     )
 
@@ -463,7 +465,7 @@ def test_the_door_declares_every_private_name_it_uses() -> None:
     used = {use.name for use in _uses(door=True)}
     undeclared = sorted(used - set(PRIVATE_NAMES) - OVERRIDES)
     assert not undeclared, (
-        f"aiohttp {VERSION}: tritonx.http.aiohttp_internals uses {undeclared}, which its "
+        f"aiohttp {VERSION}: tritonx._transports.http.aiohttp_internals uses {undeclared}, which its "
         f"PRIVATE_NAMES does not declare"
     )
     stale = sorted(set(PRIVATE_NAMES) - used)

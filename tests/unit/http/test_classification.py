@@ -1,4 +1,4 @@
-"""``tritonx.classification``: Triton's top-k "value:index[:label]" strings."""
+"""``tritonx._dataplane.classification``: Triton's top-k "value:index[:label]" strings."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tritonx.classification import LabelCache, classify
+from tritonx._dataplane.classification import LabelCache, classify
 from tritonx.errors import TritonXError
 
 

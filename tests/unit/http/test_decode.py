@@ -1,4 +1,4 @@
-"""``tritonx.http.decode`` without sockets: ``/infer`` bodies into InferenceRequests."""
+"""``tritonx._transports.http.decode`` without sockets: ``/infer`` bodies into InferenceRequests."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import numpy as np
 import orjson
 import pytest
 
+from tritonx._transports.http.decode import decode_infer_request, element_count
 from tritonx.errors import Code, TritonXError
-from tritonx.http.decode import decode_infer_request, element_count
 
 LIMIT = 1 << 20
 

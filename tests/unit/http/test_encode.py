@@ -1,4 +1,4 @@
-"""``tritonx.http.encode`` without sockets: InferenceResponses into ``/infer`` bodies."""
+"""``tritonx._transports.http.encode`` without sockets: InferenceResponses into ``/infer`` bodies."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import orjson
 import pytest
 from google.protobuf import text_format
 
+from tritonx._transports.http.decode import DecodedRequest, decode_infer_request
+from tritonx._transports.http.encode import encode_infer_response
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.http.decode import DecodedRequest, decode_infer_request
-from tritonx.http.encode import encode_infer_response
 from tritonx.proto import model_config_pb2
 from tritonx.types import InferenceResponse
 

@@ -1,11 +1,11 @@
-"""``tritonx.http.errors``: Triton's error code → HTTP status table and error bodies."""
+"""``tritonx._transports.http.errors``: Triton's error code → HTTP status table and error bodies."""
 
 from __future__ import annotations
 
 import orjson
 
+from tritonx._transports.http.errors import STATUS, response_for, status_code
 from tritonx.errors import Code, TritonXError
-from tritonx.http.errors import STATUS, response_for, status_code
 
 
 def test_status_table_matches_triton() -> None:

@@ -1,11 +1,11 @@
-"""``tritonx.http.framing.parse_head``: what the listener frames itself, and what it leaves to
+"""``tritonx._transports.http.framing.parse_head``: what the listener frames itself, and what it leaves to
 aiohttp's parser (None) because another parser could frame it differently."""
 
 from __future__ import annotations
 
 import pytest
 
-from tritonx.http.framing import parse_head
+from tritonx._transports.http.framing import parse_head
 
 BASE = b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 12"
 

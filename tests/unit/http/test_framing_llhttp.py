@@ -1,4 +1,4 @@
-"""``tritonx.http.framing.parse_head`` against aiohttp's own parser (llhttp), head by head.
+"""``tritonx._transports.http.framing.parse_head`` against aiohttp's own parser (llhttp), head by head.
 
 The listener frames requests itself for the ``/infer`` fast path and hands everything else to
 aiohttp. If it framed a head that llhttp refuses, or read one differently (another length,
@@ -22,7 +22,7 @@ from aiohttp.http_parser import HttpRequestParser
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tritonx.http.framing import Head, parse_head
+from tritonx._transports.http.framing import Head, parse_head
 
 METHODS = [b"POST", b"GET", b"PUT", b"post", b"PO(T", b"CONNECT", b""]
 TARGETS = [

@@ -7,10 +7,8 @@ import numpy as np
 import orjson
 import pytest
 
-from tritonx.config import ModelConfig
-from tritonx.errors import Code, TritonXError
-from tritonx.http import decode as decode_module
-from tritonx.http.decode import (
+from tritonx._transports.http import decode as decode_module
+from tritonx._transports.http.decode import (
     OFFLOAD_JSON_BYTES,
     _shallow_json,
     decode_infer_request,
@@ -18,9 +16,11 @@ from tritonx.http.decode import (
     parse_json_header,
     raw_binary_request,
 )
-from tritonx.http.encode import heavy_response
-from tritonx.http.errors import MAX_ERROR_CHARS, bounded_message, error_response
-from tritonx.http.json_tensor import ARRAY_SLICE, _array
+from tritonx._transports.http.encode import heavy_response
+from tritonx._transports.http.errors import MAX_ERROR_CHARS, bounded_message, error_response
+from tritonx._transports.http.json_tensor import ARRAY_SLICE, _array
+from tritonx.config import ModelConfig
+from tritonx.errors import Code, TritonXError
 from tritonx.proto import model_config_pb2
 from tritonx.types import InferenceResponse
 
@@ -197,8 +197,8 @@ def test_error_bodies_are_bounded() -> None:
 def test_listener_limits_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     import resource
 
+    from tritonx._transports.http.listener import HTTPLimits, default_max_connections
     from tritonx.config import ServerSettings
-    from tritonx.http.listener import HTTPLimits, default_max_connections
 
     monkeypatch.setattr(resource, "getrlimit", lambda _: (256, 4096))
     assert default_max_connections() == 192

@@ -1,4 +1,4 @@
-"""``tritonx.http.routes.read_body`` on bodies that are empty or end at a chunk boundary.
+"""``tritonx._transports.http.routes.read_body`` on bodies that are empty or end at a chunk boundary.
 
 aiohttp gives every request without a body the same stream, ``EMPTY_PAYLOAD``, whose
 ``readchunk()`` answers ``(b"", False)`` the first time in the process and ``(b"", True)``
@@ -20,7 +20,7 @@ from aiohttp import StreamReader
 from aiohttp.streams import EMPTY_PAYLOAD
 from aiohttp.test_utils import make_mocked_request
 
-from tritonx.http.body import read_body
+from tritonx._transports.http.body import read_body
 
 LIMIT = 1 << 20
 #: seconds a read may take before the test declares it spinning

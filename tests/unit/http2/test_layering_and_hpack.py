@@ -1,5 +1,5 @@
-"""``tritonx.http2`` stays a layer of its own (design amendment 13): it imports nothing of
-gRPC and no other tritonx package, ``tritonx.grpc`` sits on top of it (no cycle), and the one
+"""``tritonx._transports.http2`` stays a layer of its own (design amendment 13): it imports nothing of
+gRPC and no other tritonx package, ``tritonx._transports.grpc`` sits on top of it (no cycle), and the one
 name it uses below ``hpack``'s public API is guarded: the installed ``hpack`` is inside the
 range ``core/pyproject.toml`` pins, and ``hpack.huffman_table.decode_huffman`` still decodes
 RFC 7541's Huffman strings.
@@ -14,11 +14,11 @@ from pathlib import Path
 import hpack
 from packaging.requirements import Requirement
 
-from tritonx.http2.hpack import HeaderDecoder
+from tritonx._transports.http2.hpack import HeaderDecoder
 
 ROOT = Path(__file__).resolve().parents[3]
-HTTP2 = ROOT / "core" / "src" / "tritonx" / "http2"
-GRPC = ROOT / "core" / "src" / "tritonx" / "grpc"
+HTTP2 = ROOT / "core" / "src" / "tritonx" / "_transports" / "http2"
+GRPC = ROOT / "core" / "src" / "tritonx" / "_transports" / "grpc"
 
 
 def imports(folder: Path) -> dict[str, set[str]]:
@@ -40,20 +40,27 @@ def test_http2_imports_nothing_of_grpc_nor_the_rest_of_tritonx() -> None:
         for name in names:
             assert not name.startswith("grpc"), f"http2/{module} imports {name}"
             if name.startswith("tritonx"):
-                assert name.startswith("tritonx.http2"), f"http2/{module} imports {name}"
+                assert name.startswith("tritonx._transports.http2"), (
+                    f"http2/{module} imports {name}"
+                )
 
 
 def test_grpc_reaches_http2_only_through_its_public_modules() -> None:
     used = {name for names in imports(GRPC).values() for name in names}
-    assert {"tritonx.http2.connection", "tritonx.http2.hpack"} <= used  # the layer below
-    assert not any(name.startswith("tritonx.http2._") for name in used)
+    assert {
+        "tritonx._transports.http2.connection",
+        "tritonx._transports.http2.hpack",
+    } <= used  # the layer below
+    assert not any(name.startswith("tritonx._transports.http2._") for name in used)
 
 
 def test_hpack_is_inside_the_pinned_range() -> None:
     project = tomllib.loads((ROOT / "core" / "pyproject.toml").read_text())
     pins = [Requirement(r) for r in project["project"]["dependencies"]]
     pin = next(r for r in pins if r.name == "hpack")
-    assert pin.specifier, "hpack must be pinned to a range: tritonx.http2.hpack uses its internals"
+    assert pin.specifier, (
+        "hpack must be pinned to a range: tritonx._transports.http2.hpack uses its internals"
+    )
     assert hpack.__version__ in pin.specifier, (
         f"hpack {hpack.__version__} is outside {pin.specifier}: check that "
         "hpack.huffman_table.decode_huffman still exists and decodes, then move the pin"

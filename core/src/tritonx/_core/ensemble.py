@@ -23,9 +23,9 @@ import numpy as np
 
 from tritonx._core.ensemble_config import dims_match
 from tritonx._core.inflight import InFlight
+from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest, InferenceResponse
 from tritonx.wire import request_prefix
 

@@ -15,12 +15,12 @@ from typing import Any
 from tritonx._core.agents import AgentChain
 from tritonx._core.response_cache import CacheScope
 from tritonx._core.scheduler import Scheduler
+from tritonx._dataplane.classification import LabelCache
+from tritonx._dataplane.stats import LatencyStats
 from tritonx.backend import Backend
-from tritonx.classification import LabelCache
 from tritonx.config import ModelConfig
 from tritonx.errors import TritonXError
 from tritonx.repository import Repository
-from tritonx.stats import LatencyStats
 from tritonx.types import ModelState
 
 log = logging.getLogger("tritonx.lifecycle")

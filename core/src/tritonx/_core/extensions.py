@@ -11,13 +11,13 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry
 
+from tritonx._runtime.plugins import Registries
 from tritonx.cache import ResponseCache
 from tritonx.config import ServerSettings
 from tritonx.errors import PluginError
 from tritonx.frontend import COMMON_KEYS, Frontend
 from tritonx.handle import ServerHandle
 from tritonx.metrics import MetricSink
-from tritonx.plugins import Registries
 from tritonx.registry import Registry, T
 
 log = logging.getLogger("tritonx.extensions")

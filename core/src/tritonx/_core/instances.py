@@ -46,11 +46,11 @@ from tritonx._core.execution import (
 from tritonx._core.inflight import InFlight
 from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx._core.watchdog import format_stack
+from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.proto import model_config_pb2
-from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import (
     REQUEST_RELEASE_ALL,
     REQUEST_RELEASE_RESCHEDULE,

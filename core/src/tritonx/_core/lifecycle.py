@@ -81,11 +81,11 @@ from tritonx._core.residency import Residency
 from tritonx._core.response_cache import CacheScope, load_stamp
 from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
 from tritonx._core.unloading import Unloads
+from tritonx._dataplane.stats import LoadedVersion
+from tritonx._runtime.plugins import Registries
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.errors import Code, NotLoaded, TritonXError, invalid_arg, not_found, unavailable
-from tritonx.plugins import Registries
 from tritonx.repository import Repository
-from tritonx.stats import LoadedVersion
 from tritonx.types import ModelEvent, ModelState, RepositoryEntry
 
 if TYPE_CHECKING:
@@ -117,7 +117,7 @@ class ModelManager:
         *,
         cache_enabled: bool = False,
     ) -> None:
-        # the settings themselves are checked by tritonx.settings_check (Server.start, and
+        # the settings themselves are checked by tritonx._runtime.settings_check (Server.start, and
         # the check command); keys a backend does not read stop the start here, where the
         # backends are known (``serve`` and ``check`` alike)
         registries.backends.check_config(settings.backend_config)

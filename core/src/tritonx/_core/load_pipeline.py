@@ -29,10 +29,10 @@ from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.warmup import warm_up, warm_up_instances
+from tritonx._runtime.plugins import Registries
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
 from tritonx.errors import Code, PluginError, TritonXError, invalid_arg
-from tritonx.plugins import Registries
 from tritonx.proto import model_config_pb2
 from tritonx.repository import Repository, walk_files
 from tritonx.types import ModelState

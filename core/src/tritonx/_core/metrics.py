@@ -20,8 +20,14 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from tritonx._dataplane.stats import (
+    Histogram,
+    LatencyStats,
+    LatencyWindow,
+    LoadedVersion,
+    ModelStats,
+)
 from tritonx.errors import invalid_arg
-from tritonx.stats import Histogram, LatencyStats, LatencyWindow, LoadedVersion, ModelStats
 
 if TYPE_CHECKING:
     from tritonx._core.residency import Residency
@@ -38,7 +44,7 @@ DEFAULT_QUANTILES: tuple[tuple[float, float], ...] = (
 )
 DEFAULT_BUCKETS: tuple[float, ...] = (100.0, 500.0, 2000.0, 5000.0)
 
-#: Per-model counts: name, help, the :class:`~tritonx.stats.ModelStats` attribute.
+#: Per-model counts: name, help, the :class:`~tritonx._dataplane.stats.ModelStats` attribute.
 _COUNTERS = (
     (
         "nv_inference_count",
@@ -298,7 +304,7 @@ class TritonMetrics:
     """Renders the ``nv_*`` families for every loaded model version.
 
     :param loaded_versions: returns the versions with running instances at scrape time
-        (:meth:`tritonx.dataplane.DataPlane.loaded_versions`).
+        (:meth:`tritonx._dataplane.dataplane.DataPlane.loaded_versions`).
     """
 
     def __init__(

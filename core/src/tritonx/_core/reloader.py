@@ -13,7 +13,7 @@ first when it shuts down.
 
 Only folders are watched: :func:`watched_folder` tells a local repository (a plain path or a
 ``file://`` URL) from a cloud one (``s3://``, ``gs://``, ``as://``), which ``--reload``
-refuses (:func:`tritonx.settings_check.check_reload`).
+refuses (:func:`tritonx._runtime.settings_check.check_reload`).
 """
 
 from __future__ import annotations

@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
+from tritonx._dataplane.heap import trim_heap_now, unmap_large_blocks
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError, not_found, unavailable
-from tritonx.heap import trim_heap_now, unmap_large_blocks
 
 if TYPE_CHECKING:
     from tritonx._core.dependencies import DependencyGraph

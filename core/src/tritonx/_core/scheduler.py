@@ -23,10 +23,10 @@ from tritonx._core.ensemble_config import is_ensemble
 from tritonx._core.instances import InstanceScheduler
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.sequence_scheduler import SequenceScheduler, sequence_batcher
+from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.stats import LatencyStats, ModelStats
 from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:

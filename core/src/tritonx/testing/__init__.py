@@ -43,8 +43,8 @@ from typing import Any
 import pluggy
 import pytest
 
+from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.config import ServerSettings
-from tritonx.plugins import make_plugin_manager
 from tritonx.server import Server
 from tritonx.testing import identity
 from tritonx.testing.contract import BackendContract
@@ -245,8 +245,8 @@ def shared_memory_objects(pid: int, semaphores: bool = False) -> set[str]:
 @pytest.fixture
 def restore_logging() -> Iterator[None]:
     """The log settings are the process's: put them back after a test that changes them
-    (through ``/v2/logging``, the gRPC ``LogSettings`` or :func:`tritonx.logs.update`)."""
-    from tritonx import logs
+    (through ``/v2/logging``, the gRPC ``LogSettings`` or :func:`tritonx._runtime.logs.update`)."""
+    from tritonx._runtime import logs
 
     saved = logs.settings()
     level = logging.getLogger("tritonx").level

@@ -30,10 +30,10 @@ import numpy as np
 import pluggy
 import pytest
 
+from tritonx._runtime.plugins import collect
 from tritonx.backend import InstanceSpec, LoadContext
 from tritonx.config import ModelConfig, ServerSettings
 from tritonx.datatypes import DataType
-from tritonx.plugins import collect
 from tritonx.server import Server
 from tritonx.types import InferenceRequest
 

@@ -1,0 +1,19 @@
+"""The application keys the HTTP handlers read (set by :func:`tritonx._transports.http.app.make_app`)."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from tritonx._dataplane.dataplane import DataPlane
+from tritonx._dataplane.header_forward import HeaderForward
+from tritonx.config import ServerSettings
+from tritonx.pipeline import Pipeline
+
+DATAPLANE_KEY = web.AppKey("dataplane", DataPlane)
+SETTINGS_KEY = web.AppKey("settings", ServerSettings)
+#: ``--http-header-forward-pattern`` compiled (absent: nothing is forwarded)
+FORWARD_KEY = web.AppKey("header_forward", HeaderForward)
+#: The inference pipeline of this application's requests (set by ``setup_routes``).
+PIPELINE_KEY = web.AppKey("pipeline", Pipeline)
+
+__all__ = ["DATAPLANE_KEY", "FORWARD_KEY", "PIPELINE_KEY", "SETTINGS_KEY"]

@@ -1,2 +1,0 @@
-"""The gRPC frontend (``inference.GRPCInferenceService``) over grpc.aio: a thin adapter over
-:class:`tritonx.dataplane.DataPlane`."""

@@ -1,2 +1,0 @@
-"""The HTTP/REST frontend (KServe v2 + Triton extensions) over aiohttp: a thin adapter over
-:class:`tritonx.dataplane.DataPlane`."""
