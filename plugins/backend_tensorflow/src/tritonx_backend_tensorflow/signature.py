@@ -118,20 +118,39 @@ def auto_complete(
     """
     name = config.name
     doc = config.to_dict()
+    cfg_inputs: list[dict[str, Any]] = list(doc.get("input", []))
+    cfg_outputs: list[dict[str, Any]] = list(doc.get("output", []))
+    batching = _complete_batching(
+        doc, name, (cfg_inputs, cfg_outputs), (inputs, outputs), default_max_batch_size
+    )
+    _complete_inputs(doc, name, cfg_inputs, inputs, batching)
+    _complete_outputs(name, cfg_outputs, outputs, batching)
+    doc["input"] = cfg_inputs
+    doc["output"] = cfg_outputs
+    config.update_from_dict(doc)
+
+
+def _complete_batching(
+    doc: dict[str, Any],
+    name: str,
+    config_ios: tuple[list[dict[str, Any]], list[dict[str, Any]]],
+    model_ios: tuple[Sequence[TensorInfo], Sequence[TensorInfo]],
+    default_max_batch_size: int,
+) -> bool:
+    """Check or fill ``max_batch_size`` and add ``dynamic_batching`` in the config ``doc``;
+    True when the completed tensors get a batch dimension."""
     max_batch = int(doc.get("max_batch_size", 0))
-    sig_batch = supports_batch((*inputs, *outputs))
+    sig_batch = supports_batch((*model_ios[0], *model_ios[1]))
     if not sig_batch and max_batch > 0:
         raise TritonXError(
             f"unable to autofill for '{name}', configuration specified max-batch {max_batch} "
             "but model signature does not support batching",
             Code.INTERNAL,
         )
-    cfg_inputs: list[dict[str, Any]] = list(doc.get("input", []))
-    cfg_outputs: list[dict[str, Any]] = list(doc.get("output", []))
     hint = False
     if sig_batch:
-        if cfg_inputs or cfg_outputs:
-            hint = _batch_hint(name, (cfg_inputs, cfg_outputs), (inputs, outputs))
+        if config_ios[0] or config_ios[1]:
+            hint = _batch_hint(name, config_ios, model_ios)
         else:
             hint = sig_batch
     batching = hint and default_max_batch_size > 0
@@ -148,8 +167,18 @@ def auto_complete(
             )
     if max_batch > 1 and "sequence_batching" not in doc and "dynamic_batching" not in doc:
         doc["dynamic_batching"] = {}
+    return batching
 
-    # inputs: complete the configured ones, then add the model's others
+
+def _complete_inputs(
+    doc: dict[str, Any],
+    name: str,
+    cfg_inputs: list[dict[str, Any]],
+    inputs: Sequence[TensorInfo],
+    batching: bool,
+) -> None:
+    """Complete the configured inputs, then add the model's others (those that are not a
+    batch input's target nor a sequence control input)."""
     left = list(inputs)
     for io_cfg in cfg_inputs:
         model_io = _find(left, io_cfg.get("name", ""))
@@ -171,7 +200,11 @@ def auto_complete(
         _fill_missing(name, model_io, blank, batching)
         cfg_inputs.append(blank)
 
-    # outputs: all of them when none is configured, else complete the configured ones
+
+def _complete_outputs(
+    name: str, cfg_outputs: list[dict[str, Any]], outputs: Sequence[TensorInfo], batching: bool
+) -> None:
+    """All the model's outputs when none is configured, else complete the configured ones."""
     if not cfg_outputs:
         for model_io in outputs:
             if not model_io.dims:
@@ -184,12 +217,9 @@ def auto_complete(
             cfg_outputs.append(out)
     else:
         for io_cfg in cfg_outputs:
-            model_io = _find(outputs, io_cfg.get("name", ""))
-            if model_io is not None:
-                _fill_missing(name, model_io, io_cfg, batching)
-    doc["input"] = cfg_inputs
-    doc["output"] = cfg_outputs
-    config.update_from_dict(doc)
+            found = _find(outputs, io_cfg.get("name", ""))
+            if found is not None:
+                _fill_missing(name, found, io_cfg, batching)
 
 
 def _batch_hint(
