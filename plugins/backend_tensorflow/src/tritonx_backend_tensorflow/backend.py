@@ -1,20 +1,20 @@
 """The ``tensorflow`` backend: SavedModel (``model.savedmodel`` folder) and frozen GraphDef
 (``model.graphdef`` file), each instance running a TensorFlow session as Triton's does.
 
+:class:`TensorFlowBackend` (auto-complete, ``tritonx check`` notes, loading and sharing
+sessions) and :class:`TensorFlowModelInstance` (running requests through a session). Reading
+the model files is in :mod:`~tritonx_backend_tensorflow.reading`, creating sessions in
+:mod:`~tritonx_backend_tensorflow.sessions`.
+
 tensorflow is imported inside :meth:`TensorFlowBackend.auto_complete_config` and
 :meth:`TensorFlowBackend.load`, never at import time.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import logging
-import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,399 +26,37 @@ from tritonx import (
     InferenceRequest,
     InferenceResponse,
     LoadContext,
-    ModelConfig,
     ModelInstance,
 )
 from tritonx.batching import BatchIO
-from tritonx.errors import Code, TritonXError, invalid_arg, unavailable
-from tritonx_backend_tensorflow import signature
+from tritonx.errors import Code, TritonXError
+from tritonx_backend_tensorflow.reading import (
+    GRAPHDEF,
+    SAVEDMODEL,
+    import_tf,
+    pick_meta_graph,
+    pick_signature,
+    placeholder_io,
+    platform_of,
+    read_graph_def,
+    read_saved_model,
+    signature_io,
+    tf_error,
+)
+from tritonx_backend_tensorflow.sessions import Session, create_session, instance_device
 from tritonx_backend_tensorflow.settings import (
     BACKEND_KEYS,
-    BackendSettings,
-    ModelSettings,
     parse_backend_config,
     parse_model_settings,
 )
-from tritonx_backend_tensorflow.signature import TensorInfo
-
-log = logging.getLogger("tritonx.backend.tensorflow")
-
-SAVEDMODEL = "tensorflow_savedmodel"
-GRAPHDEF = "tensorflow_graphdef"
-#: The model file of each platform when the config names none (Triton's names).
-DEFAULT_FILES = {SAVEDMODEL: "model.savedmodel", GRAPHDEF: "model.graphdef"}
-#: Signatures that are never the serving one (Triton skips them when it picks one).
-_NOT_SERVING = ("__saved_model_init_op", "__saved_model_train_op")
-
-
-def _import_tf() -> Any:
-    # TensorFlow's C++ INFO lines (oneDNN notices, session starts) are not server logs
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "1")
-    try:
-        import tensorflow as tf
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise TritonXError(
-            f"the tensorflow backend needs the tensorflow-cpu (or tensorflow) package: {exc}",
-            Code.UNAVAILABLE,
-        ) from exc
-    return tf
-
-
-def tf_error(exc: BaseException) -> TritonXError:
-    """A TensorFlow exception as a TritonXError (INTERNAL, TensorFlow's message)."""
-    if isinstance(exc, TritonXError):
-        return exc
-    message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    return TritonXError(message.strip(), Code.INTERNAL)
-
-
-def platform_of(config: ModelConfig) -> str:
-    """The config's TensorFlow platform; another value is Triton's INVALID_ARG."""
-    platform = config.platform
-    if platform not in DEFAULT_FILES:
-        raise invalid_arg(f"platform {platform} not supported for TensorFlow model '{config.name}'")
-    return platform
-
-
-# --------------------------------------------------------------------------- reading models
-
-
-def _dtype_name(tf: Any, dtype: Any) -> str:
-    from tensorflow.core.framework import types_pb2
-
-    enum = dtype if isinstance(dtype, int) else tf.dtypes.as_dtype(dtype).as_datatype_enum
-    return str(types_pb2.DataType.Name(enum))
-
-
-def _dims(shape: Any) -> tuple[int, ...]:
-    """A ``TensorShapeProto`` as Triton reads it: an unknown rank is rank 0."""
-    if shape.unknown_rank:
-        return ()
-    return tuple(int(d.size) for d in shape.dim)
-
-
-def read_saved_model(path: Path) -> Any:
-    """The ``SavedModel`` message of a SavedModel folder (``saved_model.pb`` or ``.pbtxt``)."""
-    from google.protobuf import message, text_format
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    proto = saved_model_pb2.SavedModel()
-    pb, pbtxt = path / "saved_model.pb", path / "saved_model.pbtxt"
-    try:
-        if pb.is_file():
-            proto.ParseFromString(pb.read_bytes())
-        elif pbtxt.is_file():
-            text_format.Parse(pbtxt.read_text(), proto)
-        else:
-            raise TritonXError(
-                f"SavedModel file does not exist at: {path}/{{saved_model.pbtxt|saved_model.pb}}",
-                Code.INTERNAL,
-            )
-    except (message.DecodeError, text_format.ParseError, UnicodeDecodeError) as exc:
-        raise TritonXError(
-            f"Could not parse SavedModel at {path}: {exc or 'not a SavedModel protobuf'}",
-            Code.INTERNAL,
-        ) from exc
-    return proto
-
-
-def pick_meta_graph(proto: Any, tag: str, model: str) -> Any:
-    """The meta graph whose tag set is exactly ``{tag}`` (``serve`` when empty), as
-    TensorFlow's ``LoadSavedModel`` (which Triton calls) picks it, with its message."""
-    tag = tag or "serve"
-    for meta in proto.meta_graphs:
-        if set(meta.meta_info_def.tags) == {tag}:
-            return meta
-    available = "; ".join(
-        "{ " + ", ".join(sorted(m.meta_info_def.tags)) + " }" for m in proto.meta_graphs
-    )
-    raise TritonXError(
-        f"Could not find meta graph def matching supplied tags: {{ {tag} }}. To inspect "
-        "available tag-sets in the SavedModel, please use the SavedModel CLI: "
-        f"`saved_model_cli` (this one has: {available or 'none'})",
-        Code.INTERNAL,
-    )
-
-
-def pick_signature(meta: Any, name: str, model: str) -> tuple[str, Any]:
-    """The signature ``name`` (``serving_default`` when empty, else the first other than the
-    init and train ones, with a warning), as Triton picks it."""
-    key = name or "serving_default"
-    defs = meta.signature_def
-    if key in defs:
-        return key, defs[key]
-    if not name:
-        for other in sorted(defs):
-            if other not in _NOT_SERVING:
-                log.warning(
-                    "unable to find serving signature '%s' in model '%s'; using signature '%s'",
-                    key,
-                    model,
-                    other,
-                )
-                return other, defs[other]
-    raise TritonXError(f"unable to load model '{model}', expected '{key}' signature", Code.INTERNAL)
-
-
-def signature_io(tf: Any, sig: Any, model: str) -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """A signature's inputs and outputs (sorted by name), unsupported datatypes refused."""
-    inputs = [
-        TensorInfo(k, v.name, _dtype_name(tf, v.dtype), _dims(v.tensor_shape))
-        for k, v in sorted(sig.inputs.items())
-    ]
-    outputs = [
-        TensorInfo(k, v.name, _dtype_name(tf, v.dtype), _dims(v.tensor_shape))
-        for k, v in sorted(sig.outputs.items())
-    ]
-    for ios in (inputs, outputs):
-        for io in ios:
-            if not io.tensor:
-                raise TritonXError(
-                    f"unable to load model '{model}': signature tensor '{io.name}' is not a "
-                    "dense tensor (composite and sparse signature tensors are not supported)",
-                    Code.INTERNAL,
-                )
-    signature.check_supported(inputs, "input", model)
-    signature.check_supported(outputs, "output", model)
-    return inputs, outputs
-
-
-def read_graph_def(tf: Any, path: Path, model: str) -> Any:
-    """The ``GraphDef`` in ``path`` (binary protobuf), Triton's messages for bad ones."""
-    from google.protobuf import message
-
-    graph_def = tf.compat.v1.GraphDef()
-    try:
-        graph_def.ParseFromString(path.read_bytes())
-    except (message.DecodeError, OSError) as exc:
-        raise TritonXError(f"Can't parse {path} as binary proto: {exc}", Code.INTERNAL) from exc
-    if not graph_def.node:
-        raise TritonXError(f"model {model} has an empty network", Code.INTERNAL)
-    return graph_def
-
-
-# --------------------------------------------------------------------------- sessions
-
-
-@dataclass
-class Session:
-    """One TF session with its model loaded, shared by up to ``MAX_SESSION_SHARE_COUNT``
-    instances of one model version on one device.
-
-    :param inputs: the model's (potential) inputs by config name.
-    :param outputs: the model's (potential) outputs by config name.
-    """
-
-    session: Any
-    inputs: dict[str, TensorInfo]
-    outputs: dict[str, TensorInfo]
-    config: ModelConfig
-    #: instances given this session so far (Triton's share count), and those still using it
-    given: int = 0
-    users: int = 0
-
-    def close(self) -> None:
-        self.session.close()
-
-
-def _session_config(
-    tf: Any, config: ModelConfig, backend: BackendSettings, model: ModelSettings, gpu: bool
-) -> Any:
-    """The ``ConfigProto`` Triton's ``NewSessionOptions`` builds."""
-    proto = tf.compat.v1.ConfigProto()
-    proto.intra_op_parallelism_threads = model.intra_threads
-    proto.inter_op_parallelism_threads = model.inter_threads
-    proto.use_per_session_threads = model.per_session_threads
-    proto.allow_soft_placement = backend.allow_soft_placement
-    proto.gpu_options.allow_growth = backend.gpu_memory_fraction == 0.0
-    proto.gpu_options.per_process_gpu_memory_fraction = backend.gpu_memory_fraction
-    opt = config.raw.optimization
-    if opt.HasField("graph"):
-        level = opt.graph.level
-        levels = tf.compat.v1.OptimizerOptions
-        jit = levels.DEFAULT
-        if level == -1:
-            jit = levels.OFF
-        elif level == 1:
-            jit = levels.ON_1
-        elif level > 1:
-            jit = levels.ON_2
-        proto.graph_options.optimizer_options.global_jit_level = jit
-    if _auto_mixed_precision(config, gpu):
-        from tensorflow.core.protobuf import rewriter_config_pb2
-
-        proto.graph_options.rewrite_options.auto_mixed_precision = (
-            rewriter_config_pb2.RewriterConfig.ON
-        )
-    return proto
-
-
-def _auto_mixed_precision(config: ModelConfig, gpu: bool) -> bool:
-    """Check the execution accelerators (Triton's rules); True when ``auto_mixed_precision``
-    applies (GPU instances only)."""
-    accelerators = config.raw.optimization.execution_accelerators
-    if accelerators.cpu_execution_accelerator:
-        raise invalid_arg("CPU Execution Accelerator is not supported in TensorFlow backend")
-    mixed = False
-    for accelerator in accelerators.gpu_execution_accelerator:
-        if accelerator.name == "tensorrt":
-            raise invalid_arg(
-                f"model '{config.name}': the TensorRT execution accelerator (TF-TRT) is not "
-                "supported by tritonx's tensorflow backend; convert the model with TF-TRT "
-                "beforehand or serve it with the tensorrt backend"
-            )
-        if accelerator.name == "auto_mixed_precision":
-            mixed = True
-        elif accelerator.name != "gpu_io":
-            raise invalid_arg(f"unknown Execution Accelerator '{accelerator.name}' is requested")
-    if accelerators.gpu_execution_accelerator and not gpu:
-        log.warning("GPU Execution Accelerator will be ignored for model instance on CPU")
-    return mixed and gpu
-
-
-def _device(tf: Any, ctx: LoadContext) -> str | None:
-    """The TF device an instance's graph is placed on (None: where the graph says)."""
-    kind = ctx.instance.kind
-    if kind == "KIND_MODEL":
-        return None
-    if kind == "KIND_GPU":
-        gpus = tf.config.list_physical_devices("GPU")
-        if ctx.instance.device_id >= len(gpus):
-            raise unavailable(
-                f"unable to load model '{ctx.model_name}': instance {ctx.instance.name} is "
-                f"KIND_GPU on GPU {ctx.instance.device_id}, but this TensorFlow build sees "
-                f"{len(gpus)} GPU(s) (tensorflow-cpu has no GPU support: install the "
-                "'tensorflow' package with CUDA for GPU instances)"
-            )
-        return f"/device:GPU:{ctx.instance.device_id}"
-    return "/device:CPU:0"
-
-
-def _clear_devices(graph_def: Any) -> None:
-    """Triton's placement rule: the nodes not pinned to a CPU lose their device, so the
-    instance's device applies."""
-    for node in graph_def.node:
-        if "cpu" not in node.device.lower():
-            node.device = ""
-
-
-def _run_init_ops(session: Any, ctx: LoadContext, settings: ModelSettings) -> None:
-    if not settings.init_ops_file:
-        return
-    path = ctx.version_path / settings.init_ops_file
-    if not path.exists():
-        path = ctx.model_dir / settings.init_ops_file
-    root = ctx.model_dir.resolve()
-    if root not in path.resolve().parents:  # a config never makes the server read elsewhere
-        raise invalid_arg(
-            f"TF_INIT_OPS_FILE '{settings.init_ops_file}' of model '{ctx.model_name}' must "
-            "name a file inside the model directory"
-        )
-    try:
-        ops = json.loads(path.read_text())["init_ops"]
-    except OSError as exc:
-        raise invalid_arg(f"failed to read TF_INIT_OPS_FILE '{path}': {exc.strerror}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise invalid_arg(
-            f"TF_INIT_OPS_FILE '{path}' must be a JSON object with an 'init_ops' array of "
-            f"operation names: {exc}"
-        ) from exc
-    if not isinstance(ops, list) or not all(isinstance(op, str) for op in ops):
-        raise invalid_arg(f"'init_ops' in TF_INIT_OPS_FILE '{path}' must list operation names")
-    for op in ops:
-        try:
-            session.run(session.graph.get_operation_by_name(op))
-        except Exception as exc:
-            raise tf_error(exc) from exc
-
-
-def create_session(
-    tf: Any, ctx: LoadContext, backend: BackendSettings, settings: ModelSettings
-) -> Session:
-    """Load the model into a new session on the instance's device and check the config
-    against it."""
-    config = ctx.config
-    name = ctx.model_name
-    platform = platform_of(config)
-    path = ctx.model_path
-    assert path is not None  # the core refuses a version without its model file
-    device = _device(tf, ctx)
-    proto = _session_config(
-        tf, config, backend, settings, gpu=device is not None and "GPU" in device
-    )
-    for library in config.raw.model_operations.op_library_filename:
-        try:
-            tf.load_op_library(library)
-        except Exception as exc:
-            raise tf_error(exc) from exc
-    graph = tf.Graph()
-    session = tf.compat.v1.Session(graph=graph, config=proto)
-    try:
-        if platform == SAVEDMODEL:
-            saved = read_saved_model(path)
-            meta = pick_meta_graph(saved, settings.graph_tag, name)
-            _, sig = pick_signature(meta, settings.signature_def, name)
-            inputs, outputs = signature_io(tf, sig, name)
-            tags = list(meta.meta_info_def.tags)
-            with graph.as_default(), tf.device(device), _quiet_deprecation():
-                try:
-                    tf.compat.v1.saved_model.loader.load(
-                        session, tags, str(path), clear_devices=device is not None
-                    )
-                except Exception as exc:
-                    raise tf_error(exc) from exc
-            signature.validate_savedmodel(config, inputs, outputs)
-        else:
-            graph_def = read_graph_def(tf, path, name)
-            if device is not None:
-                _clear_devices(graph_def)
-            with graph.as_default(), tf.device(device):
-                try:
-                    tf.compat.v1.import_graph_def(graph_def, name="")
-                except Exception as exc:
-                    raise tf_error(exc) from exc
-            inputs, outputs = _graph_io(tf, graph, graph_def)
-            signature.validate_graphdef(config, inputs, outputs)
-        _run_init_ops(session, ctx, settings)
-    except BaseException:
-        session.close()
-        raise
-    return Session(
-        session,
-        {io.name: io for io in inputs},
-        {io.name: io for io in outputs},
-        config,
-    )
-
-
-def _quiet_deprecation() -> contextlib.AbstractContextManager[Any]:
-    """Silence TensorFlow's "loader.load is deprecated" log line: the TF1 loader is the one
-    that loads a SavedModel into a session (as Triton's C++ ``LoadSavedModel``)."""
-    try:
-        from tensorflow.python.util import deprecation
-
-        return deprecation.silence()
-    except (ImportError, AttributeError):  # pragma: no cover - a TensorFlow without it
-        return contextlib.nullcontext()
-
-
-def _graph_io(tf: Any, graph: Any, graph_def: Any) -> tuple[list[TensorInfo], list[TensorInfo]]:
-    """A GraphDef's potential inputs (placeholders) and outputs (every other node)."""
-    inputs: list[TensorInfo] = []
-    outputs: list[TensorInfo] = []
-    for node in graph_def.node:
-        if node.op == "Placeholder":
-            dtype = _dtype_name(tf, node.attr["dtype"].type)
-            dims = _dims(node.attr["shape"].shape) if "shape" in node.attr else ()
-            inputs.append(TensorInfo(node.name, f"{node.name}:0", dtype, dims))
-        else:
-            op = graph.get_operation_by_name(node.name)
-            dtype = _dtype_name(tf, op.outputs[0].dtype) if op.outputs else ""
-            outputs.append(TensorInfo(node.name, f"{node.name}:0", dtype))
-    return inputs, outputs
-
-
-# --------------------------------------------------------------------------- the backend
+from tritonx_backend_tensorflow.signature import (
+    auto_complete,
+    check_datatypes,
+    extra_input_names,
+    state_outputs,
+    validate_graphdef,
+    validate_savedmodel,
+)
 
 
 class TensorFlowBackend(Backend):
@@ -451,7 +89,7 @@ class TensorFlowBackend(Backend):
         view = config.view()
         if view.platform != SAVEDMODEL or ctx.model_path is None or not ctx.model_path.exists():
             return
-        tf = _import_tf()
+        tf = import_tf()
         settings = parse_model_settings(view.parameters, config.name)
         try:
             saved = read_saved_model(ctx.model_path)
@@ -464,41 +102,29 @@ class TensorFlowBackend(Backend):
                 f"load model: {exc.message}",
                 Code.INTERNAL,
             ) from exc
-        signature.auto_complete(config, inputs, outputs, self.settings.default_max_batch_size)
+        auto_complete(config, inputs, outputs, self.settings.default_max_batch_size)
 
     def check_notes(self, ctx: AutoCompleteContext) -> dict[str, str]:
         """``tritonx check``: the completed config checked against the model's signature
         (SavedModel) or its placeholders and nodes (GraphDef), without creating a session."""
         config = ctx.config.view()
         platform = platform_of(config)
-        signature.check_datatypes(config)
+        check_datatypes(config)
         settings = parse_model_settings(config.parameters, config.name)
         path = ctx.model_path
         if path is None or not path.exists():
             return {}
-        tf = _import_tf()
+        tf = import_tf()
         if platform == SAVEDMODEL:
             saved = read_saved_model(path)
             meta = pick_meta_graph(saved, settings.graph_tag, config.name)
             key, sig = pick_signature(meta, settings.signature_def, config.name)
             inputs, outputs = signature_io(tf, sig, config.name)
-            signature.validate_savedmodel(config, inputs, outputs)
+            validate_savedmodel(config, inputs, outputs)
             return {"signature": key}
         graph_def = read_graph_def(tf, path, config.name)
-        inputs = [
-            TensorInfo(
-                n.name,
-                f"{n.name}:0",
-                _dtype_name(tf, n.attr["dtype"].type),
-                _dims(n.attr["shape"].shape),
-            )
-            for n in graph_def.node
-            if n.op == "Placeholder"
-        ]
-        outputs = [
-            TensorInfo(n.name, f"{n.name}:0", "") for n in graph_def.node if n.op != "Placeholder"
-        ]
-        signature.validate_graphdef(config, inputs, outputs)
+        inputs, outputs = placeholder_io(tf, graph_def)
+        validate_graphdef(config, inputs, outputs)
         return {"nodes": str(len(graph_def.node))}
 
     def load(self, ctx: LoadContext) -> ModelInstance:
@@ -506,10 +132,10 @@ class TensorFlowBackend(Backend):
         ``MAX_SESSION_SHARE_COUNT``) and check the config against it."""
         config = ctx.config
         platform_of(config)
-        signature.check_datatypes(config)
+        check_datatypes(config)
         settings = parse_model_settings(ctx.parameters, ctx.model_name)
-        tf = _import_tf()
-        device = _device(tf, ctx)
+        tf = import_tf()
+        device = instance_device(tf, ctx)
         # one version's instances share its sessions: never another version's, nor those of
         # an earlier load of the same files (a reload), nor those of another model
         key = (ctx.model_name, ctx.version, str(ctx.model_path), id(config), device)
@@ -597,7 +223,7 @@ class TensorFlowModelInstance(ModelInstance):
         self._feeds: dict[str, tuple[str, tuple[int, ...] | None]] = {}
         for io in config.inputs:
             self._feeds[io.name] = (shared.inputs[io.name].tensor, io.reshape)
-        for extra in signature.extra_input_names(config):
+        for extra in extra_input_names(config):
             self._feeds.setdefault(extra, (shared.inputs[extra].tensor, None))
         for bi in config.raw.batch_input:
             for target in bi.target_name:
@@ -609,7 +235,7 @@ class TensorFlowModelInstance(ModelInstance):
         #: implicit state (sequence batching): outputs fetched on every run
         self._state = [
             _Output(name, shared.outputs[name].tensor, dims, False)
-            for name, dims in signature.state_outputs(config)
+            for name, dims in state_outputs(config)
             if name not in config.output_map
         ]
         self._outputs += self._state
