@@ -32,7 +32,7 @@ import traceback
 from pathlib import Path
 from typing import Any, NoReturn
 
-from tritonx_backend_python import _ipc, _sitedir, pb_utils
+from tritonx_backend_python import _ipc, _pb_runtime, _sitedir, pb_utils
 from tritonx_backend_python import messages as m
 from tritonx_backend_python.runner import (
     MODULE_NAME,
@@ -73,10 +73,11 @@ class StubRuntime(pb_utils.Runtime):
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
         segment, descs = _ipc.pack_tensors(
-            ((t.name(), t._array, t._datatype) for t in request.inputs()), self.writer
+            ((t.backend_name, t.backend_array, t.backend_datatype) for t in request.inputs()),
+            self.writer,
         )
         call_id, box = self._box()
-        parent = request.trace()._parent
+        parent = request.trace().backend_parent
         self.send(
             m.BlsCall(
                 call_id,
@@ -103,7 +104,7 @@ class StubRuntime(pb_utils.Runtime):
         def pump() -> None:
             while True:
                 response, final = box.get()
-                iterator._put(response, final)
+                iterator.backend_put(response, final)
                 if final:
                     self._waiting.pop(call_id, None)
                     return
@@ -249,7 +250,7 @@ class Worker:
         writer = _ipc.ShmWriter(message.shm_prefix, str(os.getpid()))
         model_path = Path(message.model_path)
         self.runtime = StubRuntime(self.conn, writer, str(model_path.parent))
-        pb_utils._set_process_runtime(self.runtime)
+        _pb_runtime.set_process_runtime(self.runtime)
         sys.modules[MODULE_NAME] = pb_utils
         self.runner = ModelRunner(message.args["model_instance_name"], message.decoupled)
         try:
@@ -291,7 +292,7 @@ class Worker:
                 parameters=params,
                 trace=pb_utils.InferenceTrace(key),
             )
-            request._cancelled = functools.partial(runtime.is_cancelled, key)
+            request.backend_cancelled = functools.partial(runtime.is_cancelled, key)
             requests.append(request)
         return requests
 
@@ -350,7 +351,8 @@ def _outputs(
             ((err.message(), err.code()) if err is not None else None, response.parameters())
         )
         tensors.extend(
-            ((index, t.name()), t._array, t._datatype) for t in response.output_tensors()
+            ((index, t.backend_name), t.backend_array, t.backend_datatype)
+            for t in response.output_tensors()
         )
     return tensors, metas
 

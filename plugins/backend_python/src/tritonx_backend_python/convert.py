@@ -142,7 +142,11 @@ class OutputCheck:
         if err is not None:
             return InferenceResponse(error=err, parameters=parameters)
         outputs = self.check(
-            [(t._name, t._array, t._datatype) for t in response._outputs], requested
+            [
+                (t.backend_name, t.backend_array, t.backend_datatype)
+                for t in response.output_tensors()
+            ],
+            requested,
         )
         return InferenceResponse(outputs=outputs, parameters=parameters)
 

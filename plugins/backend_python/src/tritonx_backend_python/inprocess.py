@@ -53,7 +53,10 @@ class InProcessRuntime(pb_utils.Runtime):
         self.model_dir = model_dir
 
     def infer(self, request: pb_utils.InferenceRequest, decoupled: bool) -> Any:
-        inputs = {t.name(): to_core_output(t._array, t._datatype) for t in request.inputs()}
+        inputs = {
+            t.backend_name: to_core_output(t.backend_array, t.backend_datatype)
+            for t in request.inputs()
+        }
         core = bls_core_request(
             request.model_name(),
             request.model_version(),
@@ -69,12 +72,12 @@ class InProcessRuntime(pb_utils.Runtime):
 
         def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
             if isinstance(response, TritonXError):
-                iterator._put(pb_utils.InferenceResponse(error=pb_error(response)), final)
+                iterator.backend_put(pb_utils.InferenceResponse(error=pb_error(response)), final)
             else:
-                iterator._put(from_core_response(response), final)
+                iterator.backend_put(from_core_response(response), final)
 
         try:
-            parent = request.trace()._parent
+            parent = request.trace().backend_parent
             future = self.bridge.submit(
                 self.bridge.infer(
                     core, decoupled, emit, parent if isinstance(parent, InferenceRequest) else None
@@ -160,7 +163,7 @@ class InProcessInstance(ModelInstance):
                 parameters=parameters_json(request.parameters),
                 trace=pb_utils.InferenceTrace(request),
             )
-            pb_request._cancelled = request.is_cancelled
+            pb_request.backend_cancelled = request.is_cancelled
             pb_requests.append(pb_request)
         check = self._check
         try:

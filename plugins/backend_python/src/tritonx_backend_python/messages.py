@@ -365,7 +365,8 @@ def encode_response(
     err = response.error()
     error = (err.message(), err.code()) if err is not None else None
     segment, descs = _ipc.pack_tensors(
-        ((t.name(), t._array, t._datatype) for t in response.output_tensors()), writer
+        ((t.backend_name, t.backend_array, t.backend_datatype) for t in response.output_tensors()),
+        writer,
     )
     return (segment, descs, error, response.parameters())
 

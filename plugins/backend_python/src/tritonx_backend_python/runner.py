@@ -24,7 +24,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from tritonx_backend_python import pb_utils
+from tritonx_backend_python import _pb_runtime, pb_utils
 
 #: The module name ``model.py`` files import pb_utils by.
 MODULE_NAME = "triton_python_backend_utils"
@@ -191,7 +191,7 @@ def rescheduled(requests: list[pb_utils.InferenceRequest]) -> tuple[int, ...]:
     """The indexes of the requests ``execute`` released with
     ``TRITONSERVER_REQUEST_RELEASE_RESCHEDULE`` (``request.set_release_flags``)."""
     flag = pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
-    return tuple(i for i, request in enumerate(requests) if request._release_flags & flag)
+    return tuple(i for i, request in enumerate(requests) if request.backend_release_flags & flag)
 
 
 class BackendCheckFailed(pb_utils.TritonModelException):
@@ -262,7 +262,7 @@ def check_execute_result(
     for request, response in zip(requests, result, strict=True):
         if response is None:
             continue
-        if request._release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
+        if request.backend_release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE:
             raise BackendCheckFailed(
                 "Expected a None object in the execute function return list for reschduled "
                 f"request, found type '{type(response)}'."
@@ -272,10 +272,10 @@ def check_execute_result(
                 "Expected an 'InferenceResponse' object in the execute function return "
                 f"list, found type '{type(response)}'."
             )
-        sender = request._sender
+        sender = request.backend_sender
         if sender is not None:
             try:
-                sender._count_final(response)
+                sender.backend_count_final(response)
             except pb_utils.TritonModelException as exc:
                 raise BackendCheckFailed(str(exc)) from None
     return list(result)
@@ -298,7 +298,7 @@ class ModelRunner:
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _bound(self) -> AbstractContextManager[None]:
-        return _NO_BINDING if self.runtime is None else pb_utils._bound_runtime(self.runtime)
+        return _NO_BINDING if self.runtime is None else _pb_runtime.bound_runtime(self.runtime)
 
     def _submit(self, coro: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
         """Run a coroutine of the model on its background event loop (started on first use);
@@ -320,7 +320,7 @@ class ModelRunner:
             init = getattr(self.model, "initialize", None)
             if init is not None:
                 self._wait(init(args))
-            pb_utils._runtime().bls_open = True
+            _pb_runtime.current().bls_open = True
 
     def execute(
         self, requests: list[pb_utils.InferenceRequest], deliver: Deliver | None = None
@@ -343,10 +343,12 @@ class ModelRunner:
             # the server's answer itself, not the request's method: a sender that refers to its
             # request would keep it (and its input tensors' shared memory) until a garbage
             # collection
-            request._sender = pb_utils.InferenceResponseSender(send, decoupled, request._cancelled)
+            request.backend_sender = pb_utils.InferenceResponseSender(
+                send, decoupled, request.backend_cancelled
+            )
         # the runtime is bound without a context manager: this is the per-request path
         runtime = self.runtime
-        token = pb_utils._current.set(runtime) if runtime is not None else None
+        token = _pb_runtime.bind(runtime) if runtime is not None else None
         try:
             result = self.model.execute(requests)
             if inspect.iscoroutine(result):
@@ -359,12 +361,12 @@ class ModelRunner:
             listed = check_execute_result(self.name, decoupled, requests, result)
         except Exception as exc:
             for request in requests:
-                if request._sender is not None:
-                    request._sender._close()
+                if request.backend_sender is not None:
+                    request.backend_sender.backend_close()
             raise ExecuteFailed(self._failure(exc)) from exc
         finally:
             if token is not None:
-                pb_utils._current.reset(token)
+                _pb_runtime.unbind(token)
         if listed is None:
             return None
         assert answers is not None
@@ -372,7 +374,7 @@ class ModelRunner:
             response
             if response is not None
             else RESCHEDULED
-            if request._release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
+            if request.backend_release_flags & pb_utils.TRITONSERVER_REQUEST_RELEASE_RESCHEDULE
             else self._sent(request, index, answers)
             for index, (request, response) in enumerate(zip(requests, listed, strict=True))
         ]
@@ -383,8 +385,8 @@ class ModelRunner:
     ) -> pb_utils.InferenceResponse:
         """The response a non-decoupled request gets through its sender (before or after
         ``execute`` returned): waits for the sender's final flag."""
-        sender = request._sender
-        if sender is None or not (sender._taken or sender.closed):
+        sender = request.backend_sender
+        if sender is None or not (sender.backend_taken or sender.closed):
             return pb_utils.InferenceResponse(error=pb_utils.TritonError(NO_RESPONSE))
         response = answers.wait(index)
         assert response is not None
@@ -410,7 +412,7 @@ class ModelRunner:
             pb_utils.Logger.log_error("".join(traceback.format_exception(exc)))
         error = pb_utils.TritonError(self._failure(exc))
         for request in requests:
-            sender = request._sender
+            sender = request.backend_sender
             if sender is not None and not sender.closed:
                 try:
                     sender.send(
@@ -442,7 +444,7 @@ class ModelRunner:
         exceptions propagate."""
         try:
             with self._bound():
-                pb_utils._runtime().bls_open = False
+                _pb_runtime.current().bls_open = False
             fin = getattr(self.model, "finalize", None)
             if fin is not None:
                 with self._bound():
