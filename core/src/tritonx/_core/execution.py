@@ -1,6 +1,7 @@
 """How an :class:`~tritonx._core.instances.InstanceScheduler` gets its accepted requests run:
 the execution modes, chosen once its instances have loaded, behind one interface
-(:class:`Execution`).
+(:class:`Execution`). A mode uses only the scheduler services :class:`SchedulerServices`
+names (this module does not import the scheduler).
 
 * :class:`Queued` (default): every request goes to the queue (the direct queue or the
   dynamic batcher); whichever instance thread is free takes the next batch.
@@ -29,18 +30,17 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from tritonx._core.batcher import Batcher, DirectQueue, Pending, cancelled_error
 from tritonx.backend import ModelInstance, compute_timer
+from tritonx.config import ModelConfig
 from tritonx.errors import TritonXError
 from tritonx.types import InferenceRequest, InferenceResponse
-
-if TYPE_CHECKING:
-    from tritonx._core.instances import InstanceScheduler
 
 log = logging.getLogger("tritonx.scheduler")
 
@@ -106,6 +106,85 @@ def _input_bytes(batch: list[Pending]) -> int:
     return sum(array.nbytes for p in batch for array in p.request.inputs.values())
 
 
+class SchedulerServices(Protocol):
+    """What the execution modes use of their scheduler (an
+    :class:`~tritonx._core.instances.InstanceScheduler`), and nothing else.
+
+    An instance is *claimed* (:meth:`claim`: its lock taken) before a batch runs on it; the
+    mode then marks it :attr:`busy` (and, for a batch that outlives the call,
+    :attr:`running`), runs the batch (:meth:`execute`, or ``execute_async`` then
+    :meth:`complete`), and clears both and releases the lock when the batch is over.
+    """
+
+    # (read-only here: a mode changes the lists' items, never the lists)
+
+    @property
+    def config(self) -> ModelConfig:
+        """The model version's config (its name, ``max_batch_size``)."""
+
+    @property
+    def batcher(self) -> Batcher:
+        """The queue: the direct queue, the dynamic batcher or the sequence batcher."""
+
+    @property
+    def instances(self) -> list[ModelInstance | None]:
+        """The loaded instances, by index (None: not loaded, or unloaded)."""
+
+    @property
+    def attach_batch_inputs(self) -> Callable[[list[InferenceRequest]], None] | None:
+        """Adds the ``batch_input`` tensors to the requests of a batch; None: none declared."""
+
+    @property
+    def stopping(self) -> threading.Event:
+        """Set once the scheduler stops (it has failed what was queued then)."""
+
+    @property
+    def busy(self) -> list[bool]:
+        """Whether each instance is executing now, by index."""
+
+    @property
+    def running(self) -> list[list[Pending] | None]:
+        """The batch each instance is executing, by index (None: none)."""
+
+    @property
+    def locks(self) -> list[threading.Lock]:
+        """Each instance's lock: held by its thread while it runs a batch, or by whoever
+        claimed it (:meth:`claim`) until the batch run on it is over."""
+
+    def claim(self) -> int:
+        """The index of an idle, ready instance, its lock taken; -1 when none is."""
+
+    def queue_all(self, batches: list[list[Pending]]) -> None:
+        """Put the requests of ``batches`` on the queue, for the instance threads (those
+        the stopped queue refuses fail)."""
+
+    def fail_stopped(self, pendings: Sequence[Pending]) -> None:
+        """Fail requests the stopped scheduler will not run with the stop's error."""
+
+    def drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
+        """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
+
+    def execute(
+        self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
+    ) -> None:
+        """Run ``batch`` on ``instance`` (claimed) and answer it through :meth:`complete`;
+        ``post(callback, *args)`` runs a callback on the loop (:func:`call_now` there)."""
+
+    def complete(
+        self,
+        batch: list[Pending],
+        responses: Sequence[InferenceResponse] | None,
+        error: TritonXError | None,
+        times: Times,
+        post: Callable[..., object],
+    ) -> None:
+        """Answer and count an executed batch: the one completion path of every batch."""
+
+    def fail_batch(self, batch: list[Pending], exc: Exception) -> None:
+        """Fail every request of a batch that could not be answered (a bug, a backend
+        returning something other than responses) with ``exc``."""
+
+
 class Execution(Protocol):
     """What the scheduler asks of its execution mode (called on the event loop only)."""
 
@@ -154,7 +233,7 @@ class Inline:
     waiting = 0
 
     def __init__(
-        self, scheduler: InstanceScheduler, loop: asyncio.AbstractEventLoop, limit_ns: int
+        self, scheduler: SchedulerServices, loop: asyncio.AbstractEventLoop, limit_ns: int
     ) -> None:
         self._scheduler = scheduler
         self._batcher = scheduler.batcher
@@ -201,32 +280,32 @@ class Inline:
         stopped meanwhile."""
         sched = self._scheduler
         held, self._held = self._held, []
-        if sched._stopping.is_set():  # stop() has failed the queued ones: these too
-            sched._fail_stopped(held)
+        if sched.stopping.is_set():  # stop() has failed the queued ones: these too
+            sched.fail_stopped(held)
             return
         try:
             batches = sched.batcher.split(held)
         except Exception:  # a bug: the instance threads take them as always
             log.exception("forming inline batches of %s failed", sched.config.name)
-            sched._queue_all([held])
+            sched.queue_all([held])
             return
         for at, batch in enumerate(batches):
             index = -1
             if _input_bytes(batch) <= INLINE_MAX_BYTES:
-                index = sched._claim()
+                index = sched.claim()
             if index < 0:
-                sched._queue_all(batches[at:])
+                sched.queue_all(batches[at:])
                 return
             instance = sched.instances[index]
             assert instance is not None
-            sched._busy[index] = True
+            sched.busy[index] = True
             try:
-                sched._execute(instance, batch, call_now)
+                sched.execute(instance, batch, call_now)
             except Exception as exc:
-                sched._fail_batch(batch, exc)
+                sched.fail_batch(batch, exc)
             finally:
-                sched._busy[index] = False
-                sched._locks[index].release()
+                sched.busy[index] = False
+                sched.locks[index].release()
 
 
 class Async:
@@ -243,7 +322,7 @@ class Async:
         "_window",
     )
 
-    def __init__(self, scheduler: InstanceScheduler, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, scheduler: SchedulerServices, loop: asyncio.AbstractEventLoop) -> None:
         self._scheduler = scheduler
         self._batcher = scheduler.batcher
         self._loop = loop
@@ -292,13 +371,13 @@ class Async:
         self._dispatching = False
         sched = self._scheduler
         waiting = self._waiting
-        if sched._stopping.is_set():  # stop() has failed the queued ones: these too
-            sched._fail_stopped(list(waiting))
+        if sched.stopping.is_set():  # stop() has failed the queued ones: these too
+            sched.fail_stopped(list(waiting))
             waiting.clear()
             return
         window = self._window
         while waiting:
-            index = sched._claim()
+            index = sched.claim()
             if index < 0:
                 break
             first = [waiting[at] for at in range(min(len(waiting), window))]
@@ -306,7 +385,7 @@ class Async:
                 batch = sched.batcher.split(first)[0]
             except Exception:  # a bug: the instance threads take them as always
                 log.exception("forming a batch of %s failed", sched.config.name)
-                sched._locks[index].release()
+                sched.locks[index].release()
                 break
             for _ in batch:
                 waiting.popleft()
@@ -314,20 +393,20 @@ class Async:
         if waiting and not self._started:  # nothing will come back for them
             left = list(waiting)
             waiting.clear()
-            sched._queue_all([left])
+            sched.queue_all([left])
 
     def _start(self, index: int, batch: list[Pending]) -> None:
         """Start ``batch`` on instance ``index`` (claimed) through ``execute_async``."""
         sched = self._scheduler
         if any(p.request.cancelled for p in batch):  # cancelled while waiting
-            batch = sched._drop_cancelled(batch)
+            batch = sched.drop_cancelled(batch)
             if not batch:
-                sched._locks[index].release()
+                sched.locks[index].release()
                 return
         instance = sched.instances[index]
         assert instance is not None
-        sched._busy[index] = True
-        sched._running[index] = batch
+        sched.busy[index] = True
+        sched.running[index] = batch
         self._started += 1
         start = time.perf_counter_ns()
         try:
@@ -368,13 +447,13 @@ class Async:
         instance works while the loop answers this one), answer it."""
         end = time.perf_counter_ns()
         sched = self._scheduler
-        sched._busy[index] = False
-        sched._running[index] = None
+        sched.busy[index] = False
+        sched.running[index] = None
         self._started -= 1
-        sched._locks[index].release()
+        sched.locks[index].release()
         if self._waiting and not self._dispatching:
             self._dispatch()
         try:
-            sched._complete(batch, responses, error, (start, start, end, end), call_now)
+            sched.complete(batch, responses, error, (start, start, end, end), call_now)
         except Exception as exc:
-            sched._fail_batch(batch, exc)
+            sched.fail_batch(batch, exc)

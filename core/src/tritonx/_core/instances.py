@@ -8,8 +8,10 @@ synchronous and never see two concurrent ``execute`` calls on one instance.
 
 How requests reach the instances (the queue and its threads, batches run inline on the loop,
 or started there on asynchronous instances) is the execution mode
-(:mod:`tritonx._core.execution`); every batch, however it ran, is answered and counted by one
-completion path (:meth:`InstanceScheduler._complete`), which the sequence scheduler shares.
+(:mod:`tritonx._core.execution`, which uses the scheduler only through its
+:class:`~tritonx._core.execution.SchedulerServices`); every batch, however it ran, is answered
+and counted by one completion path (:mod:`tritonx._core.completion`), which the sequence
+scheduler shares.
 """
 
 from __future__ import annotations
@@ -27,20 +29,17 @@ from tritonx._core.batch_inputs import BatchIO
 from tritonx._core.batcher import (
     BACKEND,
     CANCELED,
-    REJECTED,
     Batcher,
     Pending,
     Reject,
-    cancelled_error,
 )
+from tritonx._core.completion import BatchCompletion
 from tritonx._core.execution import (
     Async,
     Execution,
     Inline,
     Queued,
-    Times,
     run_execute,
-    trace_compute,
     trace_queued,
 )
 from tritonx._core.inflight import InFlight
@@ -52,8 +51,6 @@ from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.proto import model_config_pb2
 from tritonx.types import (
-    REQUEST_RELEASE_ALL,
-    REQUEST_RELEASE_RESCHEDULE,
     InferenceRequest,
     InferenceResponse,
     ResponseSender,
@@ -71,11 +68,8 @@ ABORT_GRACE_S = 5.0
 #: How often an instance thread checks whether its not-ready instance recovered.
 NOT_READY_POLL_S = 0.02
 
-#: What runs after each batch executed: ``(batch, responses or None)``.
-Executed = Callable[[list[Pending], Sequence[InferenceResponse] | None], None]
 
-
-class InstanceScheduler:
+class InstanceScheduler(BatchCompletion):
     """Runs one model version's requests on its instances: a worker thread per instance
     pulls batches from a :class:`~tritonx._core.batcher.Batcher` (the direct queue or the
     dynamic batcher, chosen by :func:`tritonx._core.scheduler.make_scheduler`)."""
@@ -106,32 +100,24 @@ class InstanceScheduler:
         self.instances: list[ModelInstance | None] = [None] * len(self.contexts)
         self.rate_limiter = rate_limiter or RateLimiter()
         self.batcher = batcher(self._reject)
-        raw = config.raw
-        #: responses leave in arrival order (dynamic batching's or the sequence batcher's
-        #: oldest strategy's ``preserve_ordering``: one scheduling choice is set at most)
-        self.preserve_ordering = bool(
-            raw.dynamic_batching.preserve_ordering or raw.sequence_batching.oldest.preserve_ordering
-        )
+        self._init_completion(config, self.batcher)
         #: one per instance, by index
         self._threads: list[threading.Thread] = []
-        self._stopping = threading.Event()
+        self.stopping = threading.Event()
         #: what requests the stopped scheduler will not run fail with (see :meth:`stop`)
         self._stop_error = TritonXError("Server exiting", Code.UNAVAILABLE)
         #: the batch each instance is executing (on its thread or through execute_async)
-        self._running: list[list[Pending] | None] = [None] * len(self.contexts)
+        self.running: list[list[Pending] | None] = [None] * len(self.contexts)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._inflight = InFlight()
         #: whether each instance is executing now (each flag set by its own thread only)
-        self._busy = [False] * len(self.contexts)
-        self._outputs = tuple(config.output_map)
+        self.busy = [False] * len(self.contexts)
         self._seq = 0
-        self._next_seq = 0
-        self._held: dict[int, tuple[Pending, InferenceResponse]] = {}
         #: every instance loaded and none can become unready (``is_ready`` not overridden):
         #: readiness is known without asking them (it is asked for at every request)
         self._steady = False
         #: held by an instance's thread, or by the loop running a batch inline on it
-        self._locks = [threading.Lock() for _ in self.contexts]
+        self.locks = [threading.Lock() for _ in self.contexts]
         #: instances out of service (:meth:`update_instances`): removed (passive from then on,
         #: unloaded, their thread gone or leaving), or added and not serving yet (loading,
         #: warming up): skipped by readiness, by the loop's execution modes and by updates
@@ -140,19 +126,6 @@ class InstanceScheduler:
         #: how accepted requests reach the instances (chosen at start)
         self.execution: Execution = Queued(self.batcher)
         self._route = self.execution.submit
-        #: the mode's ``executed`` when it measures executions (inline), else None
-        self._timed: Callable[[int], None] | None = None
-        #: the batcher's ``completed(batch, responses or None)``, if it has one: called on the
-        #: thread that ran a batch, before it is answered (the sequence batcher keeps the
-        #: states and issues its slots' next requests)
-        self._executed: Executed | None = getattr(self.batcher, "completed", None)
-        #: the batcher's ``reschedule(pending)`` when it takes rescheduled requests back
-        #: (iterative sequences), else None
-        self._rescheduler: Callable[[Pending], None] | None = (
-            getattr(self.batcher, "reschedule", None)
-            if getattr(self.batcher, "iterative", False)
-            else None
-        )
         #: adds the ``batch_input`` tensors to the requests of each batch it runs
         batch_io = BatchIO.of(config)
         self.attach_batch_inputs = (
@@ -225,7 +198,7 @@ class InstanceScheduler:
         self._timed = self.execution.executed if isinstance(self.execution, Inline) else None
         self._route = self.execution.submit  # the mode's submit, one lookup per request
         if held:
-            self._queue_all([held])
+            self.queue_all([held])
 
     def _is_steady(self) -> bool:
         return not all(self.passive) and all(
@@ -279,9 +252,9 @@ class InstanceScheduler:
             self.contexts.append(ctx)
             self.passive.append(True)  # (out of service until warmed up)
             self.instances.append(None)
-            self._running.append(None)
-            self._busy.append(False)
-            self._locks.append(threading.Lock())
+            self.running.append(None)
+            self.busy.append(False)
+            self.locks.append(threading.Lock())
             self._out.append(True)
             fut: asyncio.Future[None] = loop.create_future()
             ready.append(fut)
@@ -332,7 +305,7 @@ class InstanceScheduler:
         await asyncio.to_thread(self._unload_retired, index)
 
     def _unload_retired(self, index: int) -> None:
-        with self._locks[index]:  # (its running batch, if any, ends first)
+        with self.locks[index]:  # (its running batch, if any, ends first)
             instance, self.instances[index] = self.instances[index], None
         if instance is None:
             return
@@ -370,7 +343,7 @@ class InstanceScheduler:
         """
         if error is not None:
             self._stop_error = error
-        self._stopping.set()
+        self.stopping.set()
         self._steady = False
         active = sum(1 for p in self.passive if not p)
         # retired instances' threads may still wait in the queue (one stop each)
@@ -382,9 +355,9 @@ class InstanceScheduler:
         left = self.batcher.stop(active)
         left.extend(self.execution.stop())
         if self._loop is not None:
-            self._fail_stopped(left)
+            self.fail_stopped(left)
         threads, self._threads = self._threads, []
-        if timeout is not None and not any(self._busy):
+        if timeout is not None and not any(self.busy):
             # nothing runs: the threads only unload their instances, which gets a grace period
             timeout = max(timeout, UNLOAD_GRACE_S)
         if await asyncio.to_thread(_join_all, threads, timeout):
@@ -404,7 +377,7 @@ class InstanceScheduler:
                 self.config.name,
                 self.version,
                 self.contexts[index].instance.name,
-                "executing" if self._busy[index] else "unloading",
+                "executing" if self.busy[index] else "unloading",
             )
         results = await asyncio.gather(
             *(asyncio.to_thread(_abort, instance) for _, instance in candidates)
@@ -419,7 +392,7 @@ class InstanceScheduler:
     def _abandon(self, index: int, thread: threading.Thread) -> None:
         """Leave instance ``index``'s thread to itself (a daemon: it ends with the process),
         logging where it is stuck, and fail the batch it holds with the stop's error."""
-        batch, self._running[index] = self._running[index], None
+        batch, self.running[index] = self.running[index], None
         frame = sys._current_frames().get(thread.ident or -1)
         stack = format_stack(frame) if frame is not None else ""
         log.warning(
@@ -572,28 +545,15 @@ class InstanceScheduler:
 
     # ------------------------------------------------------------------ internals
 
-    def _reject(self, pending: Pending, error: TritonXError, reason: str = REJECTED) -> None:
-        """Fail a request that never ran (queue timeout, shutdown, cancelled request or
-        sequence); callable from any thread. ``reason`` is its
-        ``nv_inference_request_failure`` reason."""
-        assert self._loop is not None
-        response = InferenceResponse.failed(error)
-        self._finish(response, self.config.name, self.version, pending.request.id, None)
-        pending.rejected = reason
-        if isinstance(pending.deliver, asyncio.Queue):
-            self._loop.call_soon_threadsafe(pending.deliver.put_nowait, response)
-        else:
-            self._loop.call_soon_threadsafe(self._resolve_one, pending, response)
-
-    def _fail_stopped(self, pendings: Sequence[Pending]) -> None:
+    def fail_stopped(self, pendings: Sequence[Pending]) -> None:
         """Fail requests the stopping scheduler will not run with the stop's error (Triton's
         "Server exiting", or the not-ready answer of a model being unloaded)."""
         for pending in pendings:
             self._reject(pending, self._stop_error)
 
-    def _claim(self) -> int:
+    def claim(self) -> int:
         """The index of an idle, ready instance, its lock taken; -1 when none is."""
-        for index, lock in enumerate(self._locks):
+        for index, lock in enumerate(self.locks):
             if self.passive[index] or not lock.acquire(blocking=False):
                 continue
             instance = self.instances[index]
@@ -602,7 +562,7 @@ class InstanceScheduler:
             lock.release()
         return -1
 
-    def _queue_all(self, batches: list[list[Pending]]) -> None:
+    def queue_all(self, batches: list[list[Pending]]) -> None:
         for batch in batches:
             for pending in batch:
                 try:
@@ -641,9 +601,9 @@ class InstanceScheduler:
         if not self.passive[index]:
             get = self.batcher.get
             limiter = self.rate_limiter
-            busy = self._busy
-            running = self._running
-            lock = self._locks[index]
+            busy = self.busy
+            running = self.running
+            lock = self.locks[index]
             post_now = loop.call_soon_threadsafe
             # the answers of a batch reach the loop only once this thread has let go of the
             # instance: a client answered may find it idle at once (inline execution claims
@@ -657,7 +617,7 @@ class InstanceScheduler:
                 if not instance.is_ready():
                     # recovering (e.g. restarting its worker process): leave the queue to the
                     # instances that serve
-                    if self._stopping.wait(NOT_READY_POLL_S):
+                    if self.stopping.wait(NOT_READY_POLL_S):
                         break
                     continue
                 batch = get(index)
@@ -665,7 +625,7 @@ class InstanceScheduler:
                     break
                 with lock:  # (the loop may be running a batch on this instance)
                     if retired[index]:  # removed meanwhile: another instance runs it
-                        self._queue_all([batch])
+                        self.queue_all([batch])
                         break
                     busy[index] = True
                     running[index] = batch
@@ -673,13 +633,13 @@ class InstanceScheduler:
                         if ticket is not None:
                             limiter.acquire(ticket)
                             try:
-                                self._execute(instance, batch, post)
+                                self.execute(instance, batch, post)
                             finally:
                                 limiter.release(ticket)
                         else:
-                            self._execute(instance, batch, post)
+                            self.execute(instance, batch, post)
                     except Exception as exc:  # the thread lives on to serve the next batch
-                        self._fail_batch(batch, exc)
+                        self.fail_batch(batch, exc)
                     finally:
                         busy[index] = False
                         running[index] = None
@@ -687,12 +647,12 @@ class InstanceScheduler:
                     post_now(callback, *args)
                 answers.clear()
         else:  # passive instances are loaded but never given requests
-            self._stopping.wait()
+            self.stopping.wait()
         if retired[index]:  # unloaded by _retire
             return
         try:
             if not self.passive[index]:
-                with self._locks[index]:  # an asynchronous batch may still be running on it
+                with self.locks[index]:  # an asynchronous batch may still be running on it
                     instance.unload()
             else:
                 instance.unload()
@@ -700,234 +660,20 @@ class InstanceScheduler:
             log.exception("unloading instance %s of %s failed", ctx.instance.name, ctx.model_name)
         self.instances[index] = None
 
-    def _execute(
+    def execute(
         self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
     ) -> None:
         """Run ``batch`` on ``instance``; ``post(callback, *args)`` runs a callback on the
         loop (``call_soon_threadsafe`` from an instance thread, at once when inline)."""
         if self.drops_cancelled and any(p.request.cancelled for p in batch):
-            batch = self._drop_cancelled(batch)  # (cancelled since it was queued)
+            batch = self.drop_cancelled(batch)  # (cancelled since it was queued)
             if not batch:
                 return
         requests = [p.request for p in batch]
         if self.attach_batch_inputs is not None:
             self.attach_batch_inputs(requests)
         responses, error, times = run_execute(instance, requests)
-        self._complete(batch, responses, error, times, post)
-
-    def _complete(
-        self,
-        batch: list[Pending],
-        responses: Sequence[InferenceResponse] | None,
-        error: TritonXError | None,
-        times: Times,
-        post: Callable[..., object],
-    ) -> None:
-        """Hand an execution's responses (or its error) back through ``post``: the one
-        completion path of every batch, whichever mode ran it. Rows without a client
-        (``deliver`` None: the sequence batcher's fillers) ran but are not answered."""
-        executed = self._executed
-        moved = _rescheduled(batch)
-        if moved:  # rows released with REQUEST_RELEASE_RESCHEDULE (rare: iterative sequences)
-            failed = self._refuse_rescheduling(batch, moved, error)
-            if failed is not None or error is not None:
-                moved = None  # nothing runs again: the refused rows fail with ``failed``
-        else:
-            failed = None
-        if self.decoupled:
-            if error is not None:
-                for pending in batch:
-                    sender = pending.request.response_sender
-                    if pending.deliver is not None and sender is not None and not sender.is_closed:
-                        sender.send(InferenceResponse.failed(error), final=True)
-            for index, failure in failed or ():
-                sender = batch[index].request.response_sender
-                if sender is not None and not sender.is_closed:
-                    sender.send(failure, final=True)
-            if executed is not None:
-                executed(batch, None)
-            marks: list[InferenceResponse] | None = None
-            if moved:
-                marks = [RAN] * len(batch)
-                for index in moved:
-                    marks[index] = RESCHEDULED
-                self._reschedule(batch, moved)
-            post(self._record, batch, times, marks)
-            return
-        if error is None and (responses is None or len(responses) != len(batch)):
-            got = "None" if responses is None else str(len(responses))
-            error = TritonXError(
-                f"model '{self.config.name}' returned {got} responses for {len(batch)} requests",
-                Code.INTERNAL,
-            )
-        if error is not None:
-            responses = [InferenceResponse.failed(error) for _ in batch]
-            for index in moved or ():
-                batch[index].request.release_flags = REQUEST_RELEASE_ALL
-            moved = None
-        assert responses is not None
-        if moved or failed:
-            responses = list(responses)
-            for index, failure in failed or ():
-                responses[index] = failure
-            for index in moved or ():  # an entry that is a response still gives its states
-                if not isinstance(responses[index], InferenceResponse):
-                    responses[index] = RESCHEDULED
-        if executed is not None:
-            executed(batch, responses)
-        if moved:
-            for index in moved:
-                responses[index] = RESCHEDULED  # type: ignore[index]
-        name, version = self.config.name, self.version
-        for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None and response is not RESCHEDULED:
-                request = pending.request
-                self._finish(response, name, version, request.id, request.requested_outputs)
-        if moved:  # last: a batch failing above fails its rescheduled rows too, once
-            self._reschedule(batch, moved)
-        post(self._resolve, batch, responses, times)
-
-    def _refuse_rescheduling(
-        self, batch: list[Pending], moved: list[int], error: TritonXError | None
-    ) -> list[tuple[int, InferenceResponse]] | None:
-        """The rows ``execute`` released with ``REQUEST_RELEASE_RESCHEDULE`` that fail
-        instead of running again: every one when the model does not take rescheduled
-        requests (Triton's error, logged as Triton's backends log a failed release); None
-        when they run again, or the execution failed (its error answers them)."""
-        if error is None and self._rescheduler is not None:
-            return None
-        for index in moved:
-            batch[index].request.release_flags = REQUEST_RELEASE_ALL
-        if error is not None:
-            return None
-        refusal = TritonXError(
-            "Request is released with TRITONSERVER_REQUEST_RELEASE_RESCHEDULE, while the model "
-            "is not configured to handle such a flag.",
-            Code.INVALID_ARG,
-        )
-        log.error("Failed to release request: %s", refusal.message)
-        return [(index, InferenceResponse.failed(refusal)) for index in moved]
-
-    def _reschedule(self, batch: list[Pending], moved: list[int]) -> None:
-        """Queue the rescheduled rows again (after the batcher saw the execution)."""
-        reschedule = self._rescheduler
-        if reschedule is None:
-            return
-        for index in moved:
-            pending = batch[index]
-            pending.request.release_flags = REQUEST_RELEASE_ALL
-            reschedule(pending)
-
-    def _fail_batch(self, batch: list[Pending], exc: Exception) -> None:
-        """A batch whose responses could not be handed back (a backend returning something
-        other than responses, or a bug here): every request of it fails with the error, as
-        a backend failure. Any thread."""
-        log.error("model %s: a batch failed outside execute", self.config.name, exc_info=exc)
-        error = TritonXError.wrap(exc)
-        for pending in batch:
-            if pending.deliver is not None:
-                self._reject(pending, error, BACKEND)
-
-    def _drop_cancelled(self, batch: list[Pending]) -> list[Pending]:
-        """Fail the batch's cancelled requests with CANCELLED; the others, to execute."""
-        keep: list[Pending] = []
-        for pending in batch:
-            if pending.request.cancelled:
-                self._reject(pending, cancelled_error(), CANCELED)
-            else:
-                keep.append(pending)
-        return keep
-
-    def _finish(
-        self,
-        response: InferenceResponse,
-        name: str,
-        version: int,
-        request_id: str,
-        requested: tuple[str, ...] | None,
-    ) -> None:
-        response.model_name = name
-        response.model_version = version
-        response.id = request_id
-        if response.error is None:
-            outputs = response.outputs
-            keep = requested if requested is not None else self._outputs
-            if keep and any(n not in keep for n in outputs):
-                response.outputs = {n: outputs[n] for n in keep if n in outputs}
-
-    def _record(
-        self,
-        batch: list[Pending],
-        times: Times,
-        responses: Sequence[InferenceResponse] | None = None,
-    ) -> None:
-        """Statistics of one execution, as Triton counts them: the execution's batch size is
-        every row it ran (each request's batch size, fillers included: a backend's
-        ``total_batch_size``); only requests with a client count as inferences (fillers are
-        Triton's null requests, which collect no statistics); a request's queue and compute
-        times count only when it succeeded (Triton's failure statistics have neither), and a
-        rescheduled row's only once an execution releases it. ``responses``: None for a
-        decoupled model (its requests count alike), or :data:`RAN` / :data:`RESCHEDULED`
-        marks when some of its rows were rescheduled."""
-        stats = self.stats
-        start, input_end, output_start, end = times
-        phases = (input_end - start, output_start - input_end, end - output_start)
-        size = 0
-        fillers = 0
-        for at, pending in enumerate(batch):
-            request = pending.request
-            rows = max(request.batch_size, 1)
-            size += rows
-            if pending.deliver is None:
-                fillers += rows
-                continue
-            if responses is None:
-                record_request(stats, pending, start, phases)
-            elif (response := responses[at]).error is None and response is not RESCHEDULED:
-                record_request(stats, pending, start, phases)
-            if request.trace is not None:
-                trace_compute(request, times)
-        stats.record_execution(size, *phases, inferences=size - fillers)
-        stats.last_inference_ms = int(time.time() * 1000)
-        if self._timed is not None:
-            self._timed(end - start)
-
-    def _resolve(
-        self,
-        batch: list[Pending],
-        responses: Sequence[InferenceResponse],
-        times: Times,
-    ) -> None:
-        self._record(batch, times, responses)
-        for pending, response in zip(batch, responses, strict=True):
-            if pending.deliver is not None and response is not RESCHEDULED:
-                self._resolve_one(pending, response)
-
-    def _resolve_one(self, pending: Pending, response: InferenceResponse) -> None:
-        elapsed = time.perf_counter_ns() - pending.enqueue_ns
-        if response.error is None:
-            self.stats.record_success(elapsed)
-            trace = pending.request.trace
-            if trace is not None:
-                trace.report_tensors("TENSOR_BACKEND_OUTPUT", response.outputs)
-        else:
-            self.stats.record_failure(pending.rejected or BACKEND, elapsed)
-        if not self.preserve_ordering:
-            _deliver(pending, response)
-            return
-        # preserve_ordering: responses leave in arrival order across concurrent batches
-        self._held[pending.seq] = (pending, response)
-        while self._next_seq in self._held:
-            held, held_response = self._held.pop(self._next_seq)
-            self._next_seq += 1
-            _deliver(held, held_response)
-
-
-#: What a rescheduled row's response is replaced with: it is neither answered nor counted
-#: as a request until an execution releases it (its row counts in the execution's size).
-RESCHEDULED = InferenceResponse()
-#: A decoupled row that ran and was released (its statistics count as usual).
-RAN = InferenceResponse()
+        self.complete(batch, responses, error, times, post)
 
 
 def _signature(ctx: LoadContext) -> bytes:
@@ -939,35 +685,6 @@ def _signature(ctx: LoadContext) -> bytes:
     normalized.name = ""
     normalized.count = 1
     return normalized.SerializeToString(deterministic=True) + str(ctx.instance.device_id).encode()
-
-
-def _rescheduled(batch: list[Pending]) -> list[int] | None:
-    """The indexes of the rows ``execute`` set ``REQUEST_RELEASE_RESCHEDULE`` on, or None."""
-    moved: list[int] | None = None
-    for index, pending in enumerate(batch):
-        if pending.request.release_flags & REQUEST_RELEASE_RESCHEDULE:
-            if moved is None:
-                moved = []
-            moved.append(index)
-    return moved
-
-
-def record_request(
-    stats: ModelStats, pending: Pending, start: int, phases: tuple[int, int, int]
-) -> None:
-    """A request that succeeded in an execution started at ``start``: its queue time and the
-    execution's compute phases, in its model's statistics and, for an ensemble's step, in
-    the ensemble's (``compute_sink``)."""
-    stats.record_request_execution(start - (pending.requeued_ns or pending.enqueue_ns), *phases)
-    sink = pending.request.compute_sink
-    if sink is not None:
-        sink(*phases)
-
-
-def _deliver(pending: Pending, response: InferenceResponse) -> None:
-    future = pending.deliver
-    if isinstance(future, asyncio.Future) and not future.done():
-        future.set_result(response)
 
 
 def _set_result(future: asyncio.Future[Any], value: Any) -> None:
