@@ -116,6 +116,13 @@ def _never(response: InferenceResponse) -> bool:
     return False
 
 
+def is_answer(response: InferenceResponse) -> bool:
+    """Whether a decoupled model's response is part of the answer: its bare final flag (an
+    empty response carrying only the final flag) is not. (The one place this frontend
+    applies that rule, to be swapped for the core pipeline's once it offers it.)"""
+    return not response.empty
+
+
 async def responses(
     ctx: Context, inputs: dict[str, np.ndarray], *, decoupled: bool
 ) -> AsyncGenerator[InferenceResponse, None]:
@@ -134,7 +141,7 @@ async def responses(
             async for response in stream:
                 if response.error is not None:
                     raise response.error
-                if not response.empty:
+                if is_answer(response):
                     yield response
         finally:
             await stream.aclose()  # cancels the request when left early
@@ -268,6 +275,7 @@ __all__ = [
     "choice",
     "collect",
     "infer_once",
+    "is_answer",
     "merged",
     "responses",
 ]
