@@ -42,9 +42,9 @@ import ssl
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, ClassVar
 
-from aiohttp import web
-
 if TYPE_CHECKING:
+    from aiohttp import web
+
     from tritonx.config import ServerSettings
     from tritonx.handle import ServerHandle
 
@@ -110,6 +110,8 @@ class AiohttpFrontend(Frontend):
         raise NotImplementedError
 
     async def start(self, address: str, port: int, ssl_context: ssl.SSLContext | None) -> str:
+        from aiohttp import web  # here: importing the plugin interface loads no aiohttp
+
         host = address or "0.0.0.0"
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:

@@ -8,7 +8,7 @@ arguments.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import pluggy
 
@@ -27,8 +27,31 @@ if TYPE_CHECKING:
         RepoAgentRegistry,
         RepositoryRegistry,
     )
-    from tritonx.server import Server
     from tritonx.types import ModelEvent
+
+
+class StartedServer(Protocol):
+    """The running server as :func:`tritonx_server_started` sees it: a
+    :class:`tritonx.Server` (its addresses below, and its in-process API)."""
+
+    #: the base URL of each started frontend plugin, by name
+    frontend_urls: dict[str, str]
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP listener."""
+        ...
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC listener."""
+        ...
+
+    @property
+    def metrics_url(self) -> str:
+        """``host:port`` of the metrics listener."""
+        ...
+
 
 # ------------------------------------------------------------------ registration (start-up)
 
@@ -104,7 +127,7 @@ def tritonx_register_commands(cli: click.Group) -> None:
 
 
 @hookspec
-def tritonx_server_started(server: Server) -> None:
+def tritonx_server_started(server: StartedServer) -> None:
     """The server finished starting: models are loaded and listeners bound.
 
     :param server: the running :class:`tritonx.Server` (its ``http_url``, ``grpc_url``,

@@ -32,15 +32,88 @@ import functools
 import time
 from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from tritonx._dataplane.dataplane import DECOUPLED_MESSAGES, DataPlane, ServedModel
 from tritonx._dataplane.header_forward import HeaderForward
 from tritonx._dataplane.shared_memory import SharedMemoryUse, decode_in_thread
 from tritonx._dataplane.trace import Trace
 from tritonx.errors import NotLoaded, unsupported
 from tritonx.types import InferenceRequest, InferenceResponse
 from tritonx.wire import parse_version
+
+if TYPE_CHECKING:
+    from tritonx._dataplane.shared_memory import SharedMemoryManager
+    from tritonx._dataplane.trace import TraceManager
+    from tritonx.config import ModelConfig
+
+#: Triton's refusal of a decoupled model on a unary endpoint, by transport.
+DECOUPLED_MESSAGES = {
+    "http": "HTTP end point doesn't support models with decoupled transaction policy",
+    "grpc": "ModelInfer RPC doesn't support models with decoupled transaction policy",
+    "inprocess": "infer() doesn't support models with decoupled transaction policy: use infer_stream()",
+}
+
+T = TypeVar("T")
+
+
+class ServedModel(Protocol):
+    """A ready model version, resolved once for one request (:meth:`Pipeline.resolve`)."""
+
+    #: the model's name
+    name: str
+    #: the version requests go to
+    version: int
+    #: its completed, normalized config
+    config: ModelConfig
+
+    @property
+    def decoupled(self) -> bool:
+        """Whether the model is decoupled (its responses must be streamed)."""
+        ...
+
+    def labels(self, output: str) -> list[str] | None:
+        """The classification labels of ``output`` (its ``label_filename``), or None."""
+        ...
+
+
+class DataPlaneView(Protocol):
+    """The server's data plane as the pipeline calls it (the server's own implements it;
+    a frontend plugin gets a :class:`Pipeline` from :meth:`tritonx.handle.ServerHandle.pipeline`
+    and never builds one)."""
+
+    #: the client shared-memory regions (system and CUDA) both transports read and write
+    shared_memory: SharedMemoryManager
+    #: trace settings and sampling
+    tracer: TraceManager
+
+    def resolve(self, name: str, version: int | None = None) -> ServedModel:
+        """The ready version a request for ``name`` goes to (raises NOT_FOUND, UNAVAILABLE,
+        or :class:`~tritonx.errors.NotLoaded` when it may load on demand)."""
+        ...
+
+    async def loaded(self, call: Callable[[], T]) -> T:
+        """``call()`` once the model it looks up has loaded on demand."""
+        ...
+
+    async def infer(
+        self, request: InferenceRequest, *, protocol: str = ..., model: ServedModel | None = None
+    ) -> InferenceResponse:
+        """Run one request and return its response; raises on any failure."""
+        ...
+
+    def infer_future(
+        self, request: InferenceRequest, *, protocol: str = ..., model: ServedModel | None = None
+    ) -> asyncio.Future[InferenceResponse] | None:
+        """:meth:`infer` from a callback: the queued request's future, or None when it must
+        go through :meth:`infer` (traced, cached)."""
+        ...
+
+    def infer_stream(
+        self, request: InferenceRequest, *, model: ServedModel | None = None
+    ) -> AsyncGenerator[InferenceResponse, None]:
+        """Run one request and yield its responses (errors after acceptance as responses)."""
+        ...
+
 
 #: A transport's encoded answer (HTTP body and headers, a protobuf message, SSE bytes...).
 A = TypeVar("A")
@@ -104,7 +177,7 @@ class Pipeline:
     __slots__ = ("_received", "dataplane", "forward", "protocol")
 
     def __init__(
-        self, dataplane: DataPlane, protocol: str, forward: HeaderForward | None = None
+        self, dataplane: DataPlaneView, protocol: str, forward: HeaderForward | None = None
     ) -> None:
         self.dataplane = dataplane
         self.protocol = protocol

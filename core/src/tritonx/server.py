@@ -15,9 +15,8 @@ import logging
 import os
 import socket
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import fields, replace
-from pathlib import Path
 from typing import Any
 
 import pluggy
@@ -38,14 +37,11 @@ from tritonx._dataplane.stats import ModelStats
 from tritonx._runtime.plugins import collect, make_plugin_manager
 from tritonx._runtime.security import open_repository_api_warnings
 from tritonx._runtime.settings_check import validate_settings
-from tritonx.config import ModelConfig, ServerSettings
+from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError
+from tritonx.handle import InProcessAPI
 from tritonx.types import (
-    InferenceRequest,
-    InferenceResponse,
     ModelEvent,
-    ModelMetadata,
-    RepositoryEntry,
     ServerMetadata,
 )
 
@@ -73,7 +69,7 @@ def _settings(settings: ServerSettings | None, overrides: dict[str, Any]) -> Ser
     return replace(settings, **overrides)
 
 
-class Server:
+class Server(InProcessAPI):
     """A tritonx server: an async context manager that loads models and starts listeners.
 
     :param settings: a :class:`ServerSettings`; keyword arguments override its fields.
@@ -315,6 +311,9 @@ class Server:
 
     # ------------------------------------------------------------------ addresses
 
+    def _plane(self) -> DataPlane:
+        return self.dataplane
+
     @property
     def dataplane(self) -> DataPlane:
         """The data plane the transports call (available once started)."""
@@ -358,41 +357,10 @@ class Server:
     def server_metadata(self) -> ServerMetadata:
         return self.dataplane.server_metadata()
 
-    def model_ready(self, name: str, version: int | None = None) -> bool:
-        return self.dataplane.model_ready(name, version)
-
-    def model_metadata(self, name: str, version: int | None = None) -> ModelMetadata:
-        return self.dataplane.model_metadata(name, version)
-
-    def model_config(self, name: str, version: int | None = None) -> ModelConfig:
-        return self.dataplane.model_config(name, version)
-
-    def model_folder(self, name: str, version: int | None = None) -> Path | None:
-        """The folder a ready model version was loaded from (see
-        :meth:`tritonx.handle.ServerHandle.model_folder`)."""
-        return self.dataplane.model_folder(name, version)
-
     def model_statistics(
         self, name: str = "", version: int | None = None
     ) -> list[tuple[str, int, ModelStats]]:
         return self.dataplane.model_statistics(name, version)
-
-    async def infer(self, request: InferenceRequest) -> InferenceResponse:
-        """Run one request; raises :class:`tritonx.TritonXError` on failure."""
-        return await self.dataplane.infer(request)
-
-    def infer_stream(self, request: InferenceRequest) -> AsyncIterator[InferenceResponse]:
-        """Yield the responses of one request (decoupled models may send many)."""
-        return self.dataplane.infer_stream(request)
-
-    def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]:
-        return self.dataplane.repository_index(ready_only)
-
-    async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None:
-        await self.dataplane.load_model(name, parameters)
-
-    async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
-        await self.dataplane.unload_model(name, unload_dependents)
 
     async def poll_repository(self) -> None:
         """Rescan the repositories now (poll mode): load new and changed models, unload

@@ -14,7 +14,7 @@ from collections import deque
 from collections.abc import AsyncGenerator, Callable, Iterator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from prometheus_client import CollectorRegistry
 
@@ -39,6 +39,7 @@ from tritonx.errors import (
     unsupported,
 )
 from tritonx.handle import ServerHandle
+from tritonx.pipeline import DECOUPLED_MESSAGES, ServedModel
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -70,12 +71,6 @@ EXTENSIONS: tuple[str, ...] = (
     "logging",
 )
 
-DECOUPLED_MESSAGES = {
-    "http": "HTTP end point doesn't support models with decoupled transaction policy",
-    "grpc": "ModelInfer RPC doesn't support models with decoupled transaction policy",
-    "inprocess": "infer() doesn't support models with decoupled transaction policy: use infer_stream()",
-}
-
 log = logging.getLogger("tritonx.dataplane")
 
 
@@ -90,8 +85,9 @@ def tritonx_version() -> str:
 EVENT_HISTORY = 200
 
 
-class ServedModel:
-    """A ready model version as the data plane resolved it for one request.
+class ResolvedModel:
+    """A ready model version as the data plane resolved it for one request (a
+    :class:`tritonx.pipeline.ServedModel`).
 
     :ivar name: the model's name.
     :ivar version: the version requests go to.
@@ -327,7 +323,7 @@ class DataPlane:
         """
         if self.exiting:
             raise TritonXError("Server exiting", Code.UNAVAILABLE)
-        return ServedModel(self._models.get(name, version))
+        return ResolvedModel(self._models.get(name, version))
 
     def _accept(
         self,
@@ -337,7 +333,7 @@ class DataPlane:
     ) -> VersionEntry:
         if self.exiting:
             raise TritonXError("Server exiting", Code.UNAVAILABLE)
-        entry = model._entry if model is not None else None
+        entry = cast(ResolvedModel, model)._entry if model is not None else None
         if entry is None or not entry.ready:  # not resolved, or unloaded since
             entry = self._models.get(request.model_name, request.model_version)
         config, scheduler = entry.config, entry.scheduler
@@ -401,7 +397,11 @@ class DataPlane:
         """
         if request.trace is not None:
             return None
-        if self._cache is not None and model is not None and model._entry.cached:
+        if (
+            self._cache is not None
+            and model is not None
+            and cast(ResolvedModel, model)._entry.cached
+        ):
             return None  # infer() validates and asks the cache
         try:
             entry = self._accept(

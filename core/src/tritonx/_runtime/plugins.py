@@ -11,7 +11,7 @@ from typing import Any
 
 import pluggy
 
-from tritonx import hookspecs
+import tritonx.hookspecs as hookspecs
 from tritonx.errors import PluginError
 from tritonx.registry import (
     BackendRegistry,

@@ -22,7 +22,7 @@ from typing import Any
 
 import grpc
 
-from tritonx._dataplane.dataplane import DataPlane, ServedModel
+from tritonx._dataplane.dataplane import DataPlane
 from tritonx._dataplane.header_forward import HeaderForward
 from tritonx._dataplane.shared_memory import (
     MemoryKind,
@@ -40,7 +40,7 @@ from tritonx._transports.grpc.memory import rejected
 from tritonx._transports.grpc.observability import log_settings, trace_setting
 from tritonx._transports.grpc.receive import Received, Refusal
 from tritonx.errors import NotLoaded, TritonXError, invalid_arg, unsupported
-from tritonx.pipeline import Call, Headers, MetadataHeaders, Pipeline
+from tritonx.pipeline import Call, Headers, MetadataHeaders, Pipeline, ServedModel
 from tritonx.proto import service_pb2, service_pb2_grpc
 from tritonx.types import InferenceResponse
 from tritonx.wire import parse_version
@@ -610,7 +610,7 @@ class _Stream:
             target = detached(exc)  # the request fails in run(), in order
         previous: asyncio.Future[None] | None = None
         done: asyncio.Future[None] | None = None
-        if not (isinstance(target, ServedModel) and target.decoupled):
+        if target is None or isinstance(target, TritonXError) or not target.decoupled:
             previous, done = self.previous, loop.create_future()
             self.previous = done
         task = loop.create_task(self.run(request, version, target, previous, done, waited, raws))
