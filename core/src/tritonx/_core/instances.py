@@ -43,13 +43,14 @@ from tritonx._core.execution import (
     trace_queued,
 )
 from tritonx._core.inflight import InFlight
+from tritonx._core.instance_groups import match_instances
+from tritonx._core.instance_thread import run_instance_thread
 from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx._core.watchdog import format_stack
 from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.proto import model_config_pb2
 from tritonx.types import (
     InferenceRequest,
     InferenceResponse,
@@ -64,9 +65,6 @@ UNLOAD_GRACE_S = 5.0
 #: Seconds an instance that agreed to :meth:`~tritonx.backend.ModelInstance.abort` gets to
 #: answer its batch and unload (then its thread is abandoned as well).
 ABORT_GRACE_S = 5.0
-
-#: How often an instance thread checks whether its not-ready instance recovered.
-NOT_READY_POLL_S = 0.02
 
 
 class InstanceScheduler(BatchCompletion):
@@ -121,7 +119,7 @@ class InstanceScheduler(BatchCompletion):
         #: instances out of service (:meth:`update_instances`): removed (passive from then on,
         #: unloaded, their thread gone or leaving), or added and not serving yet (loading,
         #: warming up): skipped by readiness, by the loop's execution modes and by updates
-        self._out = [False] * len(self.contexts)
+        self.out_of_service = [False] * len(self.contexts)
         self._inline_limit_ns = int(inline_execution_us * 1000)
         #: how accepted requests reach the instances (chosen at start)
         self.execution: Execution = Queued(self.batcher)
@@ -139,20 +137,12 @@ class InstanceScheduler(BatchCompletion):
 
         If any instance fails to load, the others are unloaded and the error is raised.
         """
-        loop = self._loop = asyncio.get_running_loop()
+        self._loop = asyncio.get_running_loop()
         tickets = [self._ticket(ctx) for ctx in self.contexts]
-        ready: list[asyncio.Future[None]] = []
-        for index, ctx in enumerate(self.contexts):
-            fut: asyncio.Future[None] = loop.create_future()
-            ready.append(fut)
-            thread = threading.Thread(
-                target=self._worker,
-                args=(index, ctx, fut, tickets[index]),
-                name=f"tritonx-{ctx.instance.name}-v{self.version}",
-                daemon=True,
-            )
-            self._threads.append(thread)
-            thread.start()
+        ready = [
+            self._start_thread(index, ctx, tickets[index])
+            for index, ctx in enumerate(self.contexts)
+        ]
         results = await asyncio.gather(*ready, return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
@@ -161,6 +151,23 @@ class InstanceScheduler(BatchCompletion):
         self._steady = self._is_steady()
         self._choose_execution()
 
+    def _start_thread(
+        self, index: int, ctx: LoadContext, ticket: Ticket | None, go: threading.Event | None = None
+    ) -> asyncio.Future[None]:
+        """Start instance ``index``'s thread (:func:`run_instance_thread`); the future is
+        done once the instance loaded (or failed to)."""
+        assert self._loop is not None
+        ready: asyncio.Future[None] = self._loop.create_future()
+        thread = threading.Thread(
+            target=run_instance_thread,
+            args=(self, self._loop, index, ctx, ready, ticket, go),
+            name=f"tritonx-{ctx.instance.name}-v{self.version}",
+            daemon=True,
+        )
+        self._threads.append(thread)
+        thread.start()
+        return ready
+
     def _choose_execution(self) -> None:
         """The execution mode the serving instances allow (the loop's Async or Inline modes
         when every one of them can run batches so, else the queue); when it changes (an
@@ -168,7 +175,9 @@ class InstanceScheduler(BatchCompletion):
         assert self._loop is not None
         active = [
             instance
-            for instance, passive, out in zip(self.instances, self.passive, self._out, strict=True)
+            for instance, passive, out in zip(
+                self.instances, self.passive, self.out_of_service, strict=True
+            )
             if not passive and not out
         ]
         immediate = (
@@ -203,7 +212,7 @@ class InstanceScheduler(BatchCompletion):
     def _is_steady(self) -> bool:
         return not all(self.passive) and all(
             instance is not None and type(instance).is_ready is ModelInstance.is_ready
-            for instance, gone in zip(self.instances, self._out, strict=True)
+            for instance, gone in zip(self.instances, self.out_of_service, strict=True)
             if not gone
         )
 
@@ -228,45 +237,13 @@ class InstanceScheduler(BatchCompletion):
             running before keep serving, unchanged.
         """
         assert self._loop is not None
-        loop = self._loop
-        running: dict[bytes, list[int]] = {}
-        for index, ctx in enumerate(self.contexts):
-            if not self._out[index]:
-                running.setdefault(_signature(ctx), []).append(index)
-        wanted: list[LoadContext] = []
-        wanted_passive: list[bool] = []
-        for ctx, is_passive in zip(contexts, passive, strict=True):
-            same = running.get(_signature(ctx))
-            if same:
-                same.pop()  # reused as it is (Triton takes the last one)
-            else:
-                wanted.append(ctx)
-                wanted_passive.append(is_passive)
-        removed = [index for indexes in running.values() for index in indexes]
-        added: list[int] = []
-        ready: list[asyncio.Future[None]] = []
+        changes = match_instances(self.contexts, self.out_of_service, contexts, passive)
         go = threading.Event()
-        for ctx in wanted:
-            index = len(self.contexts)
-            ctx = dataclasses.replace(ctx, instance=dataclasses.replace(ctx.instance, index=index))
-            self.contexts.append(ctx)
-            self.passive.append(True)  # (out of service until warmed up)
-            self.instances.append(None)
-            self.running.append(None)
-            self.busy.append(False)
-            self.locks.append(threading.Lock())
-            self._out.append(True)
-            fut: asyncio.Future[None] = loop.create_future()
-            ready.append(fut)
-            thread = threading.Thread(
-                target=self._worker,
-                args=(index, ctx, fut, self._ticket(ctx), go),
-                name=f"tritonx-{ctx.instance.name}-v{self.version}",
-                daemon=True,
-            )
-            self._threads.append(thread)
-            added.append(index)
-            thread.start()
+        added = [self._add_instance(ctx) for ctx in changes.added]
+        ready = [
+            self._start_thread(i, self.contexts[i], self._ticket(self.contexts[i]), go)
+            for i in added
+        ]
         results = await asyncio.gather(*ready, return_exceptions=True)
         error = next((r for r in results if isinstance(r, BaseException)), None)
         if error is None:
@@ -284,20 +261,34 @@ class InstanceScheduler(BatchCompletion):
             await asyncio.gather(*(self._retire(index) for index in added))
             go.set()
             raise TritonXError.wrap(error)
-        for index, is_passive in zip(added, wanted_passive, strict=True):
+        for index, is_passive in zip(added, changes.added_passive, strict=True):
             self.passive[index] = is_passive
-            self._out[index] = False
+            self.out_of_service[index] = False
         go.set()  # (their threads read passive once they pass it)
         self.config = config
-        await asyncio.gather(*(self._retire(index) for index in removed))
+        await asyncio.gather(*(self._retire(index) for index in changes.removed))
         self._steady = self._is_steady()
         self._choose_execution()  # (an added instance may not run batches on the loop)
-        return len(added), len(removed)
+        return len(added), len(changes.removed)
+
+    def _add_instance(self, ctx: LoadContext) -> int:
+        """A new instance's index, out of service (passive) until it is loaded and warmed
+        up; ``ctx``, renumbered to that index, becomes its context."""
+        index = len(self.contexts)
+        ctx = dataclasses.replace(ctx, instance=dataclasses.replace(ctx.instance, index=index))
+        self.contexts.append(ctx)
+        self.passive.append(True)
+        self.instances.append(None)
+        self.running.append(None)
+        self.busy.append(False)
+        self.locks.append(threading.Lock())
+        self.out_of_service.append(True)
+        return index
 
     async def _retire(self, index: int) -> None:
         """Take instance ``index`` out of service: no batch goes to it any more, the one it
         runs finishes, then it is unloaded (its thread leaves when it next wakes)."""
-        self._out[index] = True
+        self.out_of_service[index] = True
         self.passive[index] = True
         retire = getattr(self.batcher, "retire", None)
         if retire is not None:
@@ -349,7 +340,7 @@ class InstanceScheduler(BatchCompletion):
         # retired instances' threads may still wait in the queue (one stop each)
         active += sum(
             1
-            for gone, thread in zip(self._out, self._threads, strict=False)
+            for gone, thread in zip(self.out_of_service, self._threads, strict=False)
             if gone and thread.is_alive()
         )
         left = self.batcher.stop(active)
@@ -432,7 +423,9 @@ class InstanceScheduler(BatchCompletion):
         if self._steady:
             return True
         ready = False
-        for instance, passive, gone in zip(self.instances, self.passive, self._out, strict=True):
+        for instance, passive, gone in zip(
+            self.instances, self.passive, self.out_of_service, strict=True
+        ):
             if gone:
                 continue
             if instance is None:
@@ -570,96 +563,6 @@ class InstanceScheduler(BatchCompletion):
                 except TritonXError as exc:  # stopped meanwhile
                     self._reject(pending, exc)
 
-    def _worker(
-        self,
-        index: int,
-        ctx: LoadContext,
-        ready: asyncio.Future[None],
-        ticket: Ticket | None,
-        go: threading.Event | None = None,
-    ) -> None:
-        loop = self._loop
-        assert loop is not None
-        try:
-            instance = self.backend.load(ctx)
-            if not isinstance(instance, ModelInstance):
-                raise TritonXError(
-                    f"backend '{self.backend.name}' load() returned {type(instance).__name__}, "
-                    "not a ModelInstance",
-                    Code.INTERNAL,
-                )
-        except BaseException as exc:
-            loop.call_soon_threadsafe(_set_exception, ready, exc)
-            return
-        self.instances[index] = instance
-        loop.call_soon_threadsafe(_set_result, ready, None)
-        retired = self._out
-        if go is not None:  # added by an instance-group update: warmed up first
-            go.wait()
-            if retired[index]:  # the update failed: _retire unloaded it
-                return
-        if not self.passive[index]:
-            get = self.batcher.get
-            limiter = self.rate_limiter
-            busy = self.busy
-            running = self.running
-            lock = self.locks[index]
-            post_now = loop.call_soon_threadsafe
-            # the answers of a batch reach the loop only once this thread has let go of the
-            # instance: a client answered may find it idle at once (inline execution claims
-            # it with the lock), never busy with the batch that was just answered
-            answers: list[tuple[Callable[..., object], tuple[Any, ...]]] = []
-
-            def post(callback: Callable[..., object], *args: Any) -> None:
-                answers.append((callback, args))
-
-            while not retired[index]:
-                if not instance.is_ready():
-                    # recovering (e.g. restarting its worker process): leave the queue to the
-                    # instances that serve
-                    if self.stopping.wait(NOT_READY_POLL_S):
-                        break
-                    continue
-                batch = get(index)
-                if batch is None:
-                    break
-                with lock:  # (the loop may be running a batch on this instance)
-                    if retired[index]:  # removed meanwhile: another instance runs it
-                        self.queue_all([batch])
-                        break
-                    busy[index] = True
-                    running[index] = batch
-                    try:
-                        if ticket is not None:
-                            limiter.acquire(ticket)
-                            try:
-                                self.execute(instance, batch, post)
-                            finally:
-                                limiter.release(ticket)
-                        else:
-                            self.execute(instance, batch, post)
-                    except Exception as exc:  # the thread lives on to serve the next batch
-                        self.fail_batch(batch, exc)
-                    finally:
-                        busy[index] = False
-                        running[index] = None
-                for callback, args in answers:
-                    post_now(callback, *args)
-                answers.clear()
-        else:  # passive instances are loaded but never given requests
-            self.stopping.wait()
-        if retired[index]:  # unloaded by _retire
-            return
-        try:
-            if not self.passive[index]:
-                with self.locks[index]:  # an asynchronous batch may still be running on it
-                    instance.unload()
-            else:
-                instance.unload()
-        except Exception:
-            log.exception("unloading instance %s of %s failed", ctx.instance.name, ctx.model_name)
-        self.instances[index] = None
-
     def execute(
         self, instance: ModelInstance, batch: list[Pending], post: Callable[..., object]
     ) -> None:
@@ -674,27 +577,6 @@ class InstanceScheduler(BatchCompletion):
             self.attach_batch_inputs(requests)
         responses, error, times = run_execute(instance, requests)
         self.complete(batch, responses, error, times, post)
-
-
-def _signature(ctx: LoadContext) -> bytes:
-    """What makes two instances interchangeable (Triton's ``InstanceConfigSignature`` and
-    device): the group's settings but its name and count, and the device."""
-    group = next(g for g in ctx.config.raw.instance_group if g.name == ctx.instance.group_name)
-    normalized = model_config_pb2.ModelInstanceGroup()
-    normalized.CopyFrom(group)
-    normalized.name = ""
-    normalized.count = 1
-    return normalized.SerializeToString(deterministic=True) + str(ctx.instance.device_id).encode()
-
-
-def _set_result(future: asyncio.Future[Any], value: Any) -> None:
-    if not future.done():
-        future.set_result(value)
-
-
-def _set_exception(future: asyncio.Future[Any], exc: BaseException) -> None:
-    if not future.done():
-        future.set_exception(exc)
 
 
 def _abort(instance: ModelInstance | None) -> bool:
