@@ -17,11 +17,10 @@ import itertools
 import json
 import logging
 import math
-import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,6 @@ from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import REQUEST_RELEASE_RESCHEDULE, InferenceRequest, InferenceResponse
 from tritonx_backend_python import _ipc
 from tritonx_backend_python import messages as m
-from tritonx_backend_python._ipc import Channel
 from tritonx_backend_python.bridge import ServerBridge
 from tritonx_backend_python.convert import (
     OutputCheck,
@@ -45,6 +43,7 @@ from tritonx_backend_python.convert import (
 from tritonx_backend_python.debug import debug_setting
 from tritonx_backend_python.environment import EnvironmentCache, worker_env
 from tritonx_backend_python.link import WorkerLink, not_healthy
+from tritonx_backend_python.loopreader import LoopReader
 from tritonx_backend_python.process import WorkerEnv, WorkerProcess, describe_exit
 
 log = logging.getLogger("tritonx.backend.python")
@@ -87,59 +86,6 @@ def backoff(failures: int) -> float:
     if failures <= 0:
         return 0.0
     return min(FIRST_BACKOFF_S * 2 ** (failures - 1), MAX_BACKOFF_S)
-
-
-class LoopReader:
-    """The event loop's watch on one worker's data socket: a duplicate of its descriptor
-    (the link's threads close the original when the worker dies), non-blocking, registered
-    with the loop once and read for the batch in flight.
-
-    When the socket becomes readable with no batch of the loop in flight (the answer to a
-    batch the instance thread sent, which that thread reads, or the worker's end), the loop
-    stops watching until its next batch.
-    """
-
-    def __init__(self, link: WorkerLink, loop: asyncio.AbstractEventLoop) -> None:
-        self.link = link
-        self.loop = loop
-        fd = os.dup(link.proc.data.fileno())
-        os.set_blocking(fd, False)  # (the link's descriptor too: its Channel copes with that)
-        self.channel = Channel(fd)
-        #: called when the socket is readable while the loop's batch is in flight
-        self.answer: Callable[[], None] | None = None
-        self._watching = False
-
-    def expect(self, answer: Callable[[], None]) -> None:
-        """Call ``answer`` on the loop whenever the socket is readable, until it clears
-        :attr:`answer`."""
-        self.answer = answer
-        if not self._watching:
-            self.loop.add_reader(self.channel.fileno(), self._readable)
-            self._watching = True
-
-    def _readable(self) -> None:
-        answer = self.answer
-        if answer is None:
-            self._unwatch()
-            return
-        answer()
-
-    def _unwatch(self) -> None:
-        if self._watching:
-            self._watching = False
-            self.loop.remove_reader(self.channel.fileno())
-
-    def close(self) -> None:
-        """Stop watching and close the duplicate (on the loop)."""
-        self._unwatch()
-        self.channel.close()
-
-    def close_threadsafe(self) -> None:
-        """:meth:`close` from another thread."""
-        try:
-            self.loop.call_soon_threadsafe(self.close)
-        except RuntimeError:  # the loop is closed: nothing watches the descriptor any more
-            self.channel.close()
 
 
 class WorkerInstance(ModelInstance):
