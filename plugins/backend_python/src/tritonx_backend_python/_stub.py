@@ -15,7 +15,7 @@ the control socket, whose reader thread delivers BLS replies and metric values t
 exits.
 
 Only the standard library, numpy and this package's ``_ipc``/``messages``/``runner``/``pb_utils``
-are imported here.
+(and ``_pb_runtime``, to install the worker's runtime) are imported here.
 """
 
 from __future__ import annotations

@@ -3,7 +3,12 @@ and decoupled), ``finalize``, with Triton's checks and error messages.
 
 :class:`ModelRunner` is shared by the worker process (``_stub``) and in-process instances
 (``inprocess``); they differ only in how requests arrive and where responses go. Like
-``_ipc`` this module needs only the standard library, numpy and ``pb_utils``.
+``_ipc`` this module needs only the standard library, numpy and ``pb_utils`` (with
+``_pb_runtime``, for the runtime in force around each call).
+
+What it needs of pb_utils' objects beyond Triton's API are their ``backend_*`` names: a
+request's ``backend_sender``, ``backend_cancelled`` and ``backend_release_flags``, a sender's
+``backend_taken``, ``backend_count_final()`` and ``backend_close()``.
 """
 
 from __future__ import annotations
