@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tritonx._core.agents import AgentChain
-from tritonx._core.response_cache import CacheScope
+from tritonx._core.cache_scope import CacheScope
 from tritonx._core.scheduler import Scheduler
 from tritonx._dataplane.classification import LabelCache
 from tritonx._dataplane.stats import LatencyStats

@@ -35,11 +35,13 @@ With ``--model-load-on-demand`` a lookup (:meth:`ModelManager.get`) of a model t
 loaded raises :class:`~tritonx.errors.NotLoaded`, and ``_core.residency`` loads it, within
 the budgets it keeps (least-recently-used unloads, idle unloads).
 
-The pieces live beside this module: the entries (``_core.entries``), the load steps
-(``_core.load_pipeline``), the ensembles' dependency graph (``_core.dependencies``), the
-unload of a version (``_core.unloading``) and loads on demand (``_core.residency``); this module keeps :class:`ModelManager`, which
-decides what to load and when, swaps the loaded versions in and unloads. Every name other
-modules import from here stays importable here (``__all__``).
+The pieces live beside this module: the entries (``_core.entries``), what the repositories
+list (``_core.repository_listing``), steps 1-4 of a load (``_core.load_pipeline``), steps 5-6
+(``_core.version_swap``), the ensembles' dependency graph (``_core.dependencies``), the unload
+of a version (``_core.unloading``), what is reported (``_core.status``) and loads on demand
+(``_core.residency``). This module keeps :class:`ModelManager`, which decides what to load and
+when, and unloads. Every name other modules import from here stays importable here
+(``__all__``).
 """
 
 from __future__ import annotations
@@ -47,7 +49,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from pathlib import Path
@@ -61,13 +62,10 @@ from tritonx._core.entries import (
     ModelEntry,
     Prepared,
     VersionEntry,
-    merge_versions,
 )
 from tritonx._core.load_pipeline import (
     LoadPipeline,
-    only_instances_changed,
     open_repository,
-    version_files,
 )
 from tritonx._core.load_request import (
     LoadRequest,
@@ -77,10 +75,18 @@ from tritonx._core.load_request import (
     write_override_dir,
 )
 from tritonx._core.reloader import Reloader, watched_folder
+from tritonx._core.repository_listing import RepositoryListing
 from tritonx._core.residency import Residency
-from tritonx._core.response_cache import CacheScope, load_stamp
-from tritonx._core.status import DUPLICATE_REASON, UNLOADED_REASON, index_rows, status_rows
+from tritonx._core.status import (
+    DUPLICATE_REASON,
+    index_rows,
+    loaded_versions,
+    raise_load_error,
+    status_rows,
+    strictly_ready,
+)
 from tritonx._core.unloading import Unloads
+from tritonx._core.version_swap import VersionSwap, keep_files, release_files
 from tritonx._dataplane.stats import LoadedVersion
 from tritonx._runtime.plugins import Registries
 from tritonx.config import ModelConfig, ServerSettings
@@ -126,6 +132,8 @@ class ModelManager:
         self.server = server
         self.models: dict[str, ModelEntry] = {}
         self.repositories = [open_repository(url, registries) for url in settings.model_repository]
+        #: what the repositories list (:meth:`scan`, :meth:`listed`)
+        self.listing = RepositoryListing(self.repositories, settings.unknown_model_rescan_secs)
         self.pipeline = LoadPipeline(
             settings, registries, server=server, cache_enabled=cache_enabled
         )
@@ -137,18 +145,8 @@ class ModelManager:
         self._deps = DependencyGraph()
         #: the versions' unloads; they hurry to the exit deadline once :meth:`shutdown` begins
         self._unloads = Unloads(settings.model_unload_timeout_secs, self._emit)
-        #: the model names the last read of every repository listed (duplicates included),
-        #: and when that read began (``time.monotonic()``; None: to be read again):
-        #: :meth:`listed` answers from them, every :meth:`scan` renews them
-        self._listed: frozenset[str] = frozenset()
-        self._listed_at: float | None = None
-        #: reads that began before this time do not renew the listing (:meth:`relist`)
-        self._relisted = 0.0
-        self._listing_lock = threading.Lock()
-        #: a read of the repositories a lookup started (:meth:`listed`), shared by lookups
-        self._rescan: asyncio.Future[Any] | None = None
-        #: reads of every repository (``tritonx_model_repository_scans_total``)
-        self.scans = 0
+        #: steps 5-6 of a load: load the versions, swap them in, unload what they replace
+        self._swap = VersionSwap(self.pipeline, self._unloads, self._emit)
         #: ``--model-load-on-demand``: loads on first request, budgets, idle unload
         self.residency = (
             Residency(self, self._deps, settings) if settings.model_load_on_demand else None
@@ -231,62 +229,24 @@ class ModelManager:
 
     def scan(self, strict: bool = False) -> tuple[dict[str, Repository], dict[str, list[str]]]:
         """The models of every repository: those found once (with their repository), and the
-        names found in two or more (with their URLs), which Triton refuses to serve.
-
-        :param strict: raise when a repository cannot be read (start-up, as Triton); else
-            log it and go on with the others.
-
-        Every read renews the listing :meth:`listed` answers from.
-        """
-        began = time.monotonic()
-        found: dict[str, list[Repository]] = {}
-        for repo in self.repositories:
-            try:
-                names = repo.list_models()
-            except TritonXError:
-                if strict:
-                    raise
-                log.exception("failed to read model repository %s", repo.url)
-                continue
-            for name in names:
-                found.setdefault(name, []).append(repo)
-        models = {name: repos[0] for name, repos in found.items() if len(repos) == 1}
-        duplicates = {
-            name: [r.url for r in repos] for name, repos in found.items() if len(repos) > 1
-        }
-        with self._listing_lock:
-            self.scans += 1
-            if began >= self._relisted and (self._listed_at is None or began >= self._listed_at):
-                self._listed, self._listed_at = frozenset(found), began
-        return models, duplicates
+        names found in two or more (with their URLs), which Triton refuses to serve
+        (:meth:`RepositoryListing.scan`; ``strict``: raise when a repository cannot be
+        read)."""
+        return self.listing.scan(strict)
 
     def relist(self) -> None:
         """The next :meth:`listed` reads the repositories again (an unload API call)."""
-        with self._listing_lock:
-            self._listed_at = None
-            self._relisted = time.monotonic()
-        self._rescan = None  # (one under way began before: not shared)
+        self.listing.relist()
 
     async def listed(self, name: str) -> bool:
-        """Whether a repository lists ``name`` (once, or in several), as their last read
-        found it, unless that read began ``--unknown-model-rescan-secs`` ago or more: then
-        they are read again (one read shared by the lookups that need it meanwhile).
+        """Whether a repository lists ``name``, as their last read found it (read again
+        once ``--unknown-model-rescan-secs`` old: :meth:`RepositoryListing.listed`)."""
+        return await self.listing.listed(name)
 
-        So a request for a name in no repository costs no read of them: a model folder added
-        since is found by the next poll, repository index, load or unload call, or after
-        ``--unknown-model-rescan-secs``. The memory it takes is the repositories' listing,
-        whatever names requests ask for."""
-        if name in self._listed:
-            return True  # (its load reads them again)
-        listed_at = self._listed_at
-        max_age = self.settings.unknown_model_rescan_secs
-        if listed_at is not None and time.monotonic() - listed_at < max_age:
-            return False
-        rescan = self._rescan
-        if rescan is None or rescan.done():
-            rescan = self._rescan = asyncio.ensure_future(asyncio.to_thread(self.scan))
-        await asyncio.shield(rescan)
-        return name in self._listed
+    @property
+    def scans(self) -> int:
+        """Reads of every repository (``tritonx_model_repository_scans_total``)."""
+        return self.listing.scans
 
     # ------------------------------------------------------------------ queries
 
@@ -327,33 +287,9 @@ class ModelManager:
         return entry
 
     def all_ready(self) -> bool:
-        """Triton's strict readiness: every model has versions, each READY or unloaded.
-
-        An ensemble waiting for a composing model that was unloaded counts as unloaded (Triton
-        unloads it, and loads it again with the composing model). A version still LOADING
-        beside a version that serves (a new version folder) does not count: the model serves
-        all along, and a reload keeps the server ready."""
-        for name, entry in self.models.items():
-            if entry.demand_failed:
-                continue  # a request's load failed: the other models still serve
-            if entry.error:
-                return False
-            if not entry.versions and entry.stamp is not None:
-                return False
-            waiting = name in self._deps
-            serving: bool | None = None
-            for v in entry.versions.values():
-                if v.ready or v.reason == UNLOADED_REASON:
-                    continue
-                if waiting and v.state is ModelState.READY:
-                    continue
-                if v.state is ModelState.LOADING:
-                    if serving is None:
-                        serving = any(other.ready for other in entry.versions.values())
-                    if serving:
-                        continue
-                return False
-        return True
+        """Triton's strict readiness: every model has versions, each READY or unloaded
+        (:func:`~tritonx._core.status.strictly_ready`)."""
+        return strictly_ready(self.models, self._deps)
 
     def index(self, ready_only: bool = False) -> list[RepositoryEntry]:
         """The repository index: every model on disk or known, with version states."""
@@ -367,22 +303,7 @@ class ModelManager:
 
     def loaded_versions(self) -> Iterator[LoadedVersion]:
         """Every version with a running scheduler, by name then version."""
-        for name in sorted(self.models):
-            entry = self.models[name]
-            for version in sorted(entry.versions):
-                v = entry.versions[version]
-                if v.scheduler is None or v.config is None:
-                    continue
-                yield LoadedVersion(
-                    name,
-                    version,
-                    tuple(sorted(v.config.raw.metric_tags.items())),
-                    v.scheduler.stats,
-                    v.scheduler.pending_count,
-                    v.load_seconds,
-                    v.cached,
-                    v.scheduler.restarts(),
-                )
+        return loaded_versions(self.models)
 
     # ------------------------------------------------------------------ load / unload API
 
@@ -424,23 +345,7 @@ class ModelManager:
         session = LoadSession()
         task = self._session_load(session, name, request, explicit=True)
         await session.wait()
-        self._report(name, task.result())  # (result() raises what the load raised)
-
-    @staticmethod
-    def _report(name: str, entry: ModelEntry | None) -> None:
-        """Raise the load API's error for a load of ``name`` that ended with ``entry``."""
-        if entry is None:
-            raise TritonXError(
-                f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
-            )
-        if entry.error:  # set only when no version of the model serves
-            raise invalid_arg(f"load failed for model '{name}': {entry.error}\n")
-        failed = entry.last_failures
-        if failed:
-            reasons = "".join(
-                f"version {v.version} is at {v.state.value} state: {v.reason};" for v in failed
-            )
-            raise invalid_arg(f"load failed for model '{name}': {reasons}\n")
+        raise_load_error(name, task.result())  # (result() raises what the load raised)
 
     async def unload(self, name: str, unload_dependents: bool = False) -> None:
         """The repository unload API (explicit mode); unloading an unknown model succeeds."""
@@ -573,11 +478,11 @@ class ModelManager:
                 remove_override_dir(override_dir)
                 return await self._prepare_failed(entry, exc)
             entry.invalid = False
-            await self._apply(entry, prepared)
+            await self._swap.apply(entry, prepared)
             session.changed.add(name)
             self._reload_dependents(name, session)
             entry.stamp = stamp if stamp is not None else ("override", id(prepared))
-            await self._keep_files(entry, prepared, override_dir, localized)
+            await keep_files(entry, prepared, override_dir, localized)
             entry.override = overrides
             return entry
 
@@ -628,27 +533,6 @@ class ModelManager:
             raise poll_failed(name, exc.message) from exc
         return entry
 
-    async def _keep_files(
-        self,
-        entry: ModelEntry,
-        prepared: Prepared,
-        override_dir: Path | None,
-        localized: tuple[Repository, Path] | None,
-    ) -> None:
-        """After a load: keep the folders the versions serve from, release the others."""
-        if override_dir is not None and not any(
-            v.ready and v.model_dir == prepared.model_dir for v in entry.versions.values()
-        ):
-            remove_override_dir(override_dir)  # no version serves from it: failed load
-        else:
-            if entry.override_dir is not None and entry.override_dir != override_dir:
-                remove_override_dir(entry.override_dir)
-            entry.override_dir = override_dir
-        if entry.localized is not None and entry.localized != localized:
-            old_repo, old_path = entry.localized
-            await asyncio.to_thread(old_repo.release, entry.name, old_path)
-        entry.localized = localized
-
     async def _composing_changed(self, name: str, session: LoadSession) -> bool:
         """For an ensemble whose own files did not change: load its composing models (as
         Triton polls them with it) and tell whether any of them was reloaded."""
@@ -687,128 +571,6 @@ class ModelManager:
         """Steps 1-4 of a load and no more (``tritonx check``, :meth:`LoadPipeline.check`)."""
         return await self.pipeline.check(name, repo)
 
-    async def _apply(self, entry: ModelEntry, prepared: Prepared) -> None:
-        """Step 5-6: load the prepared versions, swap them in, unload what they replace."""
-        name = entry.name
-        config = ModelConfig(prepared.config)
-        new_versions: dict[int, VersionEntry] = {}
-        cached = bool(prepared.config.response_cache.enable) and self.pipeline.cache_enabled
-        stamp = await asyncio.to_thread(load_stamp, prepared) if cached else b""
-        files = await asyncio.to_thread(
-            lambda: {v: version_files(prepared.model_dir, v) for v in prepared.selected}
-        )
-        # Triton's UpdateModelConfig: a serving version whose config changed only in its
-        # instance groups, and whose files did not, keeps serving: its instances change by
-        # the difference
-        updates = {
-            v: serving
-            for v in prepared.selected
-            if (serving := entry.versions.get(v)) is not None
-            and self._updatable(serving, config, prepared, files[v])
-        }
-        for v in prepared.selected:
-            if v in updates:
-                continue
-            new_versions[v] = VersionEntry(
-                v, ModelState.LOADING, config=config, model_dir=prepared.model_dir, cached=cached
-            )
-            new_versions[v].files = files[v]
-            new_versions[v].cache_scope = CacheScope(name, v, stamp) if cached else None
-            if v not in entry.versions:
-                # shown LOADING (index, readiness) while it loads; it serves only once the
-                # whole load is swapped in, never before
-                entry.versions[v] = VersionEntry(v, ModelState.LOADING, config=config)
-            self._emit(name, v, ModelState.LOADING)
-        await asyncio.gather(
-            *(
-                self.pipeline.load_version(new_versions[v], config, prepared, prepared.versions[v])
-                for v in prepared.selected
-                if v not in updates
-            ),
-            *(self._update(u, config, prepared, new_versions) for u in updates.values()),
-        )
-        for v in prepared.missing:
-            new_versions[v] = VersionEntry(
-                v,
-                ModelState.UNAVAILABLE,
-                f"version {v} is specified for model '{name}', but the version directory is "
-                "not present",
-                config=config,
-            )
-        # swap: a load that fails leaves the old versions serving (see merge_versions);
-        # requests arriving until now went to them, those in flight finish on them
-        old = entry.versions
-        failures = [v for v in new_versions.values() if not v.ready]
-        merged, retired, succeeded = merge_versions(name, old, new_versions, prepared.selected)
-        replaced_agents = entry.agents if succeeded else None
-        if prepared.agents is not None:
-            if succeeded:
-                await prepared.agents.load_completed()
-            else:
-                await prepared.agents.load_failed()
-        entry.versions = merged
-        entry.last_failures = failures
-        entry.error = ""
-        if succeeded or entry.agents is None:
-            entry.agents = prepared.agents
-        for ventry in merged.values():
-            self._emit(name, ventry.version, ventry.state, ventry.reason)
-        await asyncio.gather(*(self._unloads.retire(name, prev) for prev in retired))
-        if (
-            replaced_agents is not None
-            and replaced_agents is not entry.agents
-            and not any(old.get(v) is ventry for v, ventry in merged.items())
-        ):
-            # a reload replaced the whole model: its old agents get UNLOAD / UNLOAD_COMPLETE
-            await replaced_agents.unload()
-            await replaced_agents.unload_completed()
-        if succeeded:
-            entry.last_used = entry.loaded_at = time.monotonic()
-            entry.demand_failed = False
-            log.info("successfully loaded '%s'", name)
-        else:
-            log.info("failed to load '%s'", name)
-
-    @staticmethod
-    def _updatable(
-        old: VersionEntry,
-        config: ModelConfig,
-        prepared: Prepared,
-        files: tuple[tuple[str, int, int], ...],
-    ) -> bool:
-        """Whether a reload of serving version ``old`` to ``config`` only changes its
-        instance groups (Triton: not an ensemble, the version's files unmodified, the
-        configs equal but for ``instance_group`` and ``version_policy``)."""
-        return (
-            old.ready
-            and old.files == files
-            and old.model_dir == prepared.model_dir
-            and old.config is not None
-            and bool(getattr(old.scheduler, "updates_instances", False))
-            and only_instances_changed(old.config.raw, config.raw)
-        )
-
-    async def _update(
-        self,
-        old: VersionEntry,
-        config: ModelConfig,
-        prepared: Prepared,
-        new_versions: dict[int, VersionEntry],
-    ) -> None:
-        """Update ``old``'s instance groups in place; it stays the version's entry, or a
-        failed entry aborts the load (``old`` serves on, unchanged)."""
-        v = old.version
-        try:
-            await self.pipeline.update_version(old, config, prepared, prepared.versions[v])
-        except Exception as exc:
-            err = TritonXError.wrap(exc)
-            log.error("failed to load '%s' version %d: %s", config.name, v, err.as_string())
-            new_versions[v] = VersionEntry(
-                v, ModelState.UNAVAILABLE, err.as_string(), config=config
-            )
-            return
-        new_versions[v] = old
-
     # ------------------------------------------------------------------ internals: unload
 
     async def _unload(self, name: str, deadline: float | None) -> None:
@@ -816,30 +578,9 @@ class ModelManager:
             entry = self.models.get(name)
             if entry is None:
                 return
-            loaded = [v for v in entry.versions.values() if v.scheduler is not None]
-            agents = entry.agents
-            if agents is not None:
-                await agents.unload()
-            for v in entry.versions.values():
-                if v.scheduler is None and v.reason != UNLOADED_REASON:
-                    v.state, v.reason = ModelState.UNAVAILABLE, UNLOADED_REASON
-            await asyncio.gather(*(self._unloads.retire(name, v, deadline) for v in loaded))
-            if agents is not None:
-                await agents.unload_completed()
-            entry.agents = None
-            entry.stamp = None
-            entry.error = ""
-            entry.invalid = False
-            entry.explicit = False
-            entry.demand_failed = False
-            entry.override = False
+            await self._unloads.unload_model(entry, deadline)
             self._deps.drop(name)
-            remove_override_dir(entry.override_dir)
-            entry.override_dir = None
-            if entry.localized is not None:
-                repo, path = entry.localized
-                entry.localized = None
-                await asyncio.to_thread(repo.release, name, path)
+            await release_files(entry)
 
     # ------------------------------------------------------------------ residency
 
@@ -929,7 +670,7 @@ class ModelManager:
         await session.wait()
         for name, task in loads.items():
             try:
-                self._report(name, task.result())
+                raise_load_error(name, task.result())
             except TritonXError as exc:
                 log.error("--reload: %s", exc.message.strip())
 

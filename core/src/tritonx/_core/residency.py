@@ -48,10 +48,10 @@ import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from tritonx._dataplane.heap import trim_heap_now, unmap_large_blocks
 from tritonx.config import ServerSettings
@@ -60,7 +60,6 @@ from tritonx.errors import Code, TritonXError, not_found, unavailable
 if TYPE_CHECKING:
     from tritonx._core.dependencies import DependencyGraph
     from tritonx._core.entries import ModelEntry
-    from tritonx._core.lifecycle import ModelManager
 
 log = logging.getLogger("tritonx.residency")
 
@@ -132,6 +131,39 @@ def tree_rss(pid: int | None = None) -> int:
 # ---------------------------------------------------------------------------------- residency
 
 
+class Manager(Protocol):
+    """What residency needs of the model manager that owns it
+    (:class:`~tritonx._core.lifecycle.ModelManager`)."""
+
+    #: the manager's models, by name (the same dict: residency reads it, never changes it)
+    models: dict[str, ModelEntry]
+
+    @property
+    def scans(self) -> int:
+        """Reads of every repository so far."""
+        ...
+
+    def scan(self, strict: bool = False) -> tuple[Mapping[str, object], Mapping[str, list[str]]]:
+        """The models of every repository: those found once, and those found in several."""
+        ...
+
+    async def listed(self, name: str) -> bool:
+        """Whether a repository lists ``name`` (as their last read found it)."""
+        ...
+
+    def resident(self, name: str) -> bool:
+        """Whether ``name`` has a version loaded and READY."""
+        ...
+
+    async def load_named(self, name: str) -> None:
+        """Load ``name`` as the repository API would; raises its errors."""
+        ...
+
+    async def evict(self, name: str) -> None:
+        """Unload ``name``."""
+        ...
+
+
 def _loaded(entry: ModelEntry | None) -> bool:
     """Whether a version of ``entry`` has a scheduler (loading, ready or unloading)."""
     return entry is not None and any(v.scheduler is not None for v in entry.versions.values())
@@ -159,9 +191,7 @@ class Residency:
         the model they asked for.
     """
 
-    def __init__(
-        self, manager: ModelManager, deps: DependencyGraph, settings: ServerSettings
-    ) -> None:
+    def __init__(self, manager: Manager, deps: DependencyGraph, settings: ServerSettings) -> None:
         self._manager = manager
         #: the manager's models (the same dict) and ensembles' dependency graph
         self._models = manager.models

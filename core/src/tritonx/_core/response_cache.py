@@ -38,14 +38,17 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tritonx.cache import SCOPE_BYTES, ResponseCache
+from tritonx._core.cache_scope import CacheScope
+from tritonx.cache import ResponseCache
 from tritonx.datatypes import serialize_bytes_tensor
 from tritonx.errors import TritonXError
 from tritonx.repository import walk_files
 from tritonx.types import InferenceRequest, InferenceResponse
 
 if TYPE_CHECKING:
-    from tritonx._core.lifecycle import Prepared, VersionEntry
+    from tritonx._core.entries import Prepared, VersionEntry
+
+__all__ = ["CacheFront", "CacheScope", "cache_key", "load_stamp"]
 
 log = logging.getLogger("tritonx")
 
@@ -95,41 +98,6 @@ def _small_file_digest(path: str, size: int) -> bytes | None:
             return hashlib.sha256(f.read(HASHED_FILE_BYTES + 1)).digest()
     except OSError:
         return None
-
-
-class CacheScope:
-    """The key scope of one loaded version (``VersionEntry.cache_scope``): the first
-    :data:`~tritonx.cache.SCOPE_BYTES` bytes of every key of its responses.
-
-    :param model: the model's name.
-    :param version: the version.
-    :param stamp: :func:`load_stamp` of the load.
-    """
-
-    __slots__ = ("_fronts", "model", "prefix", "retired", "version")
-
-    def __init__(self, model: str, version: int, stamp: bytes) -> None:
-        self.model = model
-        self.version = version
-        digest = hashlib.sha256(b"tritonx-cache-scope\0" + stamp + f"{model}\0{version}".encode())
-        #: the bytes every key of this scope starts with
-        self.prefix = digest.digest()[:SCOPE_BYTES]
-        #: the version was unloaded or replaced: nothing is looked up or stored any more
-        self.retired = False
-        self._fronts: list[CacheFront] = []
-
-    def _stored_by(self, front: CacheFront) -> None:
-        if front not in self._fronts:
-            self._fronts.append(front)
-
-    async def retire(self) -> None:
-        """The version was unloaded or replaced and its requests are done: ask every cache
-        that stored a response of it to drop its entries (a cache that fails or takes more
-        than :data:`EVICT_TIMEOUT_S` seconds is logged and left alone)."""
-        self.retired = True
-        fronts, self._fronts = self._fronts, []
-        for front in fronts:
-            await front.evict(self)
 
 
 def cache_key(request: InferenceRequest, scope: bytes) -> bytes:
@@ -238,7 +206,7 @@ class CacheFront:
         if scope is None or scope.retired or scheduler is None:
             return  # answered by a version since unloaded or replaced: its entries are gone
         start = time.perf_counter_ns()
-        scope._stored_by(self)
+        scope.stored_by(self)
         try:
             await self.cache.put(key, response)
         except Exception as exc:  # Triton's line: a response that does not fit, a store gone

@@ -1,14 +1,18 @@
-"""What the repository index and the start-up table say about each model version."""
+"""What the model manager says about models: the repository index and the start-up table
+(each version's state), the loaded versions' statistics, the server's strict readiness (:func:`strictly_ready`) and the load
+API's error for a load that failed (:func:`raise_load_error`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Container, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from tritonx._dataplane.stats import LoadedVersion
+from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import ModelState, RepositoryEntry
 
 if TYPE_CHECKING:
-    from tritonx._core.lifecycle import ModelEntry, VersionEntry
+    from tritonx._core.entries import ModelEntry, VersionEntry
 
 DUPLICATE_REASON = "model appears in two or more repositories"
 UNLOADED_REASON = "unloaded"
@@ -74,3 +78,71 @@ def status_rows(models: Mapping[str, ModelEntry]) -> list[tuple[str, str, str]]:
             state, reason = reported_state(entry.versions[version])
             rows.append((name, str(version), state.value + (f": {reason}" if reason else "")))
     return rows
+
+
+def strictly_ready(models: Mapping[str, ModelEntry], ensembles: Container[str]) -> bool:
+    """Triton's strict readiness: every model has versions, each READY or unloaded.
+
+    An ensemble (``ensembles``: those linked to their composing models) waiting for a
+    composing model that was unloaded counts as unloaded (Triton unloads it, and loads it
+    again with the composing model). A version still LOADING beside a version that serves
+    (a new version folder) does not count: the model serves all along, and a reload keeps
+    the server ready."""
+    for name, entry in models.items():
+        if entry.demand_failed:
+            continue  # a request's load failed: the other models still serve
+        if entry.error:
+            return False
+        if not entry.versions and entry.stamp is not None:
+            return False
+        waiting = name in ensembles
+        serving: bool | None = None
+        for v in entry.versions.values():
+            if v.ready or v.reason == UNLOADED_REASON:
+                continue
+            if waiting and v.state is ModelState.READY:
+                continue
+            if v.state is ModelState.LOADING:
+                if serving is None:
+                    serving = any(other.ready for other in entry.versions.values())
+                if serving:
+                    continue
+            return False
+    return True
+
+
+def raise_load_error(name: str, entry: ModelEntry | None) -> None:
+    """Raise the load API's error for a load of ``name`` that ended with ``entry`` (None:
+    the model was not found); return when it loaded."""
+    if entry is None:
+        raise TritonXError(
+            f"failed to load '{name}', failed to poll from model repository", Code.INTERNAL
+        )
+    if entry.error:  # set only when no version of the model serves
+        raise invalid_arg(f"load failed for model '{name}': {entry.error}\n")
+    failed = entry.last_failures
+    if failed:
+        reasons = "".join(
+            f"version {v.version} is at {v.state.value} state: {v.reason};" for v in failed
+        )
+        raise invalid_arg(f"load failed for model '{name}': {reasons}\n")
+
+
+def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]:
+    """Every version with a running scheduler, by name then version."""
+    for name in sorted(models):
+        entry = models[name]
+        for version in sorted(entry.versions):
+            v = entry.versions[version]
+            if v.scheduler is None or v.config is None:
+                continue
+            yield LoadedVersion(
+                name,
+                version,
+                tuple(sorted(v.config.raw.metric_tags.items())),
+                v.scheduler.stats,
+                v.scheduler.pending_count,
+                v.load_seconds,
+                v.cached,
+                v.scheduler.restarts(),
+            )

@@ -1,4 +1,5 @@
-"""Unloading one version: drain its requests in flight, then stop its scheduler.
+"""Unloading a model's versions: drain each one's requests in flight, then stop its
+scheduler.
 
 An unload waits for the requests already accepted up to ``--model-unload-timeout-secs`` (or
 the server's ``--exit-timeout-secs`` once it exits, whichever ends first): then the requests
@@ -14,7 +15,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from tritonx._core.entries import VersionEntry
+from tritonx._core.entries import ModelEntry, VersionEntry
 from tritonx._core.scheduler import Scheduler
 from tritonx._core.status import UNLOADED_REASON
 from tritonx.errors import Code, TritonXError, unavailable
@@ -45,6 +46,29 @@ class Unloads:
         """The server exits: unloads under way (explicit, reloads) end by ``deadline``."""
         self.exit_deadline = deadline
         self.exiting.set()
+
+    async def unload_model(self, entry: ModelEntry, deadline: float | None = None) -> None:
+        """Unload every loaded version of ``entry`` (:meth:`retire`; the repository agents'
+        UNLOAD before, UNLOAD_COMPLETE after) and forget how it was loaded. Its folders are
+        the caller's to release."""
+        name = entry.name
+        loaded = [v for v in entry.versions.values() if v.scheduler is not None]
+        agents = entry.agents
+        if agents is not None:
+            await agents.unload()
+        for v in entry.versions.values():
+            if v.scheduler is None and v.reason != UNLOADED_REASON:
+                v.state, v.reason = ModelState.UNAVAILABLE, UNLOADED_REASON
+        await asyncio.gather(*(self.retire(name, v, deadline) for v in loaded))
+        if agents is not None:
+            await agents.unload_completed()
+        entry.agents = None
+        entry.stamp = None
+        entry.error = ""
+        entry.invalid = False
+        entry.explicit = False
+        entry.demand_failed = False
+        entry.override = False
 
     async def retire(self, name: str, ventry: VersionEntry, deadline: float | None = None) -> None:
         """Unload one version: wait for its requests in flight until ``deadline`` (loop time;
