@@ -9,6 +9,7 @@ import json
 import math
 from dataclasses import asdict, fields
 from pathlib import Path
+from typing import Any
 
 from tritonx_tools_analyze.space import to_pbtxt
 from tritonx_tools_analyze.sweep import Row, SweepResult
@@ -83,12 +84,37 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
         import matplotlib.pyplot as plt
     except ImportError:
         return []
-    sweep = [r for r in result.rows if r.phase == "sweep"]
     best_name = result.best.name if result.best else None
-    written: list[str] = []
+    written = [_pareto_plot(plt, result, best_name, out)]
+    written += _variant_bar_plots(plt, result, best_name, out)
+    return written
 
-    # throughput vs p99 latency, every measurement; the Pareto front joined
+
+def _pareto_plot(plt: Any, result: SweepResult, best_name: str | None, out: Path) -> str:
+    """Throughput vs p99 latency, every measurement; the Pareto front joined, the default
+    and the best marked. Returns the file's name."""
+    sweep = [r for r in result.rows if r.phase == "sweep"]
     fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    _scatter_measurements(ax, sweep)
+    _draw_pareto_front(ax, pareto_front(sweep))
+    _mark_default_and_best(ax, sweep, best_name)
+    if result.options.latency_budget_ms is not None:
+        ax.axvline(
+            result.options.latency_budget_ms, ls="--", c="#d64545", lw=1, label="latency budget"
+        )
+    ax.set_xlabel("p99 latency (ms)")
+    ax.set_ylabel("throughput (infer/s)")
+    ax.set_title(f"{result.options.model}: throughput vs p99 latency")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "pareto.png")
+    plt.close(fig)
+    return "pareto.png"
+
+
+def _scatter_measurements(ax: Any, sweep: list[Row]) -> None:
+    """Every sweep measurement, those outside the constraints as red crosses."""
     ok = [r for r in sweep if r.meets_constraints]
     bad = [r for r in sweep if not r.meets_constraints]
     ax.scatter(
@@ -107,7 +133,10 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
             c="#d64545",
             label="outside constraints",
         )
-    front = pareto_front(sweep)
+
+
+def _draw_pareto_front(ax: Any, front: list[Row]) -> None:
+    """The Pareto front as a line, each point labelled with its variant and concurrency."""
     ax.plot(
         [r.p99_ms for r in front],
         [r.infer_per_s for r in front],
@@ -124,6 +153,10 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
             xytext=(4, 4),
             textcoords="offset points",
         )
+
+
+def _mark_default_and_best(ax: Any, sweep: list[Row], best_name: str | None) -> None:
+    """The default's measurements (orange squares) and the best's (green stars)."""
     marks = [("default", "#d98a00", "s", "default (model's config)")]
     if best_name is not None:
         label = "best = default" if best_name == "default" else f"best ({best_name})"
@@ -140,63 +173,70 @@ def write_plots(result: SweepResult, out: Path) -> list[str]:
                 label=label,
                 zorder=3,
             )
-    if result.options.latency_budget_ms is not None:
-        ax.axvline(
-            result.options.latency_budget_ms, ls="--", c="#d64545", lw=1, label="latency budget"
-        )
-    ax.set_xlabel("p99 latency (ms)")
-    ax.set_ylabel("throughput (infer/s)")
-    ax.set_title(f"{result.options.model}: throughput vs p99 latency")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(out / "pareto.png")
-    plt.close(fig)
-    written.append("pareto.png")
 
+
+def _variant_bar_plots(
+    plt: Any, result: SweepResult, best_name: str | None, out: Path
+) -> list[str]:
+    """Bar charts of each variant at its best concurrency: throughput, latency, resources.
+    Returns the files' names."""
     best_rows = _best_rows(result)
     names = [v.name for v in result.variants if v.name in best_rows]
     colors = [
         "#1f9d55" if n == best_name else "#d98a00" if n == "default" else "#2f6fde" for n in names
     ]
-
-    def bars(filename: str, title: str, series: list[tuple[str, list[float]]]) -> None:
-        fig, axes = plt.subplots(
-            1,
-            len(series),
-            figsize=(5 * len(series), 0.35 * len(names) + 1.6),
-            dpi=110,
-            squeeze=False,
-        )
-        for ax, (label, values) in zip(axes[0], series, strict=True):
-            ax.barh(names, values, color=colors)
-            ax.set_xlabel(label)
-            ax.invert_yaxis()
-            ax.grid(axis="x", alpha=0.3)
-            ax.tick_params(axis="y", labelsize=8)
-        fig.suptitle(title)
-        fig.tight_layout()
-        fig.savefig(out / filename)
-        plt.close(fig)
-        written.append(filename)
-
     rows = [best_rows[n] for n in names]
-    bars(
-        "throughput.png",
-        "Best throughput per variant (its best concurrency)",
-        [("infer/s", [r.infer_per_s for r in rows])],
+    charts: list[tuple[str, str, list[tuple[str, list[float]]]]] = [
+        (
+            "throughput.png",
+            "Best throughput per variant (its best concurrency)",
+            [("infer/s", [r.infer_per_s for r in rows])],
+        ),
+        (
+            "latency.png",
+            "Latency at that point",
+            [("p50 (ms)", [r.p50_ms for r in rows]), ("p99 (ms)", [r.p99_ms for r in rows])],
+        ),
+        (
+            "resources.png",
+            "Server resources at that point",
+            [
+                ("CPU (%)", [r.cpu_percent for r in rows]),
+                ("peak RSS (MiB)", [r.rss_mb for r in rows]),
+            ],
+        ),
+    ]
+    for filename, title, series in charts:
+        _bars(plt, out / filename, title, names, colors, series)
+    return [filename for filename, _, _ in charts]
+
+
+def _bars(
+    plt: Any,
+    path: Path,
+    title: str,
+    names: list[str],
+    colors: list[str],
+    series: list[tuple[str, list[float]]],
+) -> None:
+    """One horizontal bar chart per ``(label, values)`` of ``series``, side by side."""
+    fig, axes = plt.subplots(
+        1,
+        len(series),
+        figsize=(5 * len(series), 0.35 * len(names) + 1.6),
+        dpi=110,
+        squeeze=False,
     )
-    bars(
-        "latency.png",
-        "Latency at that point",
-        [("p50 (ms)", [r.p50_ms for r in rows]), ("p99 (ms)", [r.p99_ms for r in rows])],
-    )
-    bars(
-        "resources.png",
-        "Server resources at that point",
-        [("CPU (%)", [r.cpu_percent for r in rows]), ("peak RSS (MiB)", [r.rss_mb for r in rows])],
-    )
-    return written
+    for ax, (label, values) in zip(axes[0], series, strict=True):
+        ax.barh(names, values, color=colors)
+        ax.set_xlabel(label)
+        ax.invert_yaxis()
+        ax.grid(axis="x", alpha=0.3)
+        ax.tick_params(axis="y", labelsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
 
 
 # ---------------------------------------------------------------------------------- html
@@ -225,11 +265,27 @@ def _f(x: float, digits: int = 1) -> str:
 
 def render_html(result: SweepResult, plots: list[str]) -> str:
     """The summary report (Model Analyzer's summary report is the model for it)."""
+    parts = _html_header(result)
+    parts += _result_cards(result)
+    parts += _busy_machine_note(result)
+    parts += _method_note(result)
+    parts += _plot_images(plots)
+    parts += _variants_table(result)
+    if result.best is not None:
+        best_config = html.escape(to_pbtxt(result.best_config()))
+        parts.append(f"<h2>Best config.pbtxt</h2><pre>{best_config}</pre>")
+    parts.append(
+        "<p>All measurements: <a href='results.csv'>results.csv</a>, "
+        "<a href='results.json'>results.json</a>.</p></main></body></html>"
+    )
+    return "".join(parts)
+
+
+def _html_header(result: SweepResult) -> list[str]:
+    """The document's head and the page header: the model and how the sweep ran."""
     opts = result.options
     e = html.escape
-    best = result.best
-    head = result.headline()
-    parts = [
+    return [
         "<!doctype html><html><head><meta charset='utf-8'>",
         f"<title>tritonx analyze: {e(opts.model)}</title><style>{_CSS}</style></head><body>",
         f"<header><h1>tritonx analyze — {e(opts.model)}</h1><p>"
@@ -238,12 +294,15 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
         f"{opts.seconds:g} s per point · load generator {e(result.load_generator)}"
         "</p></header><main>",
     ]
-    constraints = []
-    if opts.latency_budget_ms is not None:
-        constraints.append(f"p99 ≤ {opts.latency_budget_ms:g} ms")
-    if opts.max_memory_bytes is not None:
-        constraints.append(f"RSS ≤ {opts.max_memory_bytes / 2**20:,.0f} MiB")
-    parts.append("<h2>Result</h2><div class='cards'>")
+
+
+def _result_cards(result: SweepResult) -> list[str]:
+    """The "Result" cards: the written config against the default (or that no variant
+    meets the constraints)."""
+    e = html.escape
+    best = result.best
+    head = result.headline()
+    parts = ["<h2>Result</h2><div class='cards'>"]
     if best is None:
         parts.append(
             "<div class='card'><div class='l'>best</div><div class='v bad'>no variant "
@@ -280,37 +339,64 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
                 f"<div class='card'><div class='l'>{label}</div><div class='v'>{value}</div></div>"
             )
     parts.append("</div>")
+    return parts
+
+
+def _busy_machine_note(result: SweepResult) -> list[str]:
+    """A warning when other processes used much CPU during the sweep (noisy numbers)."""
     others = sorted(r.others_cpu_percent for r in result.rows)
     if others and others[len(others) // 2] > 25:
-        parts.append(
+        return [
             "<p class='bad'>The machine was busy with other work during the sweep (median "
             f"{others[len(others) // 2]:.0f}% of a core used by other processes, up to "
             f"{others[-1]:.0f}%): the numbers are noisy; the confirmation in turns is what "
             "decides. Run again on a quiet machine for sharper results.</p>"
-        )
-    parts.append(
-        f"<p>Constraints: {e(', '.join(constraints) or 'none')}. The default and the "
+        ]
+    return []
+
+
+def _method_note(result: SweepResult) -> list[str]:
+    """The constraints, and how the written config was chosen."""
+    opts = result.options
+    constraints = []
+    if opts.latency_budget_ms is not None:
+        constraints.append(f"p99 ≤ {opts.latency_budget_ms:g} ms")
+    if opts.max_memory_bytes is not None:
+        constraints.append(f"RSS ≤ {opts.max_memory_bytes / 2**20:,.0f} MiB")
+    return [
+        f"<p>Constraints: {html.escape(', '.join(constraints) or 'none')}. The default and the "
         "sweep's best were measured again at the best's concurrency, "
         f"{opts.confirm_rounds} turns each at least on two fresh servers, more (up to "
         f"{3 * opts.confirm_rounds}) while either had fewer quiet turns (other processes "
         "under 25% of a core); medians shown, of the quiet turns when both had some. The written "
         "<code>config.pbtxt</code> is the best config, or the model's own when that "
         "measured faster.</p>"
-    )
-    for name in plots:
-        parts.append(f"<img src='{e(name)}' alt='{e(name)}'>")
+    ]
+
+
+def _plot_images(plots: list[str]) -> list[str]:
+    """The plots as images, or how to get them."""
+    e = html.escape
+    parts = [f"<img src='{e(name)}' alt='{e(name)}'>" for name in plots]
     if not plots:
         parts.append(
             "<p class='bad'>No plots: install matplotlib "
             "(<code>pip install tritonx-tools-analyze[plots]</code>).</p>"
         )
-    parts.append(
+    return parts
+
+
+def _variants_table(result: SweepResult) -> list[str]:
+    """The table of variants, each at its best concurrency (or why it was not measured)."""
+    e = html.escape
+    best = result.best
+    parts = [
         "<h2>Variants (each at its best concurrency)</h2><table><tr><th>variant</th>"
         "<th>changes</th><th>concurrency</th><th>infer/s</th><th>p50 ms</th>"
         "<th>p95 ms</th><th>p99 ms</th><th>CPU %</th><th>RSS MiB</th><th>others' CPU %</th>"
         "<th>constraints"
         "</th></tr>"
-    )
+    ]
     rows = _best_rows(result)
     for v in result.variants:
         row = rows.get(v.name)
@@ -334,10 +420,4 @@ def render_html(result: SweepResult, plots: list[str]) -> str:
             f"<td>{ok}</td></tr>"
         )
     parts.append("</table>")
-    if best is not None:
-        parts.append(f"<h2>Best config.pbtxt</h2><pre>{e(to_pbtxt(result.best_config()))}</pre>")
-    parts.append(
-        "<p>All measurements: <a href='results.csv'>results.csv</a>, "
-        "<a href='results.json'>results.json</a>.</p></main></body></html>"
-    )
-    return "".join(parts)
+    return parts
