@@ -10,7 +10,8 @@ state outputs a model returns for the sequence's next request.
 
 * **direct** (default): each instance has ``max(1, max_batch_size)`` slots; a batch covers
   slots 0 to the highest slot with a request, one request per slot, and fills idle slots
-  below that with *filler* requests (zeros, READY false) so every sequence keeps its row.
+  below that with *filler* requests (zeros, READY false; :mod:`tritonx._core.sequence_fillers`)
+  so every sequence keeps its row.
   ``minimum_slot_utilization`` with ``max_queue_delay_microseconds`` holds a batch until that
   fraction of slots is ready or the oldest request waited that long.
 * **oldest**: each instance has ``max_candidate_sequences`` slots and a dynamic batcher over
@@ -39,6 +40,7 @@ import numpy as np
 
 from tritonx._core.batcher import CANCELED, REJECTED, Pending, cancelled_error
 from tritonx._core.sequence import SequenceSettings
+from tritonx._core.sequence_fillers import Fillers
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import (
@@ -47,7 +49,6 @@ from tritonx.types import (
     SEQUENCE_START,
     InferenceRequest,
     InferenceResponse,
-    ResponseSender,
 )
 
 log = logging.getLogger("tritonx.scheduler.sequence")
@@ -102,16 +103,12 @@ class _Backlog:
         self.expires_ns = 0
 
 
-def _discard(response: InferenceResponse | None, final: bool) -> None:
-    """The response sender of filler requests of decoupled models."""
-
-
 class SequenceBatcher:
     """The direct strategy (and what the oldest strategy shares with it).
 
     :param settings: the model's controls and states (:func:`sequence_settings`).
     :param active: for each instance, whether it takes requests (False: passive).
-    :param reject: the scheduler's ``_reject(pending, error, reason)``.
+    :param reject: fails a request that never ran: ``reject(pending, error, reason)``.
     """
 
     def __init__(
@@ -124,7 +121,6 @@ class SequenceBatcher:
         sb = config.raw.sequence_batching
         self.model = config.name
         self.settings = settings
-        self._decoupled = config.decoupled
         self._reject = reject
         #: ``iterative_sequence``: one request is a whole sequence, which its executions
         #: reschedule (:meth:`reschedule`) until one releases it
@@ -159,8 +155,8 @@ class SequenceBatcher:
         self._queued = 0  # requests in slot queues
         self._backlogged = 0  # requests in the backlog
         self._stopped = False
-        #: filler inputs by the shapes of the requests they stand beside
-        self._fillers: dict[tuple[Any, ...], dict[str, np.ndarray]] = {}
+        #: the filler requests of direct batches
+        self._fillers = Fillers(self.model, settings, config.decoupled)
         self._strategy(config, active, reject)
         self._reaper = threading.Thread(
             target=self._reap_loop, name=f"tritonx-{self.model}-sequence-reaper", daemon=True
@@ -383,37 +379,7 @@ class SequenceBatcher:
             batch.append(pending)
         if not fillers:
             return batch  # type: ignore[return-value]
-        return [p if p is not None else self._filler(representative) for p in batch]
-
-    def _filler(self, representative: Pending) -> Pending:
-        """A not-ready request shaped like ``representative`` (Triton's ``CopyAsNull``):
-        zeros (empty strings for BYTES), the not-ready controls, a zero state. The arrays
-        are read-only and shared by the fillers of one shape."""
-        inputs = representative.request.inputs
-        key = tuple((n, a.shape, a.dtype) for n, a in inputs.items())
-        template = self._fillers.get(key)
-        if template is None:
-            settings = self.settings
-            controls = settings.injected.difference(s.input_name for s in settings.states)
-            template = {}
-            for name, array in inputs.items():
-                if name in controls:
-                    continue
-                zeros = (
-                    np.full(array.shape, b"", dtype=object)
-                    if array.dtype == object
-                    else np.zeros(array.shape, array.dtype)
-                )
-                zeros.flags.writeable = False
-                template[name] = zeros
-            template.update(settings.notready)
-            if len(self._fillers) >= 16:
-                self._fillers.clear()
-            self._fillers[key] = template
-        request = InferenceRequest(self.model, dict(template))
-        if self._decoupled:
-            request.response_sender = ResponseSender(_discard)
-        return Pending(request, None, -1)
+        return [p if p is not None else self._fillers.make(representative) for p in batch]
 
     def _inject(self, pending: Pending) -> None:
         """Add the control tensors and the input state to a request about to run."""
