@@ -7,17 +7,16 @@ import numpy as np
 import orjson
 import pytest
 
-from tritonx._transports.http import decode as decode_module
+from tritonx._transports.http import json_header as decode_module
 from tritonx._transports.http.decode import (
     OFFLOAD_JSON_BYTES,
-    _shallow_json,
     decode_infer_request,
     heavy_body,
-    parse_json_header,
     raw_binary_request,
 )
 from tritonx._transports.http.encode import heavy_response
 from tritonx._transports.http.errors import MAX_ERROR_CHARS, bounded_message, error_response
+from tritonx._transports.http.json_header import _shallow_json, parse_json_header
 from tritonx._transports.http.json_tensor import ARRAY_SLICE, _array
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
