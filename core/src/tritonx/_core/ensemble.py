@@ -1,6 +1,7 @@
 """Ensembles (``platform: "ensemble"``): the scheduler that runs the steps of
 ``ensemble_scheduling`` as a data flow over other models (Triton core's ``EnsembleContext``,
-``ensemble_scheduler.cc``). The config's validation is :mod:`tritonx._core.ensemble_config`.
+``ensemble_scheduler.cc``). The config's validation is :mod:`tritonx._core.ensemble_config`;
+the steps' data flow, resolved once per version, is :mod:`tritonx._core.ensemble_steps`.
 
 An ensemble has no instances. Each step is an ordinary request to its composing model through
 the :class:`~tritonx.handle.ServerHandle`, so it goes through that model's validation,
@@ -21,12 +22,23 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tritonx._core.ensemble_config import dims_match
+from tritonx._core.ensemble_steps import (
+    PLAN_CACHE,
+    Seq,
+    Step,
+    StepLimiter,
+    Value,
+    pruned_flow,
+    reshaped,
+    resolve_steps,
+    sequence_override,
+    sequence_parameters,
+)
 from tritonx._core.inflight import InFlight
 from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
-from tritonx.types import SEQUENCE_END, SEQUENCE_START, InferenceRequest, InferenceResponse
+from tritonx.types import InferenceRequest, InferenceResponse
 from tritonx.wire import request_prefix
 
 if TYPE_CHECKING:
@@ -34,89 +46,6 @@ if TYPE_CHECKING:
     from tritonx.handle import ServerHandle
 
 log = logging.getLogger("tritonx.ensemble")
-
-#: Seconds a step waits for a ``max_inflight_requests`` slot before it goes ahead anyway
-#: (Triton's ``kMutexTimeoutSeconds``: a pipeline never deadlocks on the limit).
-INFLIGHT_WAIT_S = 300.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Step:
-    """One step, resolved against its composing model's config."""
-
-    index: int
-    model: str
-    #: None: the latest ready version (``model_version: -1``)
-    version: int | None
-    #: (model input, ensemble tensor) pairs
-    inputs: tuple[tuple[str, str], ...]
-    #: model output → ensemble tensor
-    outputs: Mapping[str, str]
-    #: the model outputs the step asks for
-    requested: tuple[str, ...]
-    decoupled: bool
-    batching: bool
-    #: model input → its configured dims (without the batch dimension)
-    input_dims: Mapping[str, tuple[int, ...]]
-
-
-#: The sequence parameters a step's output carries to the steps that read it (Triton's
-#: ``parameter_override_``): (correlation id, request flags).
-_Seq = tuple[int | str, int]
-
-#: An ensemble tensor's value: the array (None when it is absent: an optional ensemble input
-#: the request left out, or an output its step did not produce, which is then an absent
-#: optional input downstream), the batch size of the request that made it (0 when it came
-#: from a model without batching) and, for a step's output, its sequence parameters.
-_Value = tuple[np.ndarray | None, int, _Seq | None]
-
-#: The most requested-output sets whose pruned data flow an ensemble keeps.
-_PLAN_CACHE = 64
-
-#: Response parameters of a composing model that set the sequence parameters of its outputs.
-_SEQ_PARAMS = ("sequence_id", "sequence_start", "sequence_end")
-
-
-def _reshaped(
-    dims: Sequence[int], batching: bool, batch_size: int, array: np.ndarray
-) -> np.ndarray:
-    """Triton's ``ReshapeTensorDims``: between a batching and a non-batching model, add or
-    drop a batch dimension of 1 when the shapes ask for it (a view, never a copy)."""
-    if batching == (batch_size != 0):
-        return array
-    if batching:
-        if dims_match(dims, array.shape):
-            return array.reshape((1, *array.shape))
-        return array
-    if not dims_match(dims, array.shape) and batch_size == 1 and array.ndim > 0:
-        return array.reshape(array.shape[1:])
-    return array
-
-
-class _Limiter:
-    """``max_inflight_requests`` for one step, shared by every request of the ensemble."""
-
-    __slots__ = ("_slots",)
-
-    def __init__(self, limit: int) -> None:
-        self._slots = asyncio.Semaphore(limit)
-
-    async def acquire(self, ensemble: str, step: int) -> bool:
-        try:
-            await asyncio.wait_for(self._slots.acquire(), INFLIGHT_WAIT_S)
-        except TimeoutError:
-            log.error(
-                "[Internal Error] Ensemble '%s' unable to schedule step %d for %d seconds. "
-                "Proceeding to avoid deadlock.",
-                ensemble,
-                step,
-                int(INFLIGHT_WAIT_S),
-            )
-            return False
-        return True
-
-    def release(self) -> None:
-        self._slots.release()
 
 
 class EnsembleScheduler:
@@ -150,37 +79,15 @@ class EnsembleScheduler:
         self.output_dims = {
             t.name: tuple(t.reshape.shape if t.HasField("reshape") else t.dims) for t in raw.output
         }
-        steps: list[_Step] = []
-        consumers: dict[str, list[int]] = {}
-        for index, step in enumerate(raw.ensemble_scheduling.step):
-            model = composing[step.model_name]
-            inputs = tuple(step.input_map.items())
-            steps.append(
-                _Step(
-                    index=index,
-                    model=step.model_name,
-                    version=None if step.model_version < 0 else int(step.model_version),
-                    inputs=inputs,
-                    outputs=dict(step.output_map),
-                    requested=tuple(step.output_map),
-                    decoupled=model.decoupled,
-                    batching=model.max_batch_size > 0,
-                    input_dims={t.name: t.dims for t in model.inputs},
-                )
-            )
-            for _, tensor in inputs:
-                uses = consumers.setdefault(tensor, [])
-                if index not in uses:
-                    uses.append(index)
-        self.steps = tuple(steps)
-        self.consumers = {t: tuple(s) for t, s in consumers.items()}
+        #: the steps, and ensemble tensor → the steps that read it
+        self.steps, self.consumers = resolve_steps(raw.ensemble_scheduling.step, composing)
         #: ensemble tensor → the step that writes it
         self.producers = {t: s.index for s in self.steps for t in s.outputs.values()}
         self._plans: dict[frozenset[str], Mapping[str, tuple[int, ...]]] = {}
         self.full_plan = self.plan(None)
         self._targets = tuple(dict.fromkeys((s.model, s.version) for s in self.steps))
         limit = int(raw.ensemble_scheduling.max_inflight_requests)
-        self.limiters = tuple(_Limiter(limit) for _ in self.steps) if limit > 0 else ()
+        self.limiters = tuple(StepLimiter(limit) for _ in self.steps) if limit > 0 else ()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._runs: set[_Run] = set()
         self._inflight = InFlight()
@@ -193,23 +100,8 @@ class EnsembleScheduler:
         known = self._plans.get(key)
         if known is not None:
             return known
-        active: set[int] = set()
-        needed = set(key)
-        pending = list(key)
-        while pending:
-            index = self.producers.get(pending.pop())
-            if index is None or index in active:  # an ensemble input, or a step seen
-                continue
-            active.add(index)
-            for _, tensor in self.steps[index].inputs:
-                if tensor not in needed:
-                    needed.add(tensor)
-                    pending.append(tensor)
-        consumers = {
-            tensor: tuple(i for i in steps if i in active)
-            for tensor, steps in self.consumers.items()
-        }
-        if len(self._plans) < _PLAN_CACHE:
+        consumers = pruned_flow(key, self.steps, self.producers, self.consumers)
+        if len(self._plans) < PLAN_CACHE:
             self._plans[key] = consumers
         return consumers
 
@@ -358,53 +250,6 @@ class EnsembleScheduler:
             run.request.compute_sink(*phases)
 
 
-def _sequence_override(parameters: Mapping[str, object], correlation_id: int | str) -> _Seq | None:
-    """The sequence parameters a composing model's response sets (``sequence_id``,
-    ``sequence_start``, ``sequence_end``), or None when it sets none; INVALID_ARG with
-    Triton's messages for a parameter of the wrong type."""
-    if not any(name in parameters for name in _SEQ_PARAMS):
-        return None
-    flags = 0
-    if "sequence_id" in parameters:
-        value = parameters["sequence_id"]
-        if isinstance(value, np.integer):
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, (int, str)):
-            raise TritonXError(
-                "expected parameter 'sequence_id' to be TRITONSERVER_PARAMETER_INT or "
-                "TRITONSERVER_PARAMETER_STRING",
-                Code.INVALID_ARG,
-            )
-        correlation_id = value
-    for name, bit in (("sequence_start", SEQUENCE_START), ("sequence_end", SEQUENCE_END)):
-        if name not in parameters:
-            continue
-        value = parameters[name]
-        if not isinstance(value, (bool, np.bool_)):
-            raise TritonXError(
-                f"expect parameter '{name}' to be TRITONSERVER_PARAMETER_BOOL", Code.INVALID_ARG
-            )
-        if value:
-            flags |= bit
-    return correlation_id, flags
-
-
-def _sequence_parameters(seq: _Seq, request_id: int | str) -> dict[str, int | str | bool]:
-    """The response parameters Triton adds to an ensemble response for an output a step
-    wrote: its sequence id (typed as the ensemble request's correlation id) and flags."""
-    correlation_id, flags = seq
-    sequence_id: int | str
-    if isinstance(request_id, str):
-        sequence_id = correlation_id if isinstance(correlation_id, str) else str(correlation_id)
-    else:
-        sequence_id = correlation_id if isinstance(correlation_id, int) else 0
-    return {
-        "sequence_id": sequence_id,
-        "sequence_start": bool(flags & SEQUENCE_START),
-        "sequence_end": bool(flags & SEQUENCE_END),
-    }
-
-
 @dataclass(eq=False)
 class _Run:
     """One ensemble request on its way through the steps (Triton's ``EnsembleContext``).
@@ -429,7 +274,7 @@ class _Run:
     #: None while running; then whether it succeeded (counted in the statistics)
     recorded: bool | None = None
     batch_size: int = 0
-    _values: dict[str, dict[int, _Value]] = field(default_factory=dict)
+    _values: dict[str, dict[int, Value]] = field(default_factory=dict)
     #: this request's data flow (:meth:`EnsembleScheduler.plan`)
     _consumers: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     _counters: dict[str, int] = field(default_factory=dict)
@@ -453,7 +298,7 @@ class _Run:
         self._consumers = sched.full_plan if requested is None else sched.plan(requested)
         updated: list[tuple[str, int]] = []
         for name in sched.inputs:
-            value: _Value = (request.inputs.get(name), self.batch_size, None)
+            value: Value = (request.inputs.get(name), self.batch_size, None)
             updated.append((name, self._add(name, value)))
         jobs = self._launch(updated)
         try:
@@ -484,7 +329,7 @@ class _Run:
 
     # ------------------------------------------------------------------ tensors and steps
 
-    def _add(self, tensor: str, value: _Value) -> int:
+    def _add(self, tensor: str, value: Value) -> int:
         iteration = self._counters.get(tensor, 0)
         self._counters[tensor] = iteration + 1
         values = self._values.get(tensor)
@@ -493,7 +338,7 @@ class _Run:
         values[iteration] = value
         return iteration
 
-    def _launch(self, updated: list[tuple[str, int]]) -> list[tuple[_Step, InferenceRequest]]:
+    def _launch(self, updated: list[tuple[str, int]]) -> list[tuple[Step, InferenceRequest]]:
         """The steps whose inputs now all exist for an updated iteration, with their
         requests (counted in flight from here on).
 
@@ -508,7 +353,7 @@ class _Run:
         sched = self.scheduler
         values = self._values
         consumers = self._consumers
-        jobs: list[tuple[_Step, InferenceRequest]] = []
+        jobs: list[tuple[Step, InferenceRequest]] = []
         for tensor, iteration in updated:
             for index in consumers.get(tensor, ()):
                 key = (index, iteration)
@@ -520,7 +365,7 @@ class _Run:
                     jobs.append((step, self._request(step, iteration)))
         return jobs
 
-    def _spawn(self, jobs: list[tuple[_Step, InferenceRequest]]) -> None:
+    def _spawn(self, jobs: list[tuple[Step, InferenceRequest]]) -> None:
         """Run each job in a task of its own (steps that run concurrently)."""
         loop = asyncio.get_running_loop()
         for step, request in jobs:
@@ -528,17 +373,17 @@ class _Run:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _drive(self, step: _Step, request: InferenceRequest) -> None:
+    async def _drive(self, step: Step, request: InferenceRequest) -> None:
         """Run a step, then, in the same task, the first step its outputs unblock (a chain
         of steps costs no task switches); further unblocked steps get tasks of their own."""
-        job: tuple[_Step, InferenceRequest] | None = (step, request)
+        job: tuple[Step, InferenceRequest] | None = (step, request)
         while job is not None:
             jobs = await self._run_step(*job)
             job = jobs[0] if jobs else None
             if len(jobs) > 1:
                 self._spawn(jobs[1:])
 
-    def _request(self, step: _Step, iteration: int) -> InferenceRequest:
+    def _request(self, step: Step, iteration: int) -> InferenceRequest:
         request = self.request
         inputs: dict[str, np.ndarray] = {}
         # Triton's InitStep: the step's sequence parameters are the ensemble request's, or
@@ -549,7 +394,7 @@ class _Run:
         for model_input, tensor in step.inputs:
             array, batch_size, seq = self._values[tensor][iteration]
             if array is not None:  # else an optional input nobody wrote
-                inputs[model_input] = _reshaped(
+                inputs[model_input] = reshaped(
                     step.input_dims.get(model_input, ()), step.batching, batch_size, array
                 )
             if seq is None:
@@ -596,7 +441,7 @@ class _Run:
         self.compute_infer_ns += compute_infer
         self.compute_output_ns += compute_output
 
-    def _prune(self, step: _Step, iteration: int) -> None:
+    def _prune(self, step: Step, iteration: int) -> None:
         """Drop the step's input values that no other step of this iteration still needs
         (decoupled streams would otherwise keep every iteration)."""
         launched = self._launched
@@ -609,12 +454,12 @@ class _Run:
                 self._values[tensor].pop(iteration, None)
 
     async def _run_step(
-        self, step: _Step, request: InferenceRequest
-    ) -> list[tuple[_Step, InferenceRequest]]:
+        self, step: Step, request: InferenceRequest
+    ) -> list[tuple[Step, InferenceRequest]]:
         """Send one step's request; returns the steps its answer unblocked (a decoupled
         step starts those itself, as its responses come)."""
         sched = self.scheduler
-        jobs: list[tuple[_Step, InferenceRequest]] = []
+        jobs: list[tuple[Step, InferenceRequest]] = []
         limiter = sched.limiters[step.index] if sched.limiters else None
         acquired = False
         final_seen = False
@@ -661,27 +506,27 @@ class _Run:
 
     def _on_response(
         self,
-        step: _Step,
+        step: Step,
         request: InferenceRequest,
         response: InferenceResponse,
         final: bool,
-    ) -> list[tuple[_Step, InferenceRequest]]:
+    ) -> list[tuple[Step, InferenceRequest]]:
         """A composing model answered: store its outputs, answer the ensemble request when
         its outputs are complete, and return the steps they unblock."""
         if final:
             self._inflight -= 1
         answer: InferenceResponse | None = None
-        jobs: list[tuple[_Step, InferenceRequest]] = []
+        jobs: list[tuple[Step, InferenceRequest]] = []
         if not response.empty:
             batch_size = request.batch_size if step.batching else 0
             produced = response.outputs
             # Triton's ConsumeResponse: outputs carry the step's sequence parameters, or
             # those the response's parameters set; a mapped output the model did not
             # produce carries the overridden ones (flags 0 unless set), as Triton's
-            seq: _Seq = (request.correlation_id, request.flags)
+            seq: Seq = (request.correlation_id, request.flags)
             missing = (request.correlation_id, 0)
             if response.parameters:
-                override = _sequence_override(response.parameters, request.correlation_id)
+                override = sequence_override(response.parameters, request.correlation_id)
                 if override is not None:
                     seq = missing = override
             consumers = self._consumers
@@ -691,7 +536,7 @@ class _Run:
                 if not consumers.get(tensor) and tensor not in wanted:
                     continue  # read by no step this request runs, and not asked for
                 array = produced.get(model_output)
-                value: _Value = (array, batch_size, seq if array is not None else missing)
+                value: Value = (array, batch_size, seq if array is not None else missing)
                 updated.append((tensor, self._add(tensor, value)))
             jobs = self._launch(updated)
             if self.error is None:
@@ -734,9 +579,9 @@ class _Run:
             if array is None:
                 log.debug("Composing models did not output tensor %s", name)
                 continue
-            outputs[name] = _reshaped(sched.output_dims[name], sched.batching, batch_size, array)
+            outputs[name] = reshaped(sched.output_dims[name], sched.batching, batch_size, array)
             if seq is not None:  # Triton: a step's output brings its sequence parameters
-                parameters.update(_sequence_parameters(seq, self.request.correlation_id))
+                parameters.update(sequence_parameters(seq, self.request.correlation_id))
         return InferenceResponse(
             outputs=outputs,
             parameters=parameters,
