@@ -364,14 +364,7 @@ class Connection(web.RequestHandler):
             if route is not None:
                 if stop > size:
                     if self._header_timeout > 0:  # (without one, aiohttp reads it)
-                        self._inbox += memoryview(data)[start:]
-                        self._need = stop - start
-                        if self._body_timeout > 0:  # then aiohttp reads it (and answers 408)
-                            self._header_since = 0.0  # (else the header deadline bounds it)
-                            if self._held_handle is None:
-                                self._held_handle = self._event_loop.call_later(
-                                    self._body_timeout, self._give_up_hold
-                                )
+                        self._hold(data, start, stop)
                         return
                 else:
                     self._header_since = 0.0  # the request is here
@@ -397,6 +390,19 @@ class Connection(web.RequestHandler):
             return
         self._fast = None  # from here on aiohttp parses the stream itself
         self._feed(data[start:] if start else data)
+
+    def _hold(self, data: bytes, start: int, stop: int) -> None:
+        """Hold a fast request whose body is not all here (``data[start:]``, the request up
+        to ``stop``) until it is: for at most the body timeout (then aiohttp reads it), or
+        else the header deadline (:meth:`_route`)."""
+        self._inbox += memoryview(data)[start:]
+        self._need = stop - start
+        if self._body_timeout > 0:  # then aiohttp reads it (and answers 408)
+            self._header_since = 0.0  # (else the header deadline bounds it)
+            if self._held_handle is None:
+                self._held_handle = self._event_loop.call_later(
+                    self._body_timeout, self._give_up_hold
+                )
 
     def _end_hold(self) -> None:
         if self._held_handle is not None:
