@@ -26,14 +26,15 @@ listed and usable until its last lease is released, then it is unmapped (Triton'
 (no copy); a view that outlives its request (kept by a model) keeps the mapping alive,
 because a mapping with live views is never unmapped (Python's buffer protocol refuses it):
 the memory is released when the last view goes.
+
+The regions themselves (their kinds, mapping and copies, and the CUDA calls) are
+:mod:`tritonx._dataplane.shm_regions`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import ctypes
-import enum
 import errno
 import logging
 import mmap
@@ -41,11 +42,20 @@ import os
 import stat
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
+from tritonx._dataplane.shm_regions import (
+    CUDA_IPC_HANDLE_SIZE,
+    CudaRegion,
+    CudaRuntime,
+    CudaUnavailable,
+    MemoryKind,
+    Region,
+    RegionStatus,
+    SystemRegion,
+)
 from tritonx.datatypes import serialize_bytes_tensor
 from tritonx.errors import Code, TritonXError, invalid_arg, not_found
 
@@ -61,215 +71,11 @@ CLIENT_SHM_DISABLED = (
 RESERVED_KEY_PREFIX = "triton_python_backend_shm_region_"
 #: ``SIZE_MAX`` of a 64-bit tritonserver: offsets and sizes wrap at it.
 SIZE_MAX = 2**64 - 1
-#: Bytes of a ``cudaIpcMemHandle_t``.
-CUDA_IPC_HANDLE_SIZE = 64
-
-
-class MemoryKind(enum.Enum):
-    """The two kinds of client shared memory."""
-
-    SYSTEM = "system"
-    CUDA = "cuda"
-
-
-@dataclass(frozen=True, slots=True)
-class RegionStatus:
-    """One registered region, as the status endpoints list it (``key`` and ``offset`` for
-    system regions, ``device_id`` for CUDA ones)."""
-
-    name: str
-    kind: MemoryKind
-    byte_size: int
-    key: str = ""
-    offset: int = 0
-    device_id: int = 0
 
 
 def disabled_error() -> TritonXError:
     """Triton's answer to register/unregister when ``--allow-client-shm`` is false."""
     return TritonXError(CLIENT_SHM_DISABLED, Code.UNSUPPORTED)
-
-
-# ---------------------------------------------------------------------------------- regions
-
-
-class _Region:
-    """A registered region; subclasses read and write its bytes."""
-
-    kind: MemoryKind
-
-    def __init__(self, name: str, byte_size: int) -> None:
-        self.name = name
-        self.byte_size = byte_size
-        #: leases held by requests in flight
-        self.users = 0
-        #: unregistered while in use: removed when the last lease goes
-        self.awaiting_unregister = False
-
-    def status(self) -> RegionStatus:
-        raise NotImplementedError
-
-    def read(self, offset: int, size: int) -> memoryview:
-        """``size`` bytes at ``offset`` (within the region) as a read-only buffer."""
-        raise NotImplementedError
-
-    def write(self, offset: int, data: np.ndarray) -> None:
-        """Copy ``data`` (a contiguous uint8 array) to ``offset`` (within the region)."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Unmap / close the region (the manager calls it once, when it is removed)."""
-        raise NotImplementedError
-
-
-class _SystemRegion(_Region):
-    kind = MemoryKind.SYSTEM
-
-    def __init__(self, name: str, key: str, offset: int, byte_size: int, mapped: mmap.mmap):
-        super().__init__(name, byte_size)
-        self.key = key
-        self.offset = offset
-        self._mmap = mapped
-        # mmap offsets must be page aligned: the mapping starts at the page holding
-        # ``offset`` and the region is the part of it from there
-        delta = offset % mmap.ALLOCATIONGRANULARITY
-        self._view = memoryview(mapped)[delta : delta + byte_size]
-
-    def status(self) -> RegionStatus:
-        return RegionStatus(self.name, self.kind, self.byte_size, key=self.key, offset=self.offset)
-
-    def read(self, offset: int, size: int) -> memoryview:
-        return self._view[offset : offset + size].toreadonly()
-
-    def write(self, offset: int, data: np.ndarray) -> None:
-        target = np.frombuffer(self._view, np.uint8, count=data.size, offset=offset)
-        target[...] = data  # numpy copies through a temporary when the two overlap
-
-    def close(self) -> None:
-        try:
-            self._view.release()
-        except BufferError:  # a write in progress holds it: the mmap stays until it ends
-            pass
-        try:
-            self._mmap.close()
-        except BufferError:
-            # a tensor still views the mapping (a model kept an input): it is unmapped
-            # when the last such view is gone, never while one can read it
-            log.debug("shared memory region '%s' stays mapped until its views are gone", self.name)
-
-
-class _CudaRegion(_Region):
-    kind = MemoryKind.CUDA
-
-    def __init__(
-        self, name: str, device_id: int, byte_size: int, pointer: int, cuda: _Cuda
-    ) -> None:
-        super().__init__(name, byte_size)
-        self.device_id = device_id
-        self.pointer = pointer
-        self._cuda = cuda
-
-    def status(self) -> RegionStatus:
-        return RegionStatus(self.name, self.kind, self.byte_size, device_id=self.device_id)
-
-    def read(self, offset: int, size: int) -> memoryview:
-        host = np.empty(size, np.uint8)
-        if size:
-            try:
-                self._cuda.to_host(self.device_id, host, self.pointer + offset)
-            except RuntimeError as exc:
-                raise self._copy_error(exc) from None
-        return host.data.toreadonly()
-
-    def write(self, offset: int, data: np.ndarray) -> None:
-        if data.size:
-            try:
-                self._cuda.to_device(self.device_id, self.pointer + offset, data)
-            except RuntimeError as exc:
-                raise self._copy_error(exc) from None
-
-    def _copy_error(self, exc: RuntimeError) -> TritonXError:
-        return TritonXError(
-            f"failed to copy CUDA shared memory region '{self.name}': {exc}", Code.INTERNAL
-        )
-
-    def close(self) -> None:
-        self._cuda.close_ipc(self.device_id, self.pointer)
-
-
-# ---------------------------------------------------------------------------------- CUDA
-
-
-class CudaUnavailable(Exception):
-    """CUDA cannot be used here (the reason is the message)."""
-
-
-class _Cuda:
-    """The few CUDA runtime/driver calls shared memory needs, through ``cuda-python``
-    (``cuda.bindings``, or the older ``cuda.cudart`` layout); imported on first use."""
-
-    def __init__(self) -> None:
-        try:
-            from cuda.bindings import driver, runtime
-        except ImportError:
-            try:
-                from cuda import cuda as driver  # cuda-python < 12.6
-                from cuda import cudart as runtime
-            except ImportError:
-                raise CudaUnavailable(
-                    "the 'cuda-python' package is not installed on the server"
-                ) from None
-        self.rt: Any = runtime
-        self.drv: Any = driver
-        err, count = runtime.cudaGetDeviceCount()
-        if err != runtime.cudaError_t.cudaSuccess:
-            name = getattr(err, "name", str(err))
-            raise CudaUnavailable(f"no usable CUDA device on the server: {name}")
-        if not count:
-            raise CudaUnavailable("no CUDA device is visible to the server")
-        self.device_count = int(count)
-
-    def check(self, result: Any, what: str) -> Any:
-        """The values of a cuda-python call's result tuple; raises on a CUDA error."""
-        err, *values = result if isinstance(result, tuple) else (result,)
-        if err != self.rt.cudaError_t.cudaSuccess:
-            _, text = self.rt.cudaGetErrorString(err)
-            detail = text.decode() if isinstance(text, bytes) else str(text)
-            raise RuntimeError(f"{what}: {detail}")
-        return values[0] if len(values) == 1 else values
-
-    def open_ipc(self, raw_handle: bytes, device_id: int) -> tuple[int, int]:
-        """Open ``raw_handle`` on ``device_id``: (device pointer, allocation size)."""
-        rt = self.rt
-        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
-        handle = rt.cudaIpcMemHandle_t()
-        ctypes.memmove(handle.getPtr(), raw_handle, CUDA_IPC_HANDLE_SIZE)
-        flags = getattr(rt, "cudaIpcMemLazyEnablePeerAccess", 1)
-        pointer = int(self.check(rt.cudaIpcOpenMemHandle(handle, flags), "cudaIpcOpenMemHandle"))
-        try:
-            err, _base, size = self.drv.cuMemGetAddressRange(self.drv.CUdeviceptr(pointer))
-            if err != self.drv.CUresult.CUDA_SUCCESS:
-                raise RuntimeError(f"cuMemGetAddressRange failed: {err}")
-        except BaseException:
-            self.close_ipc(device_id, pointer)
-            raise
-        return pointer, int(size)
-
-    def close_ipc(self, device_id: int, pointer: int) -> None:
-        self.check(self.rt.cudaSetDevice(device_id), "cudaSetDevice")
-        self.check(self.rt.cudaIpcCloseMemHandle(pointer), "cudaIpcCloseMemHandle")
-
-    def to_host(self, device_id: int, host: np.ndarray, pointer: int) -> None:
-        rt = self.rt
-        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
-        kind = rt.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        self.check(rt.cudaMemcpy(host.ctypes.data, pointer, host.nbytes, kind), "cudaMemcpy")
-
-    def to_device(self, device_id: int, pointer: int, host: np.ndarray) -> None:
-        rt = self.rt
-        self.check(rt.cudaSetDevice(device_id), "cudaSetDevice")
-        kind = rt.cudaMemcpyKind.cudaMemcpyHostToDevice
-        self.check(rt.cudaMemcpy(pointer, host.ctypes.data, host.nbytes, kind), "cudaMemcpy")
 
 
 # ---------------------------------------------------------------------------------- manager
@@ -310,9 +116,9 @@ class SharedMemoryManager:
 
     def __init__(self, allow_client_shm: bool = False) -> None:
         self.allow_client_shm = allow_client_shm
-        self._regions: dict[str, _Region] = {}
+        self._regions: dict[str, Region] = {}
         self._lock = threading.Lock()
-        self._cuda: _Cuda | None = None
+        self._cuda: CudaRuntime | None = None
         self._cuda_error = ""
 
     # ------------------------------------------------------------------ registration
@@ -371,7 +177,7 @@ class SharedMemoryManager:
                     ) from None
             finally:
                 os.close(fd)
-            self._regions[name] = _SystemRegion(name, key, offset, byte_size, mapped)
+            self._regions[name] = SystemRegion(name, key, offset, byte_size, mapped)
 
     def cuda_available(self) -> bool:
         """Whether CUDA regions can be registered (cuda-python and a device are present);
@@ -382,12 +188,12 @@ class SharedMemoryManager:
             return False
         return True
 
-    def _cuda_runtime(self) -> _Cuda:
+    def _cuda_runtime(self) -> CudaRuntime:
         if self._cuda is None:
             if self._cuda_error:
                 raise CudaUnavailable(self._cuda_error)
             try:
-                self._cuda = _Cuda()
+                self._cuda = CudaRuntime()
             except CudaUnavailable as exc:
                 self._cuda_error = str(exc)
                 raise
@@ -435,7 +241,7 @@ class SharedMemoryManager:
                 raise TritonXError(
                     f"shared memory region '{name}' already in manager", Code.ALREADY_EXISTS
                 )
-            self._regions[name] = _CudaRegion(name, device_id, byte_size, pointer, cuda)
+            self._regions[name] = CudaRegion(name, device_id, byte_size, pointer, cuda)
 
     # ------------------------------------------------------------------ status / unregister
 
@@ -469,7 +275,7 @@ class SharedMemoryManager:
         and regions of the other kind are left alone (no error, as tritonserver)."""
         with self._lock:
             names = [name] if name else [n for n, r in self._regions.items() if r.kind is kind]
-            closing: list[_Region] = []
+            closing: list[Region] = []
             for region_name in names:
                 region = self._regions.get(region_name)
                 if region is None or region.kind is not kind:
@@ -531,7 +337,7 @@ class SharedMemoryManager:
             region.users += 1
         return Lease(self, region, offset, byte_size)
 
-    def _release(self, region: _Region) -> None:
+    def _release(self, region: Region) -> None:
         with self._lock:
             region.users -= 1
             if region.users or not region.awaiting_unregister:
@@ -542,7 +348,7 @@ class SharedMemoryManager:
             log.warning("failed to unregister shared memory region '%s'", region.name)
 
 
-def _close(region: _Region) -> bool:
+def _close(region: Region) -> bool:
     try:
         region.close()
     except Exception as exc:  # munmap / cudaIpcCloseMemHandle failed
@@ -560,7 +366,7 @@ class Lease:
     __slots__ = ("_manager", "_region", "byte_size", "offset", "released")
 
     def __init__(
-        self, manager: SharedMemoryManager, region: _Region, offset: int, byte_size: int
+        self, manager: SharedMemoryManager, region: Region, offset: int, byte_size: int
     ) -> None:
         self._manager = manager
         self._region = region
