@@ -8,8 +8,9 @@ headers are and how it answers. The steps between are written once, here, in thi
 1. :meth:`Pipeline.resolve`: the version string parsed, the one model lookup of the request,
    a decoupled model refused on a unary endpoint (with Triton's message for the transport);
    :meth:`Pipeline.resolve_loaded` awaits the model's load first when models load on demand
-   and it is not loaded (a transport that cannot await there catches
-   :class:`~tritonx.errors.NotLoaded` and goes on once ``DataPlane.loaded`` did).
+   and it is not loaded (a transport that cannot await there calls
+   :meth:`Pipeline.resolve_now`, and :meth:`Pipeline.resolve_loaded` later when it says the
+   model must load first; :meth:`Pipeline.loaded` for the other lookups of a model).
 2. :meth:`Pipeline.decode`: the transport's decoder on the event loop, or in a worker thread
    when the transport says the body is heavy or the decoder raises :class:`Offload`.
 3. :meth:`Pipeline.admit`: headers forwarded into request parameters
@@ -18,11 +19,14 @@ headers are and how it answers. The steps between are written once, here, in thi
 4. :meth:`Call.run` (a coroutine) or :meth:`Call.start` (callbacks, for a transport that
    answers without a task): inference, the response encoded (in a worker thread when the
    transport's ``heavy`` says so), the request's shared-memory lease released once the
-   outputs are written; :meth:`Call.responses` and :meth:`Call.encode` for streams.
+   outputs are written, ``INFER_RESPONSE_COMPLETE`` stamped on a traced request;
+   :meth:`Call.responses` and :meth:`Call.encode` for streams (:func:`is_answer` tells a
+   decoupled model's bare final flag apart, :meth:`Call.response_complete` stamps).
 5. :meth:`Call.cancel`: the client went away; the request is dropped if it has not run.
 
-The transport sends the answer and, for a traced request, stamps its send times and calls
-:meth:`Call.finish`.
+The transport sends the answer: :meth:`Call.send` (or :meth:`Call.sending` and
+:meth:`Call.sent` around a write it does not await) stamps a traced request's send times
+(``HTTP_SEND_START``... ``GRPC_SEND_END``); then it calls :meth:`Call.finish`.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import AsyncGenerator, Callable, Iterable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -165,6 +169,19 @@ RECEIVE_STAMPS = {
     "grpc": ("GRPC_WAITREAD_START", "GRPC_WAITREAD_END"),
 }
 
+#: The timestamps that frame the sending of a traced request's answer (Triton's names).
+SEND_STAMPS = {
+    "http": ("HTTP_SEND_START", "HTTP_SEND_END"),
+    "grpc": ("GRPC_SEND_START", "GRPC_SEND_END"),
+}
+
+
+def is_answer(response: InferenceResponse, *, empty_final: bool = False) -> bool:
+    """Whether ``response`` is part of the answer: a decoupled model's bare final flag (an
+    empty response carrying only ``final=True``) is not, unless the client asked for it
+    (``empty_final``: gRPC's ``triton_enable_empty_final_response``)."""
+    return empty_final or not response.empty
+
 
 class Pipeline:
     """The per-request steps of one transport (see the module docstring).
@@ -174,7 +191,7 @@ class Pipeline:
     :param forward: the transport's compiled ``--*-header-forward-pattern`` (None: none).
     """
 
-    __slots__ = ("_received", "dataplane", "forward", "protocol")
+    __slots__ = ("_received", "_send", "dataplane", "forward", "protocol")
 
     def __init__(
         self, dataplane: DataPlaneView, protocol: str, forward: HeaderForward | None = None
@@ -183,6 +200,7 @@ class Pipeline:
         self.protocol = protocol
         self.forward = forward
         self._received = RECEIVE_STAMPS.get(protocol)
+        self._send = SEND_STAMPS.get(protocol)
 
     def resolve(
         self, model: str, version: str, *, streaming: bool = False
@@ -196,18 +214,31 @@ class Pipeline:
             raise unsupported(DECOUPLED_MESSAGES[self.protocol])
         return served, requested
 
+    def resolve_now(
+        self, model: str, version: str, *, streaming: bool = False
+    ) -> tuple[ServedModel, int | None] | None:
+        """:meth:`resolve`, or None when the model must load on demand first
+        (``--model-load-on-demand``): :meth:`resolve_loaded` loads it (for a transport that
+        cannot await where it resolves)."""
+        try:
+            return self.resolve(model, version, streaming=streaming)
+        except NotLoaded:
+            return None
+
     async def resolve_loaded(
         self, model: str, version: str, *, streaming: bool = False
     ) -> tuple[ServedModel, int | None]:
         """:meth:`resolve`, loading the model first when models load on demand and it is
         not loaded (``--model-load-on-demand``)."""
-        try:  # (a loaded model: no second coroutine, no closure)
-            return self.resolve(model, version, streaming=streaming)
-        except NotLoaded:
-            pass
-        return await self.dataplane.loaded(
-            lambda: self.resolve(model, version, streaming=streaming)
-        )
+        resolved = self.resolve_now(model, version, streaming=streaming)
+        if resolved is not None:  # (a loaded model: no second coroutine, no closure)
+            return resolved
+        return await self.loaded(lambda: self.resolve(model, version, streaming=streaming))
+
+    async def loaded(self, lookup: Callable[[], T]) -> T:
+        """``lookup()`` (a lookup of a model: its metadata, its config...); should it find
+        the model not loaded while models load on demand, once the model has loaded."""
+        return await self.dataplane.loaded(lookup)
 
     async def decode(self, decode: Callable[..., D], *args: Any, **kwargs: Any) -> D:
         """``decode(*args, **kwargs, offload=True)`` on the event loop; should the decoder
@@ -311,30 +342,30 @@ class Call(Generic[D]):
     # ------------------------------------------------------------------ one response
 
     async def run(self, encode: Encode[A], heavy: Heavy) -> A:
-        """Infer and return the encoded response: :meth:`start`'s steps for a caller that
-        awaits (it waits on the scheduler's future itself: no callback hop). Cancelling
-        the caller cancels the request; a failure raises, the lease and trace closed."""
-        pipeline = self._pipeline
-        dp = pipeline.dataplane
-        request = self.decoded.request
+        """Infer and return the encoded response: :meth:`start`'s steps, driven by a caller
+        that awaits (it waits on the scheduler's future itself: no callback hop).
+        Cancelling the caller cancels the request; a failure raises, the lease and trace
+        closed."""
+        outcome: asyncio.Future[A] = asyncio.get_running_loop().create_future()
         try:
-            future = dp.infer_future(request, protocol=pipeline.protocol, model=self.served)
+            future = self._queue(
+                encode,
+                heavy,
+                functools.partial(_settle, outcome),
+                functools.partial(_settle_error, outcome),
+            )
             if future is None:  # traced, or behind the response cache
-                response = await dp.infer(request, protocol=pipeline.protocol, model=self.served)
+                await self._infer()
             else:
                 try:
-                    response = await future
-                except asyncio.CancelledError:
-                    request.cancel()  # dropped if it has not run yet
-                    raise
-                if response.error is not None:
-                    raise response.error
-            result = await self.encode(encode, heavy, response)
-        except BaseException:
-            self.finish()
+                    await future
+                except Exception:
+                    pass  # the response's failure: _done answers it
+                self._done(future)
+            return await outcome  # (done by now unless encoding in a worker thread)
+        except asyncio.CancelledError:
+            self.cancel()  # dropped if it has not run yet
             raise
-        self._encoded_now()
-        return result
 
     def start(
         self,
@@ -350,18 +381,10 @@ class Call(Generic[D]):
         :raises TritonXError: the request is refused (validation, a full queue, the server
             exiting); the lease is released and the trace finished then.
         """
-        dp = self._pipeline.dataplane
-        request = self.decoded.request
-        try:
-            future = dp.infer_future(request, protocol=self._pipeline.protocol, model=self.served)
-        except BaseException:
-            self.finish()
-            raise
-        self._answer, self._fail, self._encode, self._heavy = answer, fail, encode, heavy
+        future = self._queue(encode, heavy, answer, fail)
         if future is None:  # traced, or behind the response cache: the data plane's coroutine
             self._task = asyncio.get_running_loop().create_task(self._infer())
         else:
-            self._future = future
             future.add_done_callback(self._done)
 
     def cancel(self) -> None:
@@ -374,6 +397,27 @@ class Call(Generic[D]):
         if self._task is not None:
             self._task.cancel()
         self.finish()
+
+    def _queue(
+        self,
+        encode: Encode[A],
+        heavy: Heavy,
+        answer: Callable[[A], None],
+        fail: Callable[[BaseException], None],
+    ) -> asyncio.Future[InferenceResponse] | None:
+        """Queue the request on its scheduler and keep what answers it: the scheduler's
+        future, or None when the data plane's coroutine must serve it (:meth:`_infer`)."""
+        pipeline = self._pipeline
+        try:
+            future = pipeline.dataplane.infer_future(
+                self.decoded.request, protocol=pipeline.protocol, model=self.served
+            )
+        except BaseException:
+            self.finish()
+            raise
+        self._answer, self._fail, self._encode, self._heavy = answer, fail, encode, heavy
+        self._future = future
+        return future
 
     def _done(self, future: asyncio.Future[InferenceResponse]) -> None:
         if future.cancelled():
@@ -422,14 +466,9 @@ class Call(Generic[D]):
         self._task = None
         self._answered(result)
 
-    def _encoded_now(self) -> None:
-        """The response is encoded: INFER_RESPONSE_COMPLETE, and the lease released."""
-        if self.trace is not None:
-            self.trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-        self.release()
-
     def _answered(self, result: object) -> None:
-        self._encoded_now()
+        self.response_complete()
+        self.release()
         answer = self._answer
         self._answer = self._fail = self._encode = self._heavy = None
         if answer is not None:
@@ -466,6 +505,36 @@ class Call(Generic[D]):
 
     # ------------------------------------------------------------------ the end
 
+    def response_complete(self) -> None:
+        """A response is encoded (the last, or each: as the transport's Triton counterpart
+        stamps it): ``INFER_RESPONSE_COMPLETE`` on a traced request."""
+        if self.trace is not None:
+            self.trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
+
+    def sending(self) -> None:
+        """The transport starts sending the answer (or one message of it): a traced
+        request's ``HTTP_SEND_START`` or ``GRPC_SEND_START``."""
+        trace, stamps = self.trace, self._pipeline._send
+        if trace is not None and stamps is not None:
+            trace.capture(stamps[0], time.perf_counter_ns())
+
+    def sent(self) -> None:
+        """The answer (or one message of it) is sent: a traced request's ``HTTP_SEND_END``
+        or ``GRPC_SEND_END``."""
+        trace, stamps = self.trace, self._pipeline._send
+        if trace is not None and stamps is not None:
+            trace.capture(stamps[1], time.perf_counter_ns())
+
+    async def send(self, sending: Awaitable[T]) -> T:
+        """Await ``sending`` (the write of the answer, or of one message of it, not started
+        yet), framed by :meth:`sending` and :meth:`sent`."""
+        if self.trace is None:
+            return await sending
+        self.sending()
+        result = await sending
+        self.sent()
+        return result
+
     def release(self) -> None:
         """Release the request's shared-memory lease (if still held): its outputs are
         written, or never will be; the client may unregister the regions from then on."""
@@ -478,6 +547,18 @@ class Call(Generic[D]):
         trace, self.trace = self.trace, None
         if trace is not None:
             trace.finish()
+
+
+def _settle(outcome: asyncio.Future[T], result: T) -> None:
+    """:meth:`Call.run`'s answer: its future's result, unless the caller was cancelled."""
+    if not outcome.done():
+        outcome.set_result(result)
+
+
+def _settle_error(outcome: asyncio.Future[Any], error: BaseException) -> None:
+    """:meth:`Call.run`'s failure: its future's exception, unless the caller was cancelled."""
+    if not outcome.done():
+        outcome.set_exception(error)
 
 
 def _release(decoded: Decoded) -> None:
@@ -549,4 +630,5 @@ __all__ = [
     "Offload",
     "Pipeline",
     "PlainDecoded",
+    "is_answer",
 ]
