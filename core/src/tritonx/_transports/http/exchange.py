@@ -4,12 +4,12 @@ and the sending of a traced answer."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable
+from typing import Any
 
 from aiohttp import web
 
-from tritonx._dataplane.trace import Trace
+from tritonx.pipeline import Call
 
 
 class RequestHeaders:
@@ -58,12 +58,15 @@ class FieldHeaders:
         return ((k.decode("latin-1"), v) for k, v in self._fields.items())
 
 
-async def send_traced(request: web.Request, reply: web.StreamResponse, trace: Trace) -> None:
-    """Send ``reply`` now, so that the trace's HTTP_SEND_START/END frame the write."""
-    trace.capture("HTTP_SEND_START", time.perf_counter_ns())
+async def send_traced(request: web.Request, reply: web.StreamResponse, call: Call[Any]) -> None:
+    """Send ``reply`` now, so that the traced ``call``'s send stamps frame the write
+    (:meth:`tritonx.pipeline.Call.send`)."""
+    await call.send(_send_whole(request, reply))
+
+
+async def _send_whole(request: web.Request, reply: web.StreamResponse) -> None:
     await reply.prepare(request)
     await reply.write_eof()
-    trace.capture("HTTP_SEND_END", time.perf_counter_ns())
 
 
 __all__ = ["FieldHeaders", "RequestHeaders", "send_traced"]

@@ -22,13 +22,14 @@ the server starts no fast path (forwarded headers keep the names aiohttp read).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Protocol
 from urllib.parse import unquote
 
 from tritonx._dataplane.dataplane import DataPlane
@@ -38,7 +39,7 @@ from tritonx._transports.http.errors import JSON_CONTENT_TYPE, STATUS, error_bod
 from tritonx._transports.http.exchange import FieldHeaders
 from tritonx._transports.http.framing import Head
 from tritonx.config import ServerSettings
-from tritonx.errors import Code, NotLoaded, TritonXError
+from tritonx.errors import Code, TritonXError
 from tritonx.pipeline import Pipeline
 
 log = logging.getLogger("tritonx.http")
@@ -178,10 +179,14 @@ class FastInfer:
         pipeline = self._pipeline
         fields = head.fields
         try:
-            try:
-                served, version = pipeline.resolve(model, version_str)
-            except NotLoaded:  # --model-load-on-demand: served once its model is loaded
-                return _Loading(self, model, version_str, head, body, send)
+            resolved = pipeline.resolve_now(model, version_str)
+            if resolved is None:  # --model-load-on-demand: served once its model is loaded
+                return _Loading(
+                    functools.partial(pipeline.resolve_loaded, model, version_str),
+                    functools.partial(self.call, model, version_str, head, body, send),
+                    send,
+                )
+            served, version = resolved
             value = fields.get(b"inference-header-content-length")
             # a body of at most MAX_FAST_BODY bytes is never heavy: decoded here, on the loop
             decoded = decode_body(
@@ -217,24 +222,33 @@ class FastInfer:
 
 
 class _Loading:
-    """A fast request whose model is not loaded (``--model-load-on-demand``): a task waits
-    for the model's load, then :meth:`FastInfer.call` serves the request (``request``: the
-    arguments of that call)."""
+    """A fast request whose model is not loaded (``--model-load-on-demand``): a task awaits
+    ``load()`` (the model's load), then ``serve()`` serves the request (or ``send`` answers
+    the load's failure)."""
 
     __slots__ = ("_call", "_task")
 
-    def __init__(self, fast: FastInfer, *request: Any) -> None:
+    def __init__(
+        self,
+        load: Callable[[], Awaitable[object]],
+        serve: Callable[[], FastCall | None],
+        send: Send,
+    ) -> None:
         self._call: FastCall | None = None
-        self._task = asyncio.get_running_loop().create_task(self._serve(fast, request))
+        self._task = asyncio.get_running_loop().create_task(self._serve(load, serve, send))
 
-    async def _serve(self, fast: FastInfer, request: tuple[Any, ...]) -> None:
-        model, version_str, _, _, send = request
+    async def _serve(
+        self,
+        load: Callable[[], Awaitable[object]],
+        serve: Callable[[], FastCall | None],
+        send: Send,
+    ) -> None:
         try:
-            await fast._pipeline.resolve_loaded(model, version_str)
+            await load()
         except Exception as exc:
             send(answer_for(exc))
             return
-        self._call = fast.call(*request)
+        self._call = serve()
 
     def cancel(self) -> None:
         self._task.cancel()

@@ -71,7 +71,7 @@ from tritonx._transports.http.keys import PIPELINE_KEY, SETTINGS_KEY
 from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError, invalid_arg, unsupported
-from tritonx.pipeline import Call, Offload, PlainDecoded
+from tritonx.pipeline import Call, Offload, PlainDecoded, is_answer
 from tritonx.types import InferenceRequest, InferenceResponse, TensorSpec
 from tritonx.wire import request_prefix
 
@@ -382,8 +382,8 @@ def sse_event(payload: bytes) -> bytes:
 
 
 async def _payload(call: Call[PlainDecoded], response: InferenceResponse) -> tuple[bytes, int]:
-    """The JSON of one response (or of its error) and the HTTP status it stands for; a
-    traced request stamps INFER_RESPONSE_COMPLETE for each (as Triton's generate does)."""
+    """The JSON of one response (or of its error) and the HTTP status it stands for; each
+    is a complete response of a traced request (as Triton's generate stamps them)."""
     try:
         if response.error is not None:
             return error_json(response.error), status_code(response.error)
@@ -397,18 +397,7 @@ async def _payload(call: Call[PlainDecoded], response: InferenceResponse) -> tup
             error = TritonXError.wrap(exc)
             return error_json(error), status_code(error)
     finally:
-        if call.trace is not None:
-            call.trace.capture("INFER_RESPONSE_COMPLETE", time.perf_counter_ns())
-
-
-async def _write(call: Call[PlainDecoded], answer: web.StreamResponse, data: bytes) -> None:
-    """Write ``data``; a traced request's HTTP_SEND_START/END frame each write."""
-    trace = call.trace
-    if trace is not None:
-        trace.capture("HTTP_SEND_START", time.perf_counter_ns())
-    await answer.write(data)
-    if trace is not None:
-        trace.capture("HTTP_SEND_END", time.perf_counter_ns())
+        call.response_complete()
 
 
 # ---------------------------------------------------------------------------------- handler
@@ -470,7 +459,7 @@ async def _one_response(request: web.Request, call: Call[PlainDecoded]) -> web.S
     first: InferenceResponse | None = None
     count = 0
     async for response in call.responses():
-        if response.empty:  # a bare final flag: no response
+        if not is_answer(response):
             continue
         count += 1
         if first is None:
@@ -484,7 +473,7 @@ async def _one_response(request: web.Request, call: Call[PlainDecoded]) -> web.S
         body=payload, status=status, content_type=JSON_CONTENT_TYPE, headers=call.reply_headers
     )
     if call.trace is not None:
-        await send_traced(request, reply, call.trace)
+        await send_traced(request, reply, call)
     return reply
 
 
@@ -500,19 +489,19 @@ async def _stream_events(request: web.Request, call: Call[PlainDecoded]) -> web.
     try:
         first = await anext(iterator, None)
         payload, status = b"", 200
-        if first is not None and not first.empty:
+        if first is not None and is_answer(first):
             payload, status = await _payload(call, first)
         headers = {"Content-Type": SSE_CONTENT_TYPE, **dict(call.reply_headers)}
         answer = web.StreamResponse(status=status, headers=headers)
         try:
             await answer.prepare(request)
             if payload:
-                await _write(call, answer, sse_event(payload))
+                await call.send(answer.write(sse_event(payload)))
             async for response in iterator:
-                if response.empty:
+                if not is_answer(response):
                     continue
                 payload, _ = await _payload(call, response)
-                await _write(call, answer, sse_event(payload))
+                await call.send(answer.write(sse_event(payload)))
         except ConnectionError:  # the client went away: stop reading the model's responses
             call.request.cancel()
         except Exception as exc:  # a bug once the stream started: end it with an error event

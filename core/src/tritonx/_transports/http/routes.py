@@ -337,8 +337,9 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
             return web.Response(status=200)
         return error_response("Model version not ready", 400)
     version = parse_version(version_str)
+    pipeline = request.app[PIPELINE_KEY]
     if action is None:
-        md = await dp.loaded(lambda: dp.model_metadata(model, version))
+        md = await pipeline.loaded(lambda: dp.model_metadata(model, version))
         return _json(
             {
                 "name": md.name,
@@ -349,7 +350,7 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
             }
         )
     if action == "config":
-        config = await dp.loaded(lambda: dp.model_config(model, version))
+        config = await pipeline.loaded(lambda: dp.model_config(model, version))
         return _json(config.to_json_dict())
     # stats
     return _json({"model_stats": _stats_json(dp.model_statistics(model, version))})
@@ -445,7 +446,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     reply = web.Response(body=payload, headers=answer_headers)
     if call.trace is not None:
         try:
-            await send_traced(request, reply, call.trace)
+            await send_traced(request, reply, call)
         finally:
             call.finish()
     return reply
