@@ -53,6 +53,20 @@ def validate_scheduling(config: Any) -> None:
     may not set, every step complete, every ensemble input used, every output written and
     no tensor left unused. Raises INVALID_ARG with Triton's messages."""
     name = config.name
+    _check_ensemble_fields(config)
+    tensors = _tensor_graph(name, config.ensemble_scheduling.step)
+    _mark_ready(config, tensors)
+    outputs = _check_outputs_written(config, tensors)
+    for tensor_name, node in tensors.items():
+        if tensor_name in outputs:
+            continue
+        if not node.ready or not node.next:
+            raise invalid_arg(f"ensemble tensor '{tensor_name}' is unused in ensemble '{name}'")
+
+
+def _check_ensemble_fields(config: Any) -> None:
+    """The platform, the fields an ensemble may not set, and at least one step."""
+    name = config.name
     if config.platform != ENSEMBLE:
         raise invalid_arg(
             f"ensemble scheduling cannot be set for model '{name}' whose platform is not {ENSEMBLE}"
@@ -63,10 +77,13 @@ def validate_scheduling(config: Any) -> None:
         raise invalid_arg(f"optimization should not be specified for ensemble '{name}'")
     if len(config.model_warmup):
         raise invalid_arg(f"model_warmup can not be specified for ensemble '{name}'")
-    steps = config.ensemble_scheduling.step
-    if not steps:
+    if not config.ensemble_scheduling.step:
         raise invalid_arg(f"must specify 'step' for ensemble '{name}'")
 
+
+def _tensor_graph(name: str, steps: Any) -> dict[str, _Tensor]:
+    """Every ensemble tensor the steps name, linked to the tensors its step reads (``prev``)
+    and writes (``next``); each step complete, each tensor written by one step at most."""
     tensors: dict[str, _Tensor] = {}
     for index, step in enumerate(steps):
         for field_name, present in (
@@ -98,7 +115,12 @@ def validate_scheduling(config: Any) -> None:
             for out in written:
                 out.prev.append(node)
                 node.next.append(out)
+    return tensors
 
+
+def _mark_ready(config: Any, tensors: dict[str, _Tensor]) -> None:
+    """Mark ready the tensors the ensemble inputs lead to (every ensemble input used)."""
+    name = config.name
     queue: list[_Tensor] = []
     for tensor in config.input:
         node = tensors.get(tensor.name)
@@ -115,6 +137,11 @@ def validate_scheduling(config: Any) -> None:
             if nxt.ready:
                 queue.append(nxt)
 
+
+def _check_outputs_written(config: Any, tensors: dict[str, _Tensor]) -> set[str]:
+    """The ensemble outputs' names, each one written (ready); else Triton's message, naming
+    a tensor it depends on that is not connected."""
+    name = config.name
     outputs: set[str] = set()
     for tensor in config.output:
         node = tensors.get(tensor.name)
@@ -137,11 +164,7 @@ def validate_scheduling(config: Any) -> None:
                 )
             raise invalid_arg(message)
         outputs.add(tensor.name)
-    for tensor_name, node in tensors.items():
-        if tensor_name in outputs:
-            continue
-        if not node.ready or not node.next:
-            raise invalid_arg(f"ensemble tensor '{tensor_name}' is unused in ensemble '{name}'")
+    return outputs
 
 
 # ---------------------------------------------------------------------- against composing models
