@@ -58,6 +58,7 @@ class BatchCompletion:
         self._held: dict[int, tuple[Pending, InferenceResponse]] = {}
         self._next_seq = 0
         #: the execution mode's ``executed`` when it measures executions (inline), else None
+        #: (the scheduler sets it as it chooses its mode)
         self._timed: Callable[[int], None] | None = None
         #: the batcher's ``completed(batch, responses or None)``, if it has one: called on the
         #: thread that ran a batch, before it is answered (the sequence batcher keeps the

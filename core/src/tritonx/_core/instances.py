@@ -70,7 +70,14 @@ ABORT_GRACE_S = 5.0
 class InstanceScheduler(BatchCompletion):
     """Runs one model version's requests on its instances: a worker thread per instance
     pulls batches from a :class:`~tritonx._core.batcher.Batcher` (the direct queue or the
-    dynamic batcher, chosen by :func:`tritonx._core.scheduler.make_scheduler`)."""
+    dynamic batcher, chosen by :func:`tritonx._core.scheduler.make_scheduler`).
+
+    Here: the instances' lifecycle (start, instance-group updates, stop) and the requests'
+    way in. Elsewhere: the threads' loop (:mod:`tritonx._core.instance_thread`), the
+    execution modes (:mod:`tritonx._core.execution`), which the scheduler serves as
+    :class:`~tritonx._core.execution.SchedulerServices`, and the completion path
+    (:class:`~tritonx._core.completion.BatchCompletion`, a base class).
+    """
 
     #: a batch's requests cancelled since they were queued are dropped before it runs (the
     #: sequence scheduler runs every row of a batch: its batcher ends cancelled sequences)
@@ -101,6 +108,7 @@ class InstanceScheduler(BatchCompletion):
         self._init_completion(config, self.batcher)
         #: one per instance, by index
         self._threads: list[threading.Thread] = []
+        #: set as :meth:`stop` begins (the queue stops and its requests fail right after)
         self.stopping = threading.Event()
         #: what requests the stopped scheduler will not run fail with (see :meth:`stop`)
         self._stop_error = TritonXError("Server exiting", Code.UNAVAILABLE)
