@@ -6,6 +6,9 @@ labelled ``model`` and ``version`` (plus ``_<tag>`` for ``metric_tags``), failur
 ``reason`` (one series per reason, ``REJECTED``, ``CANCELED``, ``BACKEND``, ``OTHER``, from the
 model's load on); labels are written sorted by name, as Triton's prometheus-cpp writes its
 label maps (``{model="m",reason="OTHER",version="1"}``, a tag ``_team`` first). Statistics and metrics read the same counters, so they always agree.
+
+tritonx's own families for ``--model-load-on-demand`` are :mod:`tritonx._core.residency_metrics`
+(:class:`ResidencyMetrics`, importable here too).
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from tritonx._core.residency_metrics import ResidencyMetrics
 from tritonx._dataplane.stats import (
     Histogram,
     LatencyStats,
@@ -30,7 +34,6 @@ from tritonx._dataplane.stats import (
 from tritonx.errors import invalid_arg
 
 if TYPE_CHECKING:
-    from tritonx._core.residency import Residency
     from tritonx._core.watchdog import LoopWatchdog
     from tritonx.config import ModelConfig, ServerSettings
 
@@ -501,119 +504,6 @@ class LoopMetrics:
         )
 
 
-class ResidencyMetrics:
-    """tritonx's families for ``--model-load-on-demand`` (:mod:`tritonx._core.residency`),
-    a collector the server registers in its metrics registry:
-
-    * ``tritonx_model_on_demand_loads_total{model}``: loads a request started, completed;
-    * ``tritonx_model_on_demand_load_failures_total{model}``: those that failed;
-    * ``tritonx_model_evictions_total{model,reason}``: unloads to stay within a budget
-      (``reason="budget"``) or of an idle model (``reason="idle"``);
-    * ``tritonx_model_load_waits_total{model}`` and
-      ``tritonx_model_load_wait_seconds_total{model}``: requests that waited for their
-      model's load, and how long they waited in all;
-    * ``tritonx_model_memory_bytes{model}``: what each loaded model added to the server's
-      resident memory (workers included) when it loaded;
-    * ``tritonx_loaded_models``, ``tritonx_max_loaded_models`` (0: no limit),
-      ``tritonx_model_memory_used_bytes`` (with a memory budget: the growth it bounds) and
-      ``tritonx_model_memory_budget_bytes`` (0: no limit);
-    * ``tritonx_model_min_residency_refusals_total{model}``: requests refused because only
-      models loaded less than ``--model-min-residency-secs`` ago could make room for their
-      model, and ``tritonx_model_min_residency_seconds`` (that setting);
-    * ``tritonx_model_repository_scans_total``: reads of every repository (start-up, polls,
-      index, load API, on-demand loads, and lookups of unknown names once the last read is
-      ``--unknown-model-rescan-secs`` old).
-
-    Triton has none of these: they are tritonx's own.
-    """
-
-    def __init__(self, residency: Residency) -> None:
-        self.residency = residency
-
-    def collect(self) -> Iterator[Metric]:
-        r = self.residency
-        for name, help_text, counts in (
-            (
-                "tritonx_model_on_demand_loads",
-                "Number of model loads started by a request (--model-load-on-demand)",
-                r.loads,
-            ),
-            (
-                "tritonx_model_on_demand_load_failures",
-                "Number of model loads started by a request that failed",
-                r.load_failures,
-            ),
-            (
-                "tritonx_model_load_waits",
-                "Number of requests that waited for a model load",
-                r.waits,
-            ),
-            (
-                "tritonx_model_load_wait_seconds",
-                "Cumulative seconds requests waited for model loads",
-                r.wait_seconds,
-            ),
-            (
-                "tritonx_model_min_residency_refusals",
-                "Number of requests refused because only models loaded less than "
-                "--model-min-residency-secs ago could make room for their model",
-                r.min_residency_refusals,
-            ),
-        ):
-            family = CounterMetricFamily(name, help_text, labels=["model"])
-            for model in sorted(counts):
-                family.add_metric([model], counts[model])
-            yield family
-        evictions = CounterMetricFamily(
-            "tritonx_model_evictions",
-            "Number of models unloaded to stay within a budget (reason=budget) or idle "
-            "(reason=idle)",
-            labels=["model", "reason"],
-        )
-        for (model, reason), count in sorted(r.evictions.items()):
-            evictions.add_metric([model, reason], count)
-        yield evictions
-        memory = GaugeMetricFamily(
-            "tritonx_model_memory_bytes",
-            "Bytes the model added to the server's resident memory (workers included) at its load",
-            labels=["model"],
-        )
-        for model, footprint in sorted(r.footprints.items()):
-            memory.add_metric([model], footprint)
-        yield memory
-        yield GaugeMetricFamily(
-            "tritonx_loaded_models", "Number of models loaded", value=r.loaded_count()
-        )
-        yield GaugeMetricFamily(
-            "tritonx_max_loaded_models",
-            "--max-loaded-models (0: no limit)",
-            value=r.max_models,
-        )
-        if r.memory_budget:
-            yield GaugeMetricFamily(
-                "tritonx_model_memory_used_bytes",
-                "Bytes the server's resident memory (workers included) grew by since it "
-                "started loading models",
-                value=r.memory_used(),
-            )
-        yield GaugeMetricFamily(
-            "tritonx_model_memory_budget_bytes",
-            "--model-memory-budget (0: no limit)",
-            value=r.memory_budget,
-        )
-        yield GaugeMetricFamily(
-            "tritonx_model_min_residency_seconds",
-            "--model-min-residency-secs (0: no minimum)",
-            value=r.min_residency,
-        )
-        yield CounterMetricFamily(
-            "tritonx_model_repository_scans",
-            "Number of reads of every model repository (a request for an unknown model "
-            "reads them only once the last read is --unknown-model-rescan-secs old)",
-            value=r.scans,
-        )
-
-
 def render_registry(registry: CollectorRegistry) -> str:
     """A prometheus_client registry in text form, keeping each family's own name.
 
@@ -702,4 +592,4 @@ def _gpu_families() -> list[str]:
     return out
 
 
-__all__ = ["MetricsOptions", "TritonMetrics"]
+__all__ = ["MetricsOptions", "ResidencyMetrics", "TritonMetrics"]
