@@ -33,7 +33,16 @@ REASON = "Long because"
 HEAVY = ("aiohttp", "grpc", "tritonx.server", "tritonx._core", "tritonx._transports")
 #: underscore names of other libraries' public API (named tuples, ``sys._getframe``...)
 FOREIGN_API = frozenset(
-    {"_replace", "_asdict", "_fields", "_make", "_field_defaults", "_exit", "_getframe"}
+    {
+        "_replace",
+        "_asdict",
+        "_fields",
+        "_make",
+        "_field_defaults",
+        "_exit",
+        "_getframe",
+        "_current_frames",
+    }
 )
 
 
