@@ -36,7 +36,7 @@ import functools
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 from tritonx._dataplane.header_forward import HeaderForward
 from tritonx._dataplane.shared_memory import SharedMemoryUse, decode_in_thread
@@ -311,6 +311,7 @@ class Call(Generic[D]):
         "_future",
         "_heavy",
         "_pipeline",
+        "_result",
         "_task",
         "decoded",
         "reply_headers",
@@ -333,6 +334,8 @@ class Call(Generic[D]):
         self._fail: Callable[[BaseException], None] | None = None
         self._encode: Encode[Any] | None = None
         self._heavy: Heavy | None = None
+        #: :meth:`run`'s encoded response, or its failure
+        self._result: object = None
 
     @property
     def request(self) -> InferenceRequest:
@@ -346,14 +349,8 @@ class Call(Generic[D]):
         that awaits (it waits on the scheduler's future itself: no callback hop).
         Cancelling the caller cancels the request; a failure raises, the lease and trace
         closed."""
-        outcome: asyncio.Future[A] = asyncio.get_running_loop().create_future()
         try:
-            future = self._queue(
-                encode,
-                heavy,
-                functools.partial(_settle, outcome),
-                functools.partial(_settle_error, outcome),
-            )
+            future = self._queue(encode, heavy, self._keep, self._keep_error)
             if future is None:  # traced, or behind the response cache
                 await self._infer()
             else:
@@ -362,10 +359,16 @@ class Call(Generic[D]):
                 except Exception:
                     pass  # the response's failure: _done answers it
                 self._done(future)
-            return await outcome  # (done by now unless encoding in a worker thread)
+            task = self._task
+            if task is not None:  # encoding in a worker thread
+                await task
         except asyncio.CancelledError:
             self.cancel()  # dropped if it has not run yet
             raise
+        result, self._result = self._result, None
+        if isinstance(result, _Failure):
+            raise result.error
+        return cast("A", result)
 
     def start(
         self,
@@ -397,6 +400,12 @@ class Call(Generic[D]):
         if self._task is not None:
             self._task.cancel()
         self.finish()
+
+    def _keep(self, result: object) -> None:
+        self._result = result
+
+    def _keep_error(self, error: BaseException) -> None:
+        self._result = _Failure(error)
 
     def _queue(
         self,
@@ -549,16 +558,11 @@ class Call(Generic[D]):
             trace.finish()
 
 
-def _settle(outcome: asyncio.Future[T], result: T) -> None:
-    """:meth:`Call.run`'s answer: its future's result, unless the caller was cancelled."""
-    if not outcome.done():
-        outcome.set_result(result)
+@dataclass(slots=True)
+class _Failure:
+    """:meth:`Call.run`'s failure, kept until it raises it."""
 
-
-def _settle_error(outcome: asyncio.Future[Any], error: BaseException) -> None:
-    """:meth:`Call.run`'s failure: its future's exception, unless the caller was cancelled."""
-    if not outcome.done():
-        outcome.set_exception(error)
+    error: BaseException
 
 
 def _release(decoded: Decoded) -> None:
