@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from tritonx import InferenceRequest, InferenceResponse
-from tritonx.pipeline import Headers, Pipeline, PlainDecoded
+from tritonx.pipeline import Headers, Pipeline, PlainDecoded, is_answer
 from tritonx_frontend_openai.conventions import GenerateParams, Generator
 
 
@@ -114,13 +114,6 @@ def _identity(response: InferenceResponse) -> InferenceResponse:
 
 def _never(response: InferenceResponse) -> bool:
     return False
-
-
-def is_answer(response: InferenceResponse) -> bool:
-    """Whether a decoupled model's response is part of the answer: its bare final flag (an
-    empty response carrying only the final flag) is not. (The one place this frontend
-    applies that rule, to be swapped for the core pipeline's once it offers it.)"""
-    return not response.empty
 
 
 async def responses(
@@ -275,7 +268,6 @@ __all__ = [
     "choice",
     "collect",
     "infer_once",
-    "is_answer",
     "merged",
     "responses",
 ]
