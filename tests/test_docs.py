@@ -62,3 +62,21 @@ def test_readme_in_process_example_runs(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "[[1 1 1 1 1 1 1 1 1 1 1 1 1 1 1 1]]" in done.stdout
+
+
+def test_the_request_map_places_every_private_module() -> None:
+    """README's "Where a request goes" names every module under ``tritonx/_*/`` (a package by
+    its folder), so a newcomer finds each one's place."""
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("## Where a request goes")
+    fence = readme.index("```\n", start)
+    block = readme[fence : readme.index("```\n", fence + 4)]
+    base = ROOT / "core" / "src" / "tritonx"
+    missing = []
+    for path in sorted(base.glob("_*/**/*.py")):
+        if path.name == "__init__.py" and path.parent.parent == base:
+            continue  # the layer itself: _core/, _transports/, ...
+        name = f"{path.parent.name}/" if path.name == "__init__.py" else path.name
+        if not re.search(r"(?<![\w/])" + re.escape(name), block):
+            missing.append(str(path.relative_to(ROOT)))
+    assert not missing, f"README's request map does not place {missing}"
