@@ -16,6 +16,7 @@ The product code is ``core/src`` and ``plugins/*/src`` (the examples' model code
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,7 +31,15 @@ MAX_MODULE_LINES = 700
 MAX_FUNCTION_LINES = 80
 REASON = "Long because"
 #: the interface modules a plugin imports first; none may load these
-HEAVY = ("aiohttp", "grpc", "tritonx.server", "tritonx._core", "tritonx._transports")
+HEAVY = (
+    "aiohttp",
+    "grpc",
+    "tritonx.server",
+    "tritonx._core",
+    "tritonx._transports",
+    "tritonx._runtime",
+    "tritonx._dataplane.dataplane",
+)
 #: underscore names of other libraries' public API (named tuples, ``sys._getframe``...)
 FOREIGN_API = frozenset(
     {
@@ -75,10 +84,31 @@ def _where(module: Module, line: int) -> str:
 # ------------------------------------------------------------------ the interface imports light
 
 
-@pytest.mark.parametrize(
-    "interface",
-    ["tritonx.errors", "tritonx.types", "tritonx.backend", "tritonx.config", "tritonx.registry"],
-)
+#: the plugin interface: the modules README's public surface names
+INTERFACE = [
+    "tritonx.backend",
+    "tritonx.batching",
+    "tritonx.cache",
+    "tritonx.config",
+    "tritonx.datatypes",
+    "tritonx.dims",
+    "tritonx.errors",
+    "tritonx.frontend",
+    "tritonx.handle",
+    "tritonx.hookspecs",
+    "tritonx.metrics",
+    "tritonx.parameters",
+    "tritonx.pipeline",
+    "tritonx.proto",
+    "tritonx.registry",
+    "tritonx.repoagent",
+    "tritonx.repository",
+    "tritonx.types",
+    "tritonx.wire",
+]
+
+
+@pytest.mark.parametrize("interface", INTERFACE)
 def test_importing_the_interface_loads_no_server(interface: str) -> None:
     """``python -X importtime -c 'import tritonx.errors'`` (and the other interface modules a
     plugin starts from) lists no server module, no aiohttp and no grpc."""
@@ -92,6 +122,14 @@ def test_importing_the_interface_loads_no_server(interface: str) -> None:
     assert interface in imported
     loaded = [m for m in imported if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
     assert not loaded, f"import {interface} loads {loaded}"
+
+
+def test_the_interface_list_is_the_readmes_public_surface() -> None:
+    readme = (ROOT / "README.md").read_text()
+    match = re.search(r"\*\*The public surface\.\*\*(.*?)Everything else", readme, re.S)
+    assert match is not None
+    named = set(re.findall(r"`(tritonx\.\w+)`", match.group(1))) - {"tritonx.testing"}
+    assert named == set(INTERFACE) - {"tritonx.hookspecs"}
 
 
 def test_the_lazy_names_resolve_to_their_modules() -> None:

@@ -25,7 +25,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from tritonx._core.batch_inputs import BatchIO
 from tritonx._core.batcher import (
     BACKEND,
     CANCELED,
@@ -49,6 +48,7 @@ from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx._core.watchdog import format_stack
 from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend, LoadContext, ModelInstance
+from tritonx.batching import BatchIO
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.types import (

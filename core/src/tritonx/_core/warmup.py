@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tritonx._core.batch_inputs import BatchIO
 from tritonx._core.validation import validate_request
 from tritonx.backend import ModelInstance
+from tritonx.batching import BatchIO
 from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType, deserialize_bytes_tensor
 from tritonx.errors import TritonXError, invalid_arg
