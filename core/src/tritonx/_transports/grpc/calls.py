@@ -120,16 +120,21 @@ class Context:
         headers gRPC itself uses: pseudo-headers, content-type, te, grpc-timeout,
         grpc-encoding, grpc-accept-encoding).
     :param peer: returns the client's address (:meth:`peer`).
+
+    What the handler set is read by its :class:`Call` through plain attributes (not part
+    of grpc's API, whose names they avoid): :attr:`status_code` (a gRPC code number),
+    :attr:`status_details`, :attr:`trailing_pairs`, :attr:`answer_compression` and
+    :attr:`done_callbacks`.
     """
 
     __slots__ = (
-        "_callbacks",
-        "_code",
-        "_compression",
-        "_details",
         "_metadata",
         "_peer",
-        "_trailing",
+        "answer_compression",
+        "done_callbacks",
+        "status_code",
+        "status_details",
+        "trailing_pairs",
     )
 
     def __init__(
@@ -139,11 +144,11 @@ class Context:
     ) -> None:
         self._metadata = metadata
         self._peer = peer
-        self._code = OK
-        self._details = ""
-        self._compression: grpc.Compression | None = None
-        self._trailing: tuple[tuple[str, str | bytes], ...] = ()
-        self._callbacks: list[Callable[[Context], None]] | None = None
+        self.status_code = OK
+        self.status_details = ""
+        self.answer_compression: grpc.Compression | None = None
+        self.trailing_pairs: tuple[tuple[str, str | bytes], ...] = ()
+        self.done_callbacks: list[Callable[[Context], None]] | None = None
 
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         return self._metadata()
@@ -152,13 +157,13 @@ class Context:
         return self._peer() if self._peer is not None else "unknown"
 
     def set_code(self, code: grpc.StatusCode) -> None:
-        self._code = code.value[0]
+        self.status_code = code.value[0]
 
     def set_details(self, details: str) -> None:
-        self._details = details
+        self.status_details = details
 
     def set_compression(self, compression: grpc.Compression) -> None:
-        self._compression = compression
+        self.answer_compression = compression
 
     async def send_initial_metadata(self, metadata: Any) -> None:
         """The initial metadata go with the first message (tritonx's handlers send none)."""
@@ -166,12 +171,12 @@ class Context:
             raise NotImplementedError("initial metadata are not sent by this engine")
 
     def set_trailing_metadata(self, metadata: Any) -> None:
-        self._trailing = tuple(metadata)
+        self.trailing_pairs = tuple(metadata)
 
     def add_done_callback(self, callback: Callable[[Context], None]) -> None:
-        if self._callbacks is None:
-            self._callbacks = []
-        self._callbacks.append(callback)
+        if self.done_callbacks is None:
+            self.done_callbacks = []
+        self.done_callbacks.append(callback)
 
 
 class RequestStream:
@@ -532,7 +537,7 @@ class Call:
         self._status()
 
     def _compression(self) -> bytes | None:
-        algorithm = self.context._compression
+        algorithm = self.context.answer_compression
         if algorithm is None or algorithm == grpc.Compression.NoCompression:
             return None
         name = ENCODING_NAME.get(algorithm)
@@ -581,11 +586,11 @@ class Call:
         context = self.context
         block = (
             OK_TRAILERS
-            if context._code == OK and not context._details
-            else status_block(context._code, context._details)
+            if context.status_code == OK and not context.status_details
+            else status_block(context.status_code, context.status_details)
         )
-        if context._trailing:
-            block += metadata_block(context._trailing)
+        if context.trailing_pairs:
+            block += metadata_block(context.trailing_pairs)
         return block
 
     def _answer(self, response: Any) -> None:
@@ -593,10 +598,10 @@ class Call:
         if self.done:
             return
         context = self.context
-        if context._code == OK:
+        if context.status_code == OK:
             if response is None:
-                context._code = INTERNAL
-                context._details = "The method handler returned no response"
+                context.status_code = INTERNAL
+                context.status_details = "The method handler returned no response"
             else:
                 if self._send_message(response, self._trailers()):
                     self._end()
@@ -619,8 +624,8 @@ class Call:
         if self.done:
             return
         context = self.context
-        context._code = code
-        context._details = details
+        context.status_code = code
+        context.status_details = details
         self._status()
         task = self.task
         if task is not None and task is not asyncio.current_task():
@@ -646,7 +651,7 @@ class Call:
             self._cancel_timer()  # (else the deadline still bounds the queued answer)
         if not stream.closed and stream.trailers is None:  # ended without a status
             self.conn.reset(stream, h2.CANCEL)
-        callbacks = self.context._callbacks
+        callbacks = self.context.done_callbacks
         if callbacks:
             for callback in callbacks:
                 try:
