@@ -36,7 +36,7 @@ import functools
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from tritonx._dataplane.header_forward import HeaderForward
 from tritonx._dataplane.shared_memory import SharedMemoryUse, decode_in_thread
@@ -230,9 +230,10 @@ class Pipeline:
     ) -> tuple[ServedModel, int | None]:
         """:meth:`resolve`, loading the model first when models load on demand and it is
         not loaded (``--model-load-on-demand``)."""
-        resolved = self.resolve_now(model, version, streaming=streaming)
-        if resolved is not None:  # (a loaded model: no second coroutine, no closure)
-            return resolved
+        try:  # (resolve_now's steps, inline: a loaded model costs no extra call)
+            return self.resolve(model, version, streaming=streaming)
+        except NotLoaded:
+            pass
         return await self.loaded(lambda: self.resolve(model, version, streaming=streaming))
 
     async def loaded(self, lookup: Callable[[], T]) -> T:
@@ -365,10 +366,11 @@ class Call(Generic[D]):
         except asyncio.CancelledError:
             self.cancel()  # dropped if it has not run yet
             raise
-        result, self._result = self._result, None
-        if isinstance(result, _Failure):
+        result: Any = self._result
+        self._result = None
+        if result.__class__ is _Failure:
             raise result.error
-        return cast("A", result)
+        return result
 
     def start(
         self,
