@@ -158,5 +158,7 @@ def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:
 
 
 __all__ = [
+    "DataPlaneCalls",
+    "InProcessAPI",
     "ServerHandle",
 ]

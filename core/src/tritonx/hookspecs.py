@@ -143,3 +143,20 @@ def tritonx_model_event(event: ModelEvent) -> None:
 
     :param event: the model name, version, new state and, for UNAVAILABLE, the reason.
     """
+
+
+__all__ = [
+    "PROJECT",
+    "StartedServer",
+    "hookimpl",
+    "hookspec",
+    "tritonx_model_event",
+    "tritonx_register_backends",
+    "tritonx_register_caches",
+    "tritonx_register_commands",
+    "tritonx_register_frontends",
+    "tritonx_register_metric_sinks",
+    "tritonx_register_repoagents",
+    "tritonx_register_repositories",
+    "tritonx_server_started",
+]

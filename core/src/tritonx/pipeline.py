@@ -628,6 +628,7 @@ class MetadataHeaders:
 
 __all__ = [
     "Call",
+    "DataPlaneView",
     "Decoded",
     "Encode",
     "Headers",
@@ -636,5 +637,6 @@ __all__ = [
     "Offload",
     "Pipeline",
     "PlainDecoded",
+    "ServedModel",
     "is_answer",
 ]

@@ -1,9 +1,10 @@
 """Running requests on model instances: one worker thread per instance, fed from one queue.
 
 The event loop validates a request and puts it on the version's queue (a ``DirectQueue`` or,
-with ``dynamic_batching``, a ``DynamicBatcher``); whichever instance thread is free takes the
-next batch, waits for the rate limiter if it is on, calls the backend's ``execute`` and hands
-the responses back to the loop with one ``call_soon_threadsafe`` per batch. Backends are
+with ``dynamic_batching``, a ``DynamicBatcher``); whichever instance thread is free
+(:mod:`~tritonx._core.instance_thread`) takes the next batch, waits for the rate limiter if it
+is on, calls the backend's ``execute`` and hands the responses back to the loop with one
+``call_soon_threadsafe`` per batch (:mod:`~tritonx._core.completion` completes them). Backends are
 synchronous and never see two concurrent ``execute`` calls on one instance.
 
 How requests reach the instances (the queue and its threads, batches run inline on the loop,

@@ -376,7 +376,7 @@ def validate_model_config(config: ModelConfigPb) -> None:
 def validate_io(config: ModelConfigPb) -> None:
     """Triton's ``ValidateModelIOConfig``: every input and output, then ``batch_input`` /
     ``batch_output``; messages end with " for <model>" (the batch inputs and outputs
-    themselves: ``_core/batch_inputs.py``)."""
+    themselves: :class:`tritonx.batching.BatchIO`)."""
     name = config.name
     platform = config.platform
     for t in config.input:

@@ -106,7 +106,8 @@ class _Backlog:
 class SequenceBatcher:
     """The direct strategy (and what the oldest strategy shares with it).
 
-    :param settings: the model's controls and states (:func:`sequence_settings`).
+    :param settings: the model's controls and states
+        (:func:`tritonx._core.sequence.sequence_settings`).
     :param active: for each instance, whether it takes requests (False: passive).
     :param reject: fails a request that never ran: ``reject(pending, error, reason)``.
     """

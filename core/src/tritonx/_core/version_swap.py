@@ -1,6 +1,6 @@
-"""Steps 5-6 of a load: load the prepared versions, swap them in for the serving ones and
-unload what they replace (:class:`VersionSwap`), then keep the folders the versions serve
-from (:func:`keep_files`; :func:`release_files` once the model is unloaded).
+"""A load's versions going live: each prepared version loaded (its step 5, through the load
+pipeline), swapped in for the serving one and what it replaces unloaded (:class:`VersionSwap`),
+then the folders the versions serve from kept (:func:`keep_files`; :func:`release_files` once the model is unloaded).
 
 A version whose config changed only in its instance groups, with its files unchanged, is
 updated in place (Triton's ``UpdateModelConfig``): it serves on. The others are loaded

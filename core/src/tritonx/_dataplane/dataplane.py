@@ -19,8 +19,8 @@ from typing import TypeVar, cast
 from prometheus_client import CollectorRegistry
 
 from tritonx._core.lifecycle import LoadedVersion, ModelManager, VersionEntry
-from tritonx._core.metrics import ResidencyMetrics
 from tritonx._core.residency import Residency
+from tritonx._core.residency_metrics import ResidencyMetrics
 from tritonx._core.response_cache import CacheFront
 from tritonx._core.validation import validate_request
 from tritonx._dataplane.shared_memory import SharedMemoryManager

@@ -1,6 +1,6 @@
 """Debugging a ``model.py``: a model's worker processes under ``debugpy`` (the server's side:
 which workers, where; the worker starts debugpy before importing the model, in
-:meth:`tritonx_backend_python._stub.Stub.init`).
+:meth:`tritonx_backend_python._stub.Worker.init`).
 
 The operator names the models in the server's environment (never in a model's config, which
 a client may send with the load API, so no client can open a debugger port)::

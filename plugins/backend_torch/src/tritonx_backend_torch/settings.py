@@ -1,6 +1,6 @@
 """The config.pbtxt ``parameters`` Triton's PyTorch backend reads, parsed and checked.
 
-Nothing here imports torch; :mod:`tritonx_backend_torch.runtime` applies the settings.
+Nothing here imports torch; :mod:`tritonx_backend_torch.backend` applies the settings.
 """
 
 from __future__ import annotations

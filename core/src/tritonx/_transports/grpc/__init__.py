@@ -1,2 +1,3 @@
-"""The gRPC frontend (``inference.GRPCInferenceService``) over grpc.aio: a thin adapter over
-:class:`tritonx._dataplane.dataplane.DataPlane`."""
+"""The gRPC frontend (``inference.GRPCInferenceService``): the handlers (:mod:`.servicer`) over
+the inference pipeline, served by the event-loop engine (:mod:`.engine`, the default) or by
+grpc.aio (:mod:`.server` picks)."""

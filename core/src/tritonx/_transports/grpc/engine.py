@@ -3,7 +3,7 @@ the health check served by HTTP/2 framing of tritonx's own on its event loop.
 
 grpc.aio costs ~5x the HTTP fast path's CPU per call in its own machinery (a poller thread
 taking the GIL, per-call tasks and waits); this engine frames HTTP/2 the way the fast path
-frames HTTP/1.1 (:mod:`tritonx._transports.grpc.connection`, :mod:`tritonx._transports.grpc.http2`) and runs the same
+frames HTTP/1.1 (:mod:`tritonx._transports.http2`, its :mod:`~tritonx._transports.http2.connection`) and runs the same
 method handlers as the grpc.aio server (:func:`tritonx._transports.grpc.server.service_handlers`: the
 servicer over the one request pipeline, :mod:`tritonx._transports.grpc.receive`'s deserializers), so both
 engines answer alike. Listener settings are the grpc.aio server's: message size limits, TLS

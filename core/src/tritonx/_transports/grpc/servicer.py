@@ -1,14 +1,18 @@
-"""``inference.GRPCInferenceService`` over grpc.aio: a thin adapter over :class:`DataPlane`.
+"""``inference.GRPCInferenceService``'s handlers, served alike by both gRPC engines (the
+event-loop engine, the default, and grpc.aio's; :mod:`tritonx._transports.grpc.server`).
 
-Implements the KServe RPCs plus Triton's ModelStreamInfer, ModelConfig, ModelStatistics,
-model-repository and shared-memory RPCs, and the trace and logging extensions
-(``TraceSetting``, ``LogSettings``).
+Implements the KServe RPCs plus Triton's ModelConfig, ModelStatistics and model-repository
+RPCs; inference goes through :mod:`tritonx.pipeline` (ModelInfer here, ModelStreamInfer's
+machinery in :mod:`~tritonx._transports.grpc.stream`), the shared-memory RPCs are
+:mod:`~tritonx._transports.grpc.shared_memory_rpcs`' and the trace and logging extensions
+(``TraceSetting``, ``LogSettings``) :mod:`~tritonx._transports.grpc.observability`'s.
 
 A failed RPC sets its status with :func:`tritonx._transports.grpc.errors.fail` and returns ``None`` (grpc
 sends no message with a non-OK status): nothing raised, so no traceback keeps the request
 message alive after the call. Errors that are not TritonXErrors (bugs) are logged and answered
 INTERNAL. Inference requests whose decoding or encoding is heavy (large BYTES or typed
-contents) run that part in a worker thread so the event loop keeps serving.
+contents) run that part in a worker thread (the pipeline's offload) so the event loop keeps
+serving.
 """
 
 from __future__ import annotations

@@ -1,2 +1,2 @@
-"""The HTTP/REST frontend (KServe v2 + Triton extensions) over aiohttp: a thin adapter over
-:class:`tritonx._dataplane.dataplane.DataPlane`."""
+"""The HTTP/REST frontend (KServe v2 + Triton extensions) over aiohttp, with a fast path for
+plain ``/infer`` requests below aiohttp's ``web`` layer; inference goes through the pipeline."""

@@ -41,7 +41,7 @@ from aiohttp import web
 
 from tritonx._transports.http.binary import Body
 from tritonx._transports.http.body import read_body
-from tritonx._transports.http.decode import OFFLOAD_JSON_BYTES, parse_json_header
+from tritonx._transports.http.decode import OFFLOAD_JSON_BYTES
 from tritonx._transports.http.encode import heavy_response
 from tritonx._transports.http.errors import (
     JSON_CONTENT_TYPE,
@@ -52,6 +52,7 @@ from tritonx._transports.http.errors import (
     status_code,
 )
 from tritonx._transports.http.exchange import RequestHeaders, send_traced
+from tritonx._transports.http.json_header import parse_json_header
 from tritonx._transports.http.json_tensor import (
     MAX_JSON_DEPTH,
     NOT_BOOL,

@@ -4,7 +4,7 @@ engine.
 :mod:`~tritonx._transports.http2.frames` holds the frame types, flags, error codes and frame writers;
 :mod:`~tritonx._transports.http2.hpack` the header-block decoder (bounded) and the literal encoding of
 answers; :mod:`~tritonx._transports.http2.connection` one connection (framing, flow control, settings,
-streams and every per-connection bound, :class:`~tritonx._transports.http2.connection.Options`),
+streams and every per-connection bound, :class:`~tritonx._transports.http2.options.Options`),
 built in layers: :mod:`~tritonx._transports.http2.options` (the bounds),
 :mod:`~tritonx._transports.http2.streams` (streams, writing and sending under the client's windows),
 :mod:`~tritonx._transports.http2.policing` (the reset budget, ping strikes, keepalive, age),

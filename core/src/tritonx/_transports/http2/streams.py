@@ -35,7 +35,7 @@ _REMEMBERED_GAPS = 16
 
 
 class StreamHandler(Protocol):
-    """What an application does with one stream's request (set as :attr:`Stream.handler`)."""
+    """What an application does with one stream's request (set as :attr:`StreamState.handler`)."""
 
     def data_received(self, data: memoryview) -> None:
         """Body bytes of the request (padding removed); ``data`` is valid during the call
@@ -317,7 +317,7 @@ class StreamConnection(asyncio.Protocol):
         it. Returns False, sending nothing, when the data would have to wait while more than
         ``max_send_buffer`` bytes already wait on this connection (the application answers
         otherwise; not when ``bounded`` is false: a writer that waits for
-        :meth:`Stream.drained` before each piece); a stream already reset sends nothing
+        :meth:`StreamState.drained` before each piece); a stream already reset sends nothing
         (True).
         """
         if stream.closed or self.closed:
