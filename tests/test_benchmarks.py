@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
     not (ROOT / "tools" / "perf_analyzer" / "bin" / "perf_analyzer").exists(),
     reason="perf_analyzer is not set up: run `bash tools/perf_analyzer/setup.sh`",
 )
+@pytest.mark.timeout(600)  # its run.py subprocess's own bound: ~265 s on a quiet machine
 def test_benchmark_smoke(tmp_path: Path) -> None:
     pytest.importorskip("onnx")
     pytest.importorskip("tritonx_backend_onnx")
