@@ -8,7 +8,7 @@ model's load on); labels are written sorted by name, as Triton's prometheus-cpp 
 label maps (``{model="m",reason="OTHER",version="1"}``, a tag ``_team`` first). Statistics and metrics read the same counters, so they always agree.
 
 tritonx's own families for ``--model-load-on-demand`` are :mod:`tritonx._core.residency_metrics`
-(:class:`ResidencyMetrics`, importable here too).
+(:class:`~tritonx._core.residency_metrics.ResidencyMetrics`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from tritonx._core.residency_metrics import ResidencyMetrics
 from tritonx._dataplane.stats import (
     Histogram,
     LatencyStats,
@@ -592,4 +591,4 @@ def _gpu_families() -> list[str]:
     return out
 
 
-__all__ = ["MetricsOptions", "ResidencyMetrics", "TritonMetrics"]
+__all__ = ["MetricsOptions", "TritonMetrics"]

@@ -12,7 +12,7 @@ import asyncio
 import os
 from collections.abc import Callable
 
-from tritonx_backend_python._ipc import Channel
+from tritonx_backend_python._channel import Channel
 from tritonx_backend_python.link import WorkerLink
 
 
