@@ -10,6 +10,7 @@ sends).
 
 from __future__ import annotations
 
+import logging
 import socket
 import struct
 import threading
@@ -155,11 +156,16 @@ class Client:
 
     def goaway(self) -> int:
         """The error code of the GOAWAY the server sends, then its closing the connection."""
+        return self.goaway_with_debug()[0]
+
+    def goaway_with_debug(self) -> tuple[int, bytes]:
+        """The error code and debug data of the GOAWAY the server sends, then its closing the
+        connection."""
         _, _, payload = self.until(GOAWAY)
         code = int.from_bytes(payload[4:8], "big")
         while self.read() is not None:
             pass
-        return code
+        return code, bytes(payload[8:])
 
     def trailers(self, stream: int) -> dict[bytes, bytes]:
         """The trailers (or trailers-only answer) of ``stream``, decoded."""
@@ -524,10 +530,12 @@ def test_data_past_the_window_granted_is_refused(server: ServerThread) -> None:
 
 @pytest.mark.parametrize("server", [{"grpc_max_connections": 2}], indirect=True)
 def test_connections_past_the_cap_send_an_idle_one_away_or_are_refused(
-    server: ServerThread,
+    server: ServerThread, caplog: pytest.LogCaptureFixture
 ) -> None:
     """--grpc-max-connections: at the cap the oldest connection without a call open gets
-    GOAWAY to make room; when every one has a call open, the new connection is closed."""
+    GOAWAY to make room; when every one has a call open, the new connection is closed with
+    GOAWAY ENHANCE_YOUR_CALM saying why, and a flood of refusals logs one line, not one each."""
+    caplog.set_level(logging.WARNING, logger="tritonx.grpc")
     port = server.server.grpc_port
     idle = Client(port)
     idle.send(idle.call(1, LIVE, b""))
@@ -537,12 +545,21 @@ def test_connections_past_the_cap_send_an_idle_one_away_or_are_refused(
     busy.send(busy.call(3, LIVE, b""))
     assert busy.trailers(3)[b"grpc-status"] == b"0"
     newer = Client(port)
-    assert idle.goaway() == 0  # NO_ERROR: sent away for the newer one
+    code, debug = idle.goaway_with_debug()
+    assert code == 0 and b"--grpc-max-connections" in debug  # NO_ERROR: sent away
     newer.send(frame(HEADERS, END_HEADERS, 1, newer.headers(INFER)))  # a call left open
     newer.send(newer.call(3, LIVE, b""))
     assert newer.trailers(3)[b"grpc-status"] == b"0"
-    refused = Client(port)
-    assert refused.goaway() == 0
+    for _ in range(3):
+        refused = Client(port)
+        code, debug = refused.goaway_with_debug()
+        assert code == 0xB  # ENHANCE_YOUR_CALM
+        assert debug == (
+            b"too many connections: --grpc-max-connections 2 reached, each with a call open"
+        )
+    lines = [r.getMessage() for r in caplog.records if "connections refused" in r.getMessage()]
+    assert 1 <= len(lines) < 3  # one per 10 s (two only if the machine stalled that long)
+    assert lines[0].startswith("gRPC connections refused: 1 ")
     for client in (busy, newer):
         client.send(client.call(5, LIVE, b""))
         assert client.trailers(5)[b"grpc-status"] == b"0"

@@ -25,6 +25,7 @@ import asyncio
 import logging
 import resource
 import socket
+import time
 from typing import Any
 
 from tritonx._runtime.security import listener_tls_files
@@ -39,11 +40,15 @@ from tritonx._transports.grpc.calls import (
 )
 from tritonx._transports.grpc.metadata import RESPONSE_HEADERS, STATUS_415, status_block
 from tritonx._transports.grpc.restricted import restriction_rules
+from tritonx._transports.http2 import frames as h2
 from tritonx._transports.http2.connection import Connection, Options, SendBudget, Stream
 from tritonx._transports.http2.hpack import Headers
 from tritonx.config import ServerSettings
 
 log = logging.getLogger("tritonx.grpc")
+
+#: at most one log line per this many seconds about connections refused at the cap
+REFUSAL_LOG_SECS = 10.0
 
 #: Listen backlog (as the HTTP listener and tritonserver)
 BACKLOG = 1024
@@ -133,6 +138,13 @@ class Engine:
         #: open connections, oldest first
         self.connections: dict[Connection, None] = {}
         self.max_connections = int(settings.grpc_max_connections) or default_max_connections()
+        #: connections refused at the cap since the last log line about them
+        self.refusals = 0
+        self._refusal_logged = -REFUSAL_LOG_SECS
+        self._refusal = (
+            f"too many connections: --grpc-max-connections {self.max_connections} reached, "
+            "each with a call open"
+        ).encode()
         self.server: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ connections
@@ -144,15 +156,28 @@ class Engine:
         if len(connections) >= self.max_connections:
             idle = next((old for old in connections if not old.streams), None)
             if idle is None:
-                log.warning(
-                    "gRPC connection refused: %d open, all with calls (--grpc-max-connections)",
-                    len(connections),
-                )
-                conn.close()
+                self._refused(conn)
                 return
-            idle.go_away()
+            idle.go_away(debug=b"idle connection sent away: --grpc-max-connections reached")
             connections.pop(idle, None)
         connections[conn] = None
+
+    def _refused(self, conn: Connection) -> None:
+        """Refuse ``conn`` (every open connection has a call): GOAWAY ENHANCE_YOUR_CALM saying
+        why, then closed. Logged once per :data:`REFUSAL_LOG_SECS` with the count since, so a
+        flood of connections does not flood the log."""
+        conn.close(h2.ENHANCE_YOUR_CALM, self._refusal)
+        self.refusals += 1
+        now = time.monotonic()
+        if now >= self._refusal_logged + REFUSAL_LOG_SECS:
+            self._refusal_logged = now
+            log.warning(
+                "gRPC connections refused: %d (since the last such line), %d open, all with "
+                "calls (--grpc-max-connections)",
+                self.refusals,
+                len(self.connections),
+            )
+            self.refusals = 0
 
     def connection_lost(self, conn: Connection) -> None:
         self.connections.pop(conn, None)

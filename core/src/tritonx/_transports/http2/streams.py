@@ -232,11 +232,12 @@ class StreamConnection(asyncio.Protocol):
         if not self.streams and self.transport is not None:
             self.transport.close()
 
-    def close(self) -> None:
-        """Close at once: GOAWAY, then the transport (its streams are reset)."""
+    def close(self, code: int = f.NO_ERROR, debug: bytes = b"") -> None:
+        """Close at once: GOAWAY (``code``, ``debug``: why, for the client's error), then the
+        transport (its streams are reset)."""
         if self.closed:
             return
-        self.go_away()
+        self.go_away(code, debug)
         if self.transport is not None:
             self.transport.close()
 
