@@ -8,6 +8,7 @@ streams one response per word) run in the python backend; the shared identity mo
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import threading
@@ -404,6 +405,7 @@ class CancelAwareBackend(tritonx.Backend):
 
     name = "cancelaware"
     outcome: ClassVar[dict[str, tuple[int, bool]]] = {}
+    recorded: ClassVar[dict[str, threading.Event]] = collections.defaultdict(threading.Event)
 
     def load(self, ctx: tritonx.LoadContext) -> tritonx.ModelInstance:
         return CancelAwareInstance()
@@ -421,8 +423,10 @@ class CancelAwareInstance(tritonx.ModelInstance):
             sender.send(InferenceResponse(outputs={"OUTPUT0": request.inputs["INPUT0"]}))
             sent += 1
             time.sleep(0.01)
-        sender.send(final=True)
+        # recorded before the final flag goes out: a client that saw the stream end finds it
         CancelAwareBackend.outcome[request.id] = (sent, request.is_cancelled())
+        CancelAwareBackend.recorded[request.id].set()
+        sender.send(final=True)
 
 
 class _CancelAwarePlugin:
@@ -457,10 +461,7 @@ async def test_disconnect_cancels_the_request(server: Server) -> None:
         assert resp.status == 200
         assert orjson.loads((await resp.content.readuntil(b"\n\n"))[6:])["OUTPUT0"] == 3
         resp.close()
-        for _ in range(200):
-            if "left" in CancelAwareBackend.outcome:
-                break
-            await asyncio.sleep(0.02)
+        assert await asyncio.to_thread(CancelAwareBackend.recorded["left"].wait, 30)
         sent, cancelled = CancelAwareBackend.outcome["left"]
         assert cancelled and sent < 200
         status, events, _ = await stream(
