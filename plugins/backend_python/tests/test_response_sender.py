@@ -1,9 +1,9 @@
 """Non-decoupled python models that answer through ``request.get_response_sender()``, as
 under Triton (python_backend ``src/response_sender.cc``, ``src/pb_stub.cc``): one response
 with the final flag, sent before or after ``execute`` returns (which returns None, or None
-for those requests), for every request of a batch; Triton's errors for a second response, a
-final flag without a response and a response both sent and returned. In both execution modes,
-in-process and over HTTP/gRPC."""
+for those requests), for every request of a batch; Triton's errors for a second response and
+a final flag without a response (a response both sent and returned:
+test_sender_non_decoupled.py). In both execution modes, in-process and over HTTP/gRPC."""
 
 from __future__ import annotations
 
@@ -94,10 +94,6 @@ async def test_second_response_is_refused(server: Server, caplog) -> None:
             "final_only",
             "TritonModelException: Unable to send response. Non-decoupled model cannot send "
             "complete final before sending a response.",
-        ),
-        (
-            "both",
-            "Unable to send response. Non-decoupled model cannot send more than one response.",
         ),
     ],
 )

@@ -287,6 +287,7 @@ class Worker:
                 correlation_id=corr,
                 inputs=inputs,
                 requested_output_names=requested,
+                model_name="",
                 flags=flags,
                 timeout=timeout,
                 parameters=params,
@@ -311,12 +312,16 @@ class Worker:
             deliver = send
         try:
             responses = runner.execute(requests, deliver)
+            again = rescheduled(requests)
         except ExecuteFailed as exc:
             details = "".join(traceback.format_exception(exc.__cause__ or exc))
             self.send(m.Log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}"))
-            self.done(m.Done(message.batch_id, None, [], None, str(exc), runtime.sent))
-            return
-        again = rescheduled(requests)
+            # the requests answered before the failure keep their response (as in Triton)
+            responses = exc.responses(len(requests))
+            if responses is None:
+                self.done(m.Done(message.batch_id, None, [], None, str(exc), runtime.sent))
+                return
+            again = ()
         if responses is None:
             self.done(m.Done(message.batch_id, None, [], None, None, runtime.sent, again))
             return

@@ -158,6 +158,7 @@ class InProcessInstance(ModelInstance):
                     for name, array in request.inputs.items()
                 ],
                 requested_output_names=list(request.requested_outputs or outputs),
+                model_name="",
                 flags=request.flags,
                 timeout=request.timeout_us,
                 parameters=parameters_json(request.parameters),
@@ -174,7 +175,14 @@ class InProcessInstance(ModelInstance):
             # logged as Triton's stub logs it (and as a worker does)
             details = "".join(traceback.format_exception(exc.__cause__ or exc))
             self.bridge.log(pb_utils.LogLevel.ERROR, f"{exc}\n{details}")
-            raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
+            # the requests answered before the failure keep their response (as in Triton)
+            responses = exc.responses(len(requests))
+            if responses is None:
+                raise TritonXError(str(exc), Code.INTERNAL) from exc.__cause__
+            return [
+                check.response(r, request.requested_outputs)
+                for r, request in zip(responses, requests, strict=True)
+            ]
         again = rescheduled(pb_requests)
         for index in again:  # the core runs them again (iterative sequences)
             requests[index].release_flags = REQUEST_RELEASE_RESCHEDULE

@@ -55,7 +55,32 @@ def failure_message(subject: str, message: str) -> str:
 
 class ExecuteFailed(Exception):
     """``execute`` raised or returned something Triton rejects; ``str()`` is Triton's message
-    and ``__cause__`` the original exception."""
+    and ``__cause__`` the original exception.
+
+    ``answered``: the responses that the senders of a non-decoupled model's requests had sent
+    with their final flag before the failure, by request index. Triton delivers those and
+    fails only the other requests: its backend sends the failure to the requests whose
+    response factory is still open (``closed_requests_``, python_backend
+    ``src/python_be.cc``), so the later error only reaches the log.
+    """
+
+    def __init__(
+        self, message: str, answered: dict[int, pb_utils.InferenceResponse] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.answered = answered or {}
+
+    def responses(self, count: int) -> list[pb_utils.InferenceResponse] | None:
+        """One response per request of the batch (``count`` of them): its sender's response
+        where it had sent one, else the failure; ``None`` when no request was answered (the
+        whole batch fails)."""
+        if not self.answered:
+            return None
+        error = pb_utils.TritonError(str(self))
+        return [
+            self.answered[i] if i in self.answered else pb_utils.InferenceResponse(error=error)
+            for i in range(count)
+        ]
 
 
 def import_model(model_path: Path, module_name: str) -> Any:
@@ -221,6 +246,11 @@ class _Answers:
                 self.final.add(index)
                 self.changed.notify_all()
 
+    def delivered(self) -> dict[int, pb_utils.InferenceResponse]:
+        """The responses sent with their final flag so far, by request index."""
+        with self.changed:
+            return {i: self.responses[i] for i in self.final if i in self.responses}
+
     def wait(self, index: int) -> pb_utils.InferenceResponse | None:
         """The request's response once its final flag came (a sender always sends a response
         before the final flag of a non-decoupled model)."""
@@ -368,7 +398,8 @@ class ModelRunner:
             for request in requests:
                 if request.backend_sender is not None:
                     request.backend_sender.backend_close()
-            raise ExecuteFailed(self._failure(exc)) from exc
+            answered = answers.delivered() if answers is not None else None
+            raise ExecuteFailed(self._failure(exc), answered) from exc
         finally:
             if token is not None:
                 _pb_runtime.unbind(token)
