@@ -100,6 +100,14 @@ class StubRuntime(pb_utils.Runtime):
             self._waiting.pop(call_id, None)
             return response
         iterator = pb_utils.ResponseIterator(functools.partial(self._cancel_bls, call_id))
+        # as Triton's InferRequest::Exec, the call returns once its first response is there:
+        # an ``async_exec`` stays awaiting until then, never holding the model's event loop
+        # in a ``for`` over a stream that has not started
+        response, final = box.get()
+        iterator.backend_put(response, final)
+        if final:
+            self._waiting.pop(call_id, None)
+            return iterator
 
         def pump() -> None:
             while True:

@@ -7,6 +7,7 @@ import itertools
 import json
 import logging
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
@@ -69,12 +70,14 @@ class InProcessRuntime(pb_utils.Runtime):
             request.parameters(),
         )
         iterator = pb_utils.ResponseIterator(core.cancel)
+        first = threading.Event()
 
         def emit(response: InferenceResponse | TritonXError, final: bool) -> None:
             if isinstance(response, TritonXError):
                 iterator.backend_put(pb_utils.InferenceResponse(error=pb_error(response)), final)
             else:
                 iterator.backend_put(from_core_response(response), final)
+            first.set()
 
         try:
             parent = request.trace().backend_parent
@@ -87,6 +90,9 @@ class InProcessRuntime(pb_utils.Runtime):
             emit(exc, True)
             future = None
         if decoupled:
+            # as Triton's InferRequest::Exec: the call returns once its first response is
+            # there (an ``async_exec`` stays awaiting until then)
+            first.wait()
             return iterator
         if future is not None:
             future.result()
