@@ -1,10 +1,14 @@
 """A python model's own ``is_ready()`` decides its readiness on the model-readiness endpoints
 (HTTP ``/v2/models/<m>/ready``, gRPC ``ModelReady``), as Triton's python backend does: True →
 READY; False, an exception, a non-boolean or no answer within 5 s → NOT READY, with Triton's
-log line ``Model '<m>' version <v> is not ready: <why>``; the same once its worker died."""
+log line ``Model '<m>' version <v> is not ready: <why>``; the same once its worker died. As
+Triton's backend (src/python_be.cc ``RunUserModelReadinessCheck``), one ``is_ready()`` call
+at a time runs per instance: a check that comes while one runs waits (up to 5 s) for its
+answer instead of calling again, and the answer is not kept for later checks."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import signal
@@ -93,9 +97,10 @@ async def test_an_is_ready_that_hangs_is_not_ready(
         assert not await http.is_model_ready("probed")
     finally:
         await http.close()
-    assert "Model 'probed' version 1 is not ready: is_ready() did not answer within 5 s" in [
-        r.getMessage() for r in caplog.records
-    ]
+    assert (
+        "Model 'probed' version 1 is not ready: Timed out waiting for user-defined is_ready() "
+        "response" in [r.getMessage() for r in caplog.records]
+    )
 
 
 async def test_a_dead_worker_logs_tritons_line(
@@ -130,3 +135,58 @@ async def test_a_dead_worker_logs_tritons_line(
         )
         for r in caplog.records
     )
+
+
+async def test_a_slow_is_ready_answers_the_checks_that_wait_for_it(
+    model_repository, add_model, plugin_manager, tmp_path: Path, mode: str, caplog
+) -> None:
+    """Triton's qa ``test_is_ready_takes_long_time``: the check that started the call says
+    NOT READY after 5 s; the next one waits for that same call and says READY once it
+    answers."""
+    if mode == "in_process":
+        pytest.skip("no timeout can stop an is_ready() running in the server's process")
+    state = tmp_path / "slow"
+    state.mkdir()
+    add_model("slow", "slow_ready", parameters={"STATE_DIR": str(state)}, **IO)
+    caplog.set_level(logging.INFO, logger="tritonx.dataplane")
+    caplog.set_level(logging.DEBUG, logger="tritonx.backend.python")
+
+    def calls() -> int:
+        return len((state / "calls").read_text().splitlines())
+
+    def joins() -> int:
+        return sum("joins the is_ready() call in flight" in r.getMessage() for r in caplog.records)
+
+    settings = loopback_settings(model_repository.root)
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        http = httpclient.InferenceServerClient(server.http_url)
+        grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            (state / "hold").touch()  # is_ready() answers once this goes
+            assert not await http.is_model_ready("slow")
+            # still running: the next check calls no second is_ready(), it waits for the
+            # first (and says so when that does not answer either)
+            assert not await grpc.is_model_ready("slow")
+            assert calls() == 1
+            lines = [r.getMessage() for r in caplog.records if "is not ready" in r.getMessage()]
+            assert lines == [
+                "Model 'slow' version 1 is not ready: Timed out waiting for user-defined "
+                "is_ready() response",
+                "Model 'slow' version 1 is not ready: Timed out waiting for in-flight "
+                "is_ready() response",
+            ]
+            # a check waiting for the call gets its answer when it comes: READY
+            waiting = asyncio.create_task(grpc.is_model_ready("slow"))
+            deadline = asyncio.get_running_loop().time() + 30
+            while joins() < 2:  # the check waits for the call in flight (the server logs it)
+                assert asyncio.get_running_loop().time() < deadline, "the check never waited"
+                await asyncio.sleep(0.01)
+            (state / "hold").unlink()
+            assert await waiting
+            assert calls() == 1
+            # the answer is not kept: the next check calls is_ready() again
+            assert await http.is_model_ready("slow")
+            assert calls() == 2
+        finally:
+            await http.close()
+            await grpc.close()

@@ -96,9 +96,15 @@ class WorkerLink:
         self._control: concurrent.futures.Future[m.Message] | None = None
         #: the model defines ``is_ready()`` (set from its Ready message)
         self.probes = False
-        #: readiness checks waiting for their answer, by call id
+        #: ``is_ready()`` calls not answered yet, by call id (see :meth:`check_ready`)
         self._ready_checks: dict[int, concurrent.futures.Future[str | None]] = {}
         self._ready_ids = itertools.count(1)
+        self._ready_lock = threading.Lock()
+        #: the last ``is_ready()`` call (in flight until its future is done)
+        self._ready_call: concurrent.futures.Future[str | None] | None = None
+        #: the server killed this worker on purpose (its execute() ran past the execution
+        #: timeout): its instance starts a new one whatever ``restart-dead-stubs`` says
+        self.restart_wanted = False
         self._reader = threading.Thread(
             target=self._read, name=f"tritonx-python-reader-{name}", daemon=True
         )
@@ -123,20 +129,50 @@ class WorkerLink:
             m.send(self.proc.data, message)
 
     def check_ready(self, timeout: float) -> str | None:
-        """The model's own ``is_ready()`` (None: ready), or why it cannot tell: no answer
-        within ``timeout`` seconds, or the worker gone."""
-        call_id = next(self._ready_ids)
-        future: concurrent.futures.Future[str | None] = concurrent.futures.Future()
-        self._ready_checks[call_id] = future
+        """The model's own ``is_ready()`` (None: ready), or why it is not, asked as Triton's
+        backend asks it (``RunUserModelReadinessCheck``): one call at a time, whose answer a
+        check waits for at most ``timeout`` seconds. A check that comes while a call is in
+        flight (one that timed out included) makes no new call: it waits for that one's
+        answer. The answer is not kept: the next check calls again."""
+        call_id = 0
+        with self._ready_lock:  # (calls are settled under it too)
+            call = self._ready_call
+            joined = call is not None and not call.done()
+            if call is None or call.done():
+                call_id = next(self._ready_ids)
+                call = self._ready_call = concurrent.futures.Future()
+                self._ready_checks[call_id] = call
+        if joined:
+            log.debug(
+                "python model instance '%s': a readiness check joins the is_ready() call in flight",
+                self.name,
+            )
+        else:
+            try:
+                self.send(m.ReadyCheck(call_id))
+            except (OSError, EOFError, ValueError):
+                self._answer_ready(call_id, EOFError("the worker process is gone"))
         try:
-            self.send(m.ReadyCheck(call_id))
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            return f"is_ready() did not answer within {timeout:g} s"
-        except (OSError, EOFError, ValueError):
-            return f"Stub process '{self.name}' is not healthy."
-        finally:
-            self._ready_checks.pop(call_id, None)
+            return call.result(timeout)
+        except concurrent.futures.TimeoutError:  # Triton's texts (UNAVAILABLE there)
+            if joined:
+                return "Timed out waiting for in-flight is_ready() response"
+            return "Timed out waiting for user-defined is_ready() response"
+        except EOFError:
+            if joined:
+                return "Stub process is not healthy while waiting for is_ready()"
+            return "Stub process is not healthy while waiting for user-defined is_ready() response"
+
+    def _answer_ready(self, call_id: int, answer: str | BaseException | None) -> None:
+        """Settle the ``is_ready()`` call ``call_id`` (an exception: it cannot be answered)."""
+        with self._ready_lock:
+            call = self._ready_checks.pop(call_id, None)
+            if call is None or call.done():
+                return
+            if isinstance(answer, BaseException):
+                call.set_exception(answer)
+            else:
+                call.set_result(answer)
 
     def _reply(self, message: m.Message) -> None:
         try:
@@ -349,6 +385,8 @@ class WorkerLink:
                     pass  # closed meanwhile
         if control is not None and not control.done():
             control.set_exception(EOFError("the worker process is gone"))
+        for call_id in list(self._ready_checks):
+            self._answer_ready(call_id, EOFError("the worker process is gone"))
         self.proc.kill()  # reaps it and forgets it (it is gone already)
         self.proc.interrupt()  # wakes an instance thread still reading the data socket
         self.proc.close()
@@ -375,9 +413,7 @@ class WorkerLink:
                     message.family, labels_of(message.labels), message.op, message.value
                 )
             case m.ReadyAnswer():
-                check = self._ready_checks.pop(message.call_id, None)
-                if check is not None and not check.done():
-                    check.set_result(message.reason)
+                self._answer_ready(message.call_id, message.reason)
             case _:
                 control = self._control
                 if control is not None and not control.done():
