@@ -156,6 +156,7 @@ class Serve:
                 "--allow-metrics=false",
                 "--allow-client-shm=true",
                 f"--backend-config=python,shm-region-prefix-name={self.prefix}",
+                "--backend-config=python,restart-dead-stubs=true",  # a killed worker comes back
             ],
             stderr=subprocess.PIPE,
             text=True,

@@ -1,4 +1,6 @@
-"""Health that tells the truth: a Python model whose every worker is dead or restarting is
+"""Health that tells the truth, with self-healing workers
+(``--backend-config=python,restart-dead-stubs=true``; without it a dead worker stays dead, as
+Triton's stub: test_dead_stub.py): a Python model whose every worker is dead or restarting is
 not ready, over the in-process API, HTTP and gRPC, and with strict readiness (the default)
 neither is the server; both come back by themselves once a worker serves again. A model
 with one of its two instances down still serves, so it stays ready (the other instance takes
@@ -67,7 +69,9 @@ async def server(
             extra=f'instance_group [ {{ name: "{name}", count: {count}, kind: KIND_CPU }} ]\n',
             **LIFECYCLE_IO,
         )
-    settings = loopback_settings(model_repository.root)
+    settings = loopback_settings(
+        model_repository.root, backend_config={"python": {"restart-dead-stubs": "true"}}
+    )
     async with Server(settings, plugin_manager=plugin_manager) as server:
         yield server
 

@@ -1,6 +1,8 @@
-"""Self-healing workers and the execution timeout: worker processes killed for real (their
-pids come from files the model writes), served through the in-process API and tritonclient
-over HTTP and gRPC."""
+"""Self-healing workers (``--backend-config=python,restart-dead-stubs=true``; without it a
+dead worker stays dead, as Triton's stub: test_dead_stub.py) and the execution timeout (whose
+killed worker is restarted either way): worker processes killed for real (their pids come
+from files the model writes), served through the in-process API and tritonclient over HTTP
+and gRPC."""
 
 from __future__ import annotations
 
@@ -39,9 +41,15 @@ def state(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def server_settings(model_repository, standard_models, add_model, state):
+def restart_dead() -> bool:
+    """Whether the server restarts dead workers (``restart-dead-stubs``)."""
+    return True
+
+
+@pytest.fixture
+def server_settings(model_repository, standard_models, add_model, state, restart_dead: bool):
     """The standard models plus ``life`` (one instance) and ``stream`` (decoupled), with
-    every listener."""
+    every listener (and ``restart-dead-stubs=true`` unless ``restart_dead`` says not)."""
     add_model("life", "lifecycle", parameters={"STATE_DIR": str(state)}, **LIFECYCLE_IO)
     add_model(
         "stream",
@@ -52,7 +60,10 @@ def server_settings(model_repository, standard_models, add_model, state):
         extra="model_transaction_policy { decoupled: true }\n",
     )
     return loopback_settings(
-        model_repository.root, model_control_mode="explicit", load_model=("*",)
+        model_repository.root,
+        model_control_mode="explicit",
+        load_model=("*",),
+        backend_config={"python": {"restart-dead-stubs": "true"}} if restart_dead else {},
     )
 
 
@@ -436,6 +447,7 @@ async def add_timed(server: Server, add_model, state: Path, seconds: str, name: 
     return state
 
 
+@pytest.mark.parametrize("restart_dead", [False])  # the timeout restarts by itself
 async def test_execution_timeout_ends_a_hung_execute(server: Server, add_model, state) -> None:
     await add_timed(server, add_model, state, "1")
     first = await pid_of(server, "timed")
@@ -499,6 +511,7 @@ async def test_a_worker_whose_answer_is_unreadable_is_restarted(
     assert not escaped, [r.getMessage() for r in escaped]
 
 
+@pytest.mark.parametrize("restart_dead", [False])  # the timeout restarts by itself
 async def test_unload_and_reload_with_a_hung_execute(
     server: Server, add_model, state, model_repository
 ) -> None:

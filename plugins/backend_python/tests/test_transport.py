@@ -337,6 +337,7 @@ def test_a_killed_worker_or_server_leaves_nothing_behind(
             "--grpc-port=0",
             "--allow-metrics=false",
             f"--backend-config=python,shm-region-prefix-name={shm_prefix}",
+            "--backend-config=python,restart-dead-stubs=true",  # the killed worker comes back
         ],
         stderr=subprocess.PIPE,
         text=True,
@@ -419,6 +420,7 @@ def test_a_misspelt_key_is_refused(
         "--backend-config=python,shm-defualt-byte-size: backend 'python' has no setting "
         "'shm-defualt-byte-size' (its settings: default-max-batch-size, execution-mode, "
         "requirements-allowed-options, requirements-cache-dir, requirements-index-urls, "
-        "requirements-install-timeout-seconds, shm-default-byte-size, shm-growth-byte-size, "
+        "requirements-install-timeout-seconds, restart-dead-stubs, shm-default-byte-size, "
+        "shm-growth-byte-size, "
         "shm-message-queue-size, shm-region-prefix-name, stub-timeout-seconds)"
     ) in done.stderr

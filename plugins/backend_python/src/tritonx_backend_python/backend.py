@@ -19,6 +19,7 @@ from typing import Any
 
 from tritonx.backend import AutoCompleteContext, Backend, LoadContext, ModelInstance
 from tritonx.errors import Code, TritonXError, invalid_arg
+from tritonx.parameters import parse_bool
 from tritonx_backend_python import _ipc
 from tritonx_backend_python.environment import (
     CONFIG_KEYS,
@@ -54,6 +55,11 @@ MODES = ("process", "in_process")
 
 log = logging.getLogger("tritonx.backend.python")
 
+#: ``--backend-config=python,<key>=true``: start a new worker process when one dies (tritonx's
+#: self-healing); by default a dead worker stays dead until its model is loaded again, as
+#: Triton's stub does
+RESTART_KEY = "restart-dead-stubs"
+
 #: Triton python_backend ``--backend-config`` keys that size its shared-memory region and
 #: message queue, which tritonx does not have: accepted (command lines written for Triton keep
 #: working) with a warning that they change nothing.
@@ -65,7 +71,10 @@ class PythonBackend(Backend):
 
     ``--backend-config=python,<key>=<value>`` keys: ``execution-mode`` (``process`` or
     ``in_process``: the default for models that set no ``TRITONX_EXECUTION_MODE``),
-    ``stub-timeout-seconds`` (default 30), ``shm-region-prefix-name`` (the label of the
+    ``stub-timeout-seconds`` (default 30), ``restart-dead-stubs`` (default false, as Triton:
+    an instance whose worker process died answers ``Stub process '<instance>' is not
+    healthy.`` until its model is loaded again; true starts a new worker at once, backing off
+    while they keep dying), ``shm-region-prefix-name`` (the label of the
     shared-memory segments in ``/proc/<pid>/fd``: they have no file name, so no client can
     register them), and for models with their own requirements
     (:mod:`~tritonx_backend_python.environment`, :mod:`~tritonx_backend_python.reqfile`):
@@ -87,6 +96,7 @@ class PythonBackend(Backend):
         {
             "execution-mode",
             "stub-timeout-seconds",
+            RESTART_KEY,
             "shm-region-prefix-name",
             *CONFIG_KEYS,
             *NO_EFFECT,
@@ -102,6 +112,7 @@ class PythonBackend(Backend):
                 f"'{self.default_mode}'"
             )
         self.stub_timeout = float(self.config.get("stub-timeout-seconds", "30"))
+        self.restart_dead = parse_bool(RESTART_KEY, self.config.get(RESTART_KEY, "false"))
         self.shm_prefix = self.config.get("shm-region-prefix-name", _ipc.DEFAULT_PREFIX)
         for key in sorted(NO_EFFECT & self.config.keys()):
             log.warning(
@@ -245,7 +256,13 @@ class PythonBackend(Backend):
                 )
             return InProcessInstance(ctx)
         return WorkerInstance(
-            ctx, self.stub_timeout, self.shm_prefix, self.environments, self.workers, self.closed
+            ctx,
+            self.stub_timeout,
+            self.shm_prefix,
+            self.environments,
+            self.workers,
+            self.closed,
+            self.restart_dead,
         )
 
     def close(self) -> None:

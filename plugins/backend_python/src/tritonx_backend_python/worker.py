@@ -1,12 +1,14 @@
-"""A model instance whose model runs in its own worker process (Triton's stub model), and
-restarts it when it dies.
+"""A model instance whose model runs in its own worker process (Triton's stub model).
 
 :class:`WorkerInstance` owns the current :class:`~tritonx_backend_python.link.WorkerLink`. When
-the worker process dies (a crash, ``exit()``, a kill, or an ``execute`` past
-``TRITONX_EXECUTION_TIMEOUT_SECS``), its requests in flight fail, the instance reports itself
-not ready (the core then leaves the queue to the other instances) and a restart thread starts a
-fresh worker and calls ``initialize`` again, backing off when workers keep dying without
-serving.
+the worker process dies (a crash, ``exit()``, a kill), its requests in flight fail with
+Triton's ``Stub process '<instance>' is not healthy.`` and the instance reports itself not
+ready (the core then leaves the queue to the other instances). As in Triton's python backend,
+the dead worker is not started again: the instance stays not healthy until the model is
+loaded again. With ``--backend-config=python,restart-dead-stubs=true``, and always after the
+server killed a worker whose ``execute`` ran past ``TRITONX_EXECUTION_TIMEOUT_SECS``, a
+restart thread starts a fresh worker and calls ``initialize`` again, backing off when workers
+keep dying without serving.
 """
 
 from __future__ import annotations
@@ -58,8 +60,8 @@ INIT_FAILED_GRACE_S = 2.0
 #: once; otherwise restarts back off (0.5 s, 1 s, 2 s ... up to :data:`MAX_BACKOFF_S`).
 STABLE_S = 10.0
 FIRST_BACKOFF_S = 0.5
-#: seconds a model's ``is_ready()`` may take before the model counts as not ready (Triton's
-#: python backend waits as long)
+#: seconds a readiness check waits for the model's ``is_ready()`` before it answers not ready
+#: (Triton's ``kUserModelReadinessTimeoutMs``; the call goes on, and the next check waits for it)
 READY_CHECK_TIMEOUT_S = 5.0
 MAX_BACKOFF_S = 30.0
 
@@ -97,6 +99,8 @@ class WorkerInstance(ModelInstance):
     :param environments: the cache of models' own environments (their requirements).
     :param workers: the backend's set of live worker processes; this instance's join it.
     :param closed: set when the backend closes (the server exits): workers are not restarted.
+    :param restart_dead: start a new worker when one dies (``restart-dead-stubs``); by
+        default only a worker the server killed past the execution timeout is replaced.
     """
 
     _seq = itertools.count()
@@ -109,8 +113,10 @@ class WorkerInstance(ModelInstance):
         environments: EnvironmentCache,
         workers: weakref.WeakSet[WorkerProcess] | None = None,
         closed: threading.Event | None = None,
+        restart_dead: bool = False,
     ) -> None:
         self.ctx = ctx
+        self.restart_dead = restart_dead
         self.name = ctx.instance.name
         self.decoupled = ctx.config.decoupled
         self.bridge = ServerBridge(ctx.server, ctx.logger)
@@ -237,8 +243,9 @@ class WorkerInstance(ModelInstance):
             return True
 
     def _gone(self, link: WorkerLink) -> TritonXError | None:
-        """The process of ``link`` ended (its reader thread): stop serving on it and restart
-        unless that was asked for. Returns the error its requests fail with."""
+        """The process of ``link`` ended (its reader thread): stop serving on it, and restart
+        it when :attr:`restart_dead` or the link wants it (not when its end was asked for).
+        Returns the error its requests fail with."""
         with self._cond:
             if self._closed.is_set() or self._closing:
                 if link is self._link and not link.expected:
@@ -256,16 +263,34 @@ class WorkerInstance(ModelInstance):
             cause = link.cause or (
                 f"the worker process (pid {link.proc.pid}) {describe_exit(link.exit_code)}"
             )
-            self._reason = f"Stub process '{self.name}' is not healthy: {cause}; restarting it"
-            self._attempting = backoff(self._failures) == 0
-            restarter = threading.Thread(
-                target=self._restart, name=f"tritonx-python-restart-{self.name}", daemon=True
+            restarting = self.restart_dead or link.restart_wanted
+            if not restarting:
+                # Triton's backend starts no new stub: the instance stays not healthy (its
+                # TRITONBACKEND_ModelInstanceReady text) until the model is loaded again
+                self._reason = not_healthy(self.name).message
+                self._attempting = False
+                self._cond.notify_all()
+            else:
+                self._reason = f"Stub process '{self.name}' is not healthy: {cause}; restarting it"
+                self._attempting = backoff(self._failures) == 0
+                restarter = threading.Thread(
+                    target=self._restart, name=f"tritonx-python-restart-{self.name}", daemon=True
+                )
+                self._restarter = restarter
+                # started before unload() can see it: it joins it (a thread not started yet
+                # cannot be joined); the thread waits for this lock before it does anything
+                restarter.start()
+        if restarting:
+            log.error("python model '%s': %s", self.ctx.model_name, self._reason)
+        else:
+            log.error(
+                "python model '%s': Stub process '%s' is not healthy: %s; it is not started "
+                "again (as in Triton) until the model is loaded again "
+                "(--backend-config=python,restart-dead-stubs=true restarts dead workers)",
+                self.ctx.model_name,
+                self.name,
+                cause,
             )
-            self._restarter = restarter
-            # started before unload() can see it: it joins it (a thread not started yet
-            # cannot be joined); the thread waits for this lock before it does anything
-            restarter.start()
-        log.error("python model '%s': %s", self.ctx.model_name, self._reason)
         return None
 
     def _restart(self) -> None:
@@ -533,6 +558,7 @@ class WorkerInstance(ModelInstance):
             Code.INTERNAL,
         )
         log.error("python model '%s': %s", self.ctx.model_name, error.message)
+        link.restart_wanted = True  # the server's own doing, not a stub that died
         link.abort(error, f"execute() timed out after {seconds} s; the worker process was killed")
         try:
             return future.result(30.0)  # raises the error once the reader saw the worker go
@@ -540,7 +566,8 @@ class WorkerInstance(ModelInstance):
             raise error from None
 
     def is_ready(self) -> bool:
-        """False while the worker process is being restarted."""
+        """False once the worker process died: until a new one serves (``restart-dead-stubs``,
+        the execution timeout), else until the model is loaded again."""
         return self._link is not None
 
     def not_ready_reason(self) -> str:
@@ -554,8 +581,9 @@ class WorkerInstance(ModelInstance):
 
     def probe_ready(self) -> str | None:
         """Triton's instance readiness: the worker alive (else ``Stub process '<instance>'
-        is not healthy.``), and the model's own ``is_ready()`` when it defines one (within
-        :data:`READY_CHECK_TIMEOUT_S`, as Triton's stub)."""
+        is not healthy.``), and the model's own ``is_ready()`` when it defines one (one call
+        at a time, each check waiting :data:`READY_CHECK_TIMEOUT_S` at most, as Triton's
+        backend: :meth:`~tritonx_backend_python.link.WorkerLink.check_ready`)."""
         link = self._link
         if self._closing:
             return None  # being unloaded (a reload swapped it out): not a failure
