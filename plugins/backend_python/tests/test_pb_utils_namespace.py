@@ -88,7 +88,9 @@ def test_what_the_backend_adds_is_named_backend() -> None:
     tensor = pb_utils.Tensor("x", np.zeros(2, np.float32))
     assert (tensor.backend_name, tensor.backend_datatype) == ("x", "FP32")
     assert tensor.backend_array is tensor.as_numpy()
-    request = pb_utils.InferenceRequest(model_name="m", trace=pb_utils.InferenceTrace(7))
+    request = pb_utils.InferenceRequest(
+        model_name="m", inputs=[], requested_output_names=[], trace=pb_utils.InferenceTrace(7)
+    )
     assert request.backend_release_flags == pb_utils.TRITONSERVER_REQUEST_RELEASE_ALL
     assert request.backend_sender is None and request.backend_cancelled is None
     assert request.trace().backend_parent == 7

@@ -10,6 +10,7 @@ of Triton's API.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 # ---------------------------------------------------------------------- constants
@@ -30,6 +31,11 @@ class TritonModelException(Exception):
     """Raise from ``initialize``/``execute``/``finalize`` to fail them with a message."""
 
 
+_ERROR_SIGNATURE = (
+    "TritonError(message: str, code: TritonError.__ErrorCode = TritonError.__ErrorCode.INTERNAL)"
+)
+
+
 class TritonError:
     """An error carried by an :class:`InferenceResponse` (``TritonError(message, code)``)."""
 
@@ -43,7 +49,12 @@ class TritonError:
     CANCELLED = 7
 
     def __init__(self, message: str, code: int = INTERNAL) -> None:
-        self._message = str(message)
+        if type(message) is not str or type(code) is not int:
+            args = (message, code)
+            message = text_arg(message, _ERROR_SIGNATURE, args)
+            if not is_int(code):
+                raise refused(_ERROR_SIGNATURE, args)
+        self._message = message
         self._code = int(code)
 
     def message(self) -> str:
@@ -62,6 +73,57 @@ class TritonError:
 
 
 # ---------------------------------------------------------------------- argument checks
+
+# Triton's pb_utils is a pybind11 module: an argument it cannot convert to the C++ type of
+# the parameter (a str, a numpy array, a list of Tensors, an int...) fails the call with
+# pybind's TypeError before the constructor runs. These helpers give the same: cheap checks
+# on the common types first, the text built only when an argument is refused.
+
+
+def refused(signature: str, args: Sequence[Any], *, function: str = "") -> TypeError:
+    """pybind11's TypeError for a call whose arguments do not convert: ``signature`` as
+    pybind writes it (``Tensor(arg0: str, arg1: numpy.ndarray)``); ``function``: the
+    function's name when it is not a constructor."""
+    if function:
+        head = f"{function}(): incompatible function arguments"
+    else:
+        head = "__init__(): incompatible constructor arguments"
+    invoked = ", ".join(repr(arg) for arg in args)
+    return TypeError(
+        f"{head}. The following argument types are supported:\n    1. {signature}\n\n"
+        f"Invoked with: {invoked}"
+    )
+
+
+def is_int(value: Any) -> bool:
+    """Whether pybind converts ``value`` to a C++ integer (an int, or what has
+    ``__index__``, such as numpy integers; never a float or a str)."""
+    if type(value) is int or isinstance(value, int):
+        return True
+    return not isinstance(value, (float, str, bytes)) and hasattr(type(value), "__index__")
+
+
+def text_arg(value: Any, signature: str, args: Sequence[Any], function: str = "") -> str:
+    """``value`` as pybind converts it to a ``std::string`` (a str, or bytes decoded as
+    UTF-8); anything else refused with pybind's TypeError."""
+    if type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        try:
+            return bytes(value).decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    raise refused(signature, args, function=function)
+
+
+def is_sequence(value: Any) -> bool:
+    """Whether pybind converts ``value`` to a ``std::vector`` (a sequence, not a str or
+    bytes)."""
+    if type(value) is list or type(value) is tuple:
+        return True
+    return isinstance(value, Sequence) and not isinstance(value, (str, bytes, bytearray))
 
 
 def as_text(value: Any) -> Any:

@@ -24,8 +24,11 @@ from tritonx_backend_python._pb_base import (
     TRITONSERVER_RESPONSE_COMPLETE_FINAL,
     TritonError,
     TritonModelException,
-    as_text,
     check_parameters,
+    is_int,
+    is_sequence,
+    refused,
+    text_arg,
 )
 from tritonx_backend_python._pb_runtime import bls_runtime
 from tritonx_backend_python._pb_tensor import Tensor
@@ -35,6 +38,11 @@ class PreferredMemory:
     """Where BLS outputs should be placed (tritonx always uses CPU memory)."""
 
     def __init__(self, preferred_memory_type: int = 0, preferred_device_id: int = 0) -> None:
+        if not (is_int(preferred_memory_type) and is_int(preferred_device_id)):
+            raise refused(
+                "PreferredMemory(preferred_memory_type: MemoryType, preferred_device_id: int = 0)",
+                (preferred_memory_type, preferred_device_id),
+            )
         self.preferred_memory_type = preferred_memory_type
         self.preferred_device_id = preferred_device_id
 
@@ -58,6 +66,64 @@ class InferenceTrace:
         return None
 
 
+class _Required:
+    """The default of an argument pybind's signature gives none (refused when left out)."""
+
+    def __repr__(self) -> str:
+        return "<missing>"
+
+
+_REQUIRED: Any = _Required()
+
+# how Triton's pybind layer writes these constructors in its TypeError
+_REQUEST_SIGNATURE = (
+    "c_python_backend_utils.InferenceRequest(request_id: str = '', correlation_id: object = 0, "
+    "inputs: list[c_python_backend_utils.Tensor], requested_output_names: list[str], "
+    "model_name: str, model_version: int = -1, flags: int = 0, timeout: int = 0, "
+    "preferred_memory: c_python_backend_utils.PreferredMemory = <PreferredMemory>, "
+    "trace: c_python_backend_utils.InferenceTrace = <InferenceTrace>, parameters: object = None)"
+)
+_RESPONSE_SIGNATURE = (
+    "c_python_backend_utils.InferenceResponse(output_tensors: list[c_python_backend_utils."
+    "Tensor] = [], error: c_python_backend_utils.TritonError = None, parameters: object = None)"
+)
+_TEXT = (str, bytes, bytearray)
+
+
+def _request_args_convert(args: tuple[Any, ...]) -> bool:
+    """Whether pybind converts an ``InferenceRequest``'s arguments to its C++ parameters (the
+    values the constructor checks itself, correlation id and parameters, aside)."""
+    (
+        request_id,
+        correlation_id,
+        inputs,
+        requested,
+        model_name,
+        model_version,
+        flags,
+        timeout,
+        preferred_memory,
+        trace,
+        _parameters,
+    ) = args
+    return (
+        isinstance(request_id, _TEXT)
+        and correlation_id is not None
+        and isinstance(model_name, _TEXT)
+        and is_sequence(inputs)
+        and all(isinstance(tensor, Tensor) for tensor in inputs)
+        and is_sequence(requested)
+        and all(isinstance(name, _TEXT) for name in requested)
+        and is_int(model_version)
+        and is_int(flags)
+        and 0 <= flags < 1 << 32
+        and is_int(timeout)
+        and 0 <= timeout < 1 << 64
+        and (preferred_memory is None or isinstance(preferred_memory, PreferredMemory))
+        and (trace is None or isinstance(trace, InferenceTrace))
+    )
+
+
 class InferenceRequest:
     """A request: one the model received, or a BLS request it builds to call another model.
 
@@ -69,9 +135,9 @@ class InferenceRequest:
         self,
         request_id: str = "",
         correlation_id: int | str = 0,
-        inputs: Sequence[Tensor] = (),
-        requested_output_names: Sequence[str] = (),
-        model_name: str = "",
+        inputs: Sequence[Tensor] = _REQUIRED,
+        requested_output_names: Sequence[str] = _REQUIRED,
+        model_name: str = _REQUIRED,
         model_version: int = -1,
         flags: int = 0,
         timeout: int = 0,
@@ -79,19 +145,38 @@ class InferenceRequest:
         trace: InferenceTrace | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
+        args = (
+            request_id,
+            correlation_id,
+            inputs,
+            requested_output_names,
+            model_name,
+            model_version,
+            flags,
+            timeout,
+            preferred_memory,
+            trace,
+            parameters,
+        )
+        if not _request_args_convert(args):
+            raise refused(_REQUEST_SIGNATURE, args)
+        # Triton's order: the parameters, then the correlation id
+        self._parameters = check_parameters(parameters)
         if not isinstance(correlation_id, (int, str)):
             raise TritonModelException("Correlation ID must be integer or string")
-        self._request_id = as_text(request_id)
+        self._request_id = text_arg(request_id, _REQUEST_SIGNATURE, args)
         self._correlation_id = correlation_id
         self._inputs = list(inputs)
-        self._requested = [as_text(name) for name in requested_output_names]
-        self._model_name = as_text(model_name)
-        self._model_version = model_version
-        self._flags = flags
-        self._timeout = timeout
+        self._requested = [
+            n if type(n) is str else text_arg(n, _REQUEST_SIGNATURE, args)
+            for n in requested_output_names
+        ]
+        self._model_name = text_arg(model_name, _REQUEST_SIGNATURE, args)
+        self._model_version = int(model_version)
+        self._flags = int(flags)
+        self._timeout = int(timeout)
         self._preferred_memory = preferred_memory or PreferredMemory()
         self._trace = trace or InferenceTrace()
-        self._parameters = check_parameters(parameters)
         # plain attributes, not properties: the runner reads them for every request. For the
         # backend's runner and worker, not part of Triton's API:
         #: the flags ``set_release_flags`` set (``..._RESCHEDULE``: run the request again)
@@ -194,19 +279,17 @@ class InferenceResponse:
 
     def __init__(
         self,
-        output_tensors: Sequence[Tensor] | None = None,
-        error: TritonError | str | None = None,
+        output_tensors: Sequence[Tensor] = (),
+        error: TritonError | None = None,
         parameters: dict[str, Any] | str | None = None,
     ) -> None:
-        if isinstance(error, str):
-            error = TritonError(error)
-        for tensor in output_tensors or ():
-            if not isinstance(tensor, Tensor):
-                raise TritonModelException(
-                    f"Expected a list of 'Tensor' objects as output_tensors, found type "
-                    f"'{type(tensor)}'."
-                )
-        self._outputs = list(output_tensors or ())
+        if not (
+            (error is None or isinstance(error, TritonError))
+            and is_sequence(output_tensors)
+            and all(isinstance(tensor, Tensor) for tensor in output_tensors)
+        ):
+            raise refused(_RESPONSE_SIGNATURE, (output_tensors, error, parameters))
+        self._outputs = list(output_tensors)
         self._error = error
         self._parameters = check_parameters(parameters)
 

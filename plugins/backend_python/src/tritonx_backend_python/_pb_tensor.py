@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tritonx_backend_python import _dlpack, _ipc
-from tritonx_backend_python._pb_base import TritonModelException, as_text
+from tritonx_backend_python._pb_base import TritonModelException, refused, text_arg
 
 if TYPE_CHECKING:
     from tritonx_backend_python._pb_request import InferenceRequest, InferenceResponse
@@ -69,6 +69,16 @@ _CODE_TO_NUMPY = {
 
 # ---------------------------------------------------------------------- tensors
 
+# how Triton's pybind layer writes these signatures in its TypeError
+_TENSOR_SIGNATURE = "c_python_backend_utils.Tensor(arg0: str, arg1: numpy.ndarray)"
+_FROM_DLPACK_SIGNATURE = "(arg0: str, arg1: object) -> c_python_backend_utils.Tensor"
+# Triton's text (src/pb_tensor.cc: a line continued inside the literal keeps the next
+# line's indent)
+_NOT_DLPACK = (
+    "Provided tensor is not supported. Tensor must be a DLPack capsule         or have "
+    "`__dlpack__` and `__dlpack_device__` attributes"
+)
+
 
 class Tensor:
     """A named tensor; ``Tensor(name, numpy_array)``. BYTES tensors are object arrays."""
@@ -85,10 +95,13 @@ class Tensor:
     }
 
     def __init__(self, name: str, data: Any, *, datatype: str | None = None) -> None:
-        name = as_text(name)
-        if not isinstance(name, str) or not name:
+        if type(name) is not str:
+            name = text_arg(name, _TENSOR_SIGNATURE, (name, data))
+        if not isinstance(data, np.ndarray):  # pybind's py::array: a numpy array only
+            raise refused(_TENSOR_SIGNATURE, (name, data))
+        if not name:
             raise TritonModelException("Tensor name cannot be an empty string.")
-        array = data if isinstance(data, np.ndarray) else np.asarray(data)
+        array = data
         if datatype is None:
             try:
                 datatype = _ipc.datatype_of(array)
@@ -144,11 +157,17 @@ class Tensor:
     def from_dlpack(name: str, dlpack: Any) -> Tensor:
         """A tensor from any object with ``__dlpack__`` (torch, numpy, ...) or a capsule;
         a bfloat16 one becomes a BF16 tensor."""
+        if type(name) is not str:
+            name = text_arg(name, _FROM_DLPACK_SIGNATURE, (name, dlpack), "from_dlpack")
+        if not name:
+            raise TritonModelException("Tensor name cannot be an empty string.")
         source = dlpack
-        if not hasattr(dlpack, "__dlpack__"):  # a bare capsule
+        if type(dlpack).__name__ == "PyCapsule":
             source = type("_Capsule", (), {})()
             source.__dlpack__ = lambda stream=None: dlpack
             source.__dlpack_device__ = lambda: (1, 0)
+        elif not hasattr(dlpack, "__dlpack__") or not hasattr(dlpack, "__dlpack_device__"):
+            raise TritonModelException(_NOT_DLPACK)
         try:
             array = np.from_dlpack(source)
         except (BufferError, TypeError, ValueError, RuntimeError):
