@@ -141,7 +141,7 @@ async def test_custom_metrics_on_metrics_endpoint(server: Server, http_client) -
     labels = '{model="custom_metrics",version="1"}'
     assert f"requests_count_custom{labels} 2\n" in body
     assert f"last_value_custom{labels} 7\n" in body
-    assert 'input_size_custom_bucket{le="10",model="custom_metrics",version="1"} 2\n' in body
+    assert 'input_size_custom_bucket{model="custom_metrics",version="1",le="10"} 2\n' in body
     assert f"input_size_custom_count{labels} 2\n" in body
     assert "# TYPE last_value_custom gauge" in body
     # Triton's names: no _total suffix on counters, in HELP/TYPE lines or samples

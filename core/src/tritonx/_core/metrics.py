@@ -514,10 +514,20 @@ def render_registry(registry: CollectorRegistry) -> str:
         help_text = metric.documentation.replace("\\", "\\\\").replace("\n", "\\n")
         out.append(f"# HELP {metric.name} {help_text}\n# TYPE {metric.name} {metric.type}\n")
         for sample in metric.samples:
-            out.append(
-                f"{sample.name}{_labels(sorted(sample.labels.items())) if sample.labels else ''} {_num(sample.value)}\n"
-            )
+            labels = _labels(_label_order(metric.type, sample.labels)) if sample.labels else ""
+            out.append(f"{sample.name}{labels} {_num(sample.value)}\n")
     return "".join(out)
+
+
+def _label_order(kind: str, labels: dict[str, str]) -> list[tuple[str, str]]:
+    """A sample's labels as prometheus-cpp (Triton) writes them: sorted by name, then a
+    histogram bucket's ``le`` (a summary's ``quantile``) last, whatever its name sorts as."""
+    pairs = sorted(labels.items())
+    extra = {"histogram": "le", "summary": "quantile"}.get(kind)
+    if extra is not None and extra in labels:
+        pairs.remove((extra, labels[extra]))
+        pairs.append((extra, labels[extra]))
+    return pairs
 
 
 def _request_us(stats: ModelStats, attr: str) -> int:

@@ -17,10 +17,12 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from tritonx_backend_python._pb_base import TritonModelException
+from tritonx_backend_python._pb_base import TritonModelException, is_int, refused, text_arg
 
 if TYPE_CHECKING:
     from tritonx_backend_python._pb_request import InferenceRequest
@@ -54,6 +56,17 @@ class Runtime:
     ) -> float | None:
         """``create`` / ``increment`` / ``set`` / ``observe`` / ``value`` on one metric."""
         raise TritonModelException("custom metrics are only available in a model being served")
+
+    def metric_update(
+        self, family: str, labels: tuple[tuple[str, str], ...], op: str, value: Any
+    ) -> None:
+        """``create`` / ``increment`` / ``set`` / ``observe`` on one metric, returning once
+        the server applied it (it is on ``/metrics``, as when Triton's stub gets its parent's
+        answer). This default gives :meth:`metric_op` the update, then reads the metric back:
+        a server handles one model instance's metric messages in order, so its answer comes
+        after the update (and carries the error of a metric it does not know)."""
+        self.metric_op(family, labels, op, value)
+        self.metric_op(family, labels, "value", None)
 
     def control(self, op: str, **kwargs: Any) -> Any:
         """Model control from Python (``load_model`` / ``unload_model`` / ``is_model_ready``)."""
@@ -141,41 +154,91 @@ class Logger:
     @staticmethod
     def log(message: str, level: int = LogLevel.INFO) -> None:
         """Log ``message`` at ``level``."""
-        current().log(int(level), str(message))
+        if type(message) is not str or not is_int(level):
+            message = text_arg(message, _LOG_SIGNATURE, (message, level), "log")
+            if not is_int(level):
+                raise refused(_LOG_SIGNATURE, (message, level), function="log")
+        current().log(int(level), message)
 
     @staticmethod
     def log_info(message: str) -> None:
         """Log at INFO level."""
-        current().log(LogLevel.INFO, str(message))
+        if type(message) is not str:
+            message = text_arg(message, _LOG_AT_SIGNATURE, (message,), "log_info")
+        current().log(LogLevel.INFO, message)
 
     @staticmethod
     def log_warn(message: str) -> None:
         """Log at WARNING level."""
-        current().log(LogLevel.WARNING, str(message))
+        if type(message) is not str:
+            message = text_arg(message, _LOG_AT_SIGNATURE, (message,), "log_warn")
+        current().log(LogLevel.WARNING, message)
 
     @staticmethod
     def log_error(message: str) -> None:
         """Log at ERROR level."""
-        current().log(LogLevel.ERROR, str(message))
+        if type(message) is not str:
+            message = text_arg(message, _LOG_AT_SIGNATURE, (message,), "log_error")
+        current().log(LogLevel.ERROR, message)
 
     @staticmethod
     def log_verbose(message: str) -> None:
         """Log at VERBOSE (debug) level."""
-        current().log(LogLevel.VERBOSE, str(message))
+        if type(message) is not str:
+            message = text_arg(message, _LOG_AT_SIGNATURE, (message,), "log_verbose")
+        current().log(LogLevel.VERBOSE, message)
+
+
+_LOG_SIGNATURE = (
+    "(message: str, level: c_python_backend_utils.Logger.LogLevel = <LogLevel.INFO: 0>) -> None"
+)
+_LOG_AT_SIGNATURE = "(message: str) -> None"
 
 
 # ---------------------------------------------------------------------- custom metrics
 
+_FAMILY_SIGNATURE = (
+    "c_python_backend_utils.MetricFamily(name: str, description: str, "
+    "kind: c_python_backend_utils.MetricKind)"
+)
+_CLEARED = (
+    "Invalid metric operation as the corresponding 'MetricFamily' has been deleted. The "
+    "'MetricFamily' object should be deleted AFTER its corresponding 'Metric' objects have "
+    "been deleted."
+)
+# a live family of each name in this process: a family of the same name and another kind
+# is refused here (Triton's registry refuses it; a worker's updates reach the server later)
+_live_families: weakref.WeakValueDictionary[str, MetricFamily] = weakref.WeakValueDictionary()
+_live_lock = threading.Lock()
+
+
+def _message(exc: BaseException) -> str:
+    text = getattr(exc, "message", None)
+    return text if isinstance(text, str) else str(exc)
+
 
 class MetricFamily:
     """A custom metric family shown on the server's ``/metrics``:
-    ``MetricFamily(name, description, MetricFamily.COUNTER)``, then ``.Metric(labels=...)``."""
+    ``MetricFamily(name, description, MetricFamily.COUNTER)``, then ``.Metric(labels=...)``.
+
+    As in Triton, a family's metrics live as long as the family object: once it is gone
+    (deleted, or never kept, as in ``MetricFamily(...).Metric()``), using one of them raises
+    :class:`TritonModelException`.
+    """
 
     COUNTER = 0
     GAUGE = 1
     HISTOGRAM = 2
 
     def __init__(self, name: str, description: str, kind: int) -> None:
+        self._metrics: weakref.WeakSet[Metric] = weakref.WeakSet()
+        if type(name) is not str or type(description) is not str or type(kind) is not int:
+            args = (name, description, kind)
+            name = text_arg(name, _FAMILY_SIGNATURE, args)
+            description = text_arg(description, _FAMILY_SIGNATURE, args)
+            if not is_int(kind):
+                raise refused(_FAMILY_SIGNATURE, args)
+            kind = int(kind)
         if kind not in (self.COUNTER, self.GAUGE, self.HISTOGRAM):
             raise TritonModelException("Unknown metric family kind")
         if not name:
@@ -183,7 +246,23 @@ class MetricFamily:
         self.name = name
         self.description = description
         self.kind = kind
-        current().metric_family(name, description, kind)
+        with _live_lock:
+            live = _live_families.get(name)
+            if live is not None and live.kind != kind:
+                raise TritonModelException(
+                    "Error when creating MetricFamily: Family name already exists with "
+                    "different type"
+                )
+            try:
+                current().metric_family(name, description, kind)
+            except TritonModelException:
+                raise
+            except Exception as exc:
+                raise TritonModelException(
+                    f"Error when creating MetricFamily: {_message(exc)}"
+                ) from None
+            if live is None:
+                _live_families[name] = self
 
     def Metric(
         self, labels: dict[str, str] | None = None, buckets: Sequence[float] | None = None
@@ -191,9 +270,24 @@ class MetricFamily:
         """A metric of this family with the given labels (histograms need ``buckets``)."""
         return Metric(self, labels, buckets)
 
+    def __del__(self) -> None:
+        # Triton's ~MetricFamily clears its metrics: they refuse any use from now on
+        for metric in list(getattr(self, "_metrics", ())):
+            metric.cleared = True
+
+
+def _number(value: Any, function: str) -> float:
+    """``value`` as pybind converts it to a ``double`` (else pybind's TypeError)."""
+    if type(value) is float:
+        return value
+    if isinstance(value, (str, bytes)) or not hasattr(type(value), "__float__"):
+        raise refused("(self: Metric, arg0: float) -> None", (value,), function=function)
+    return float(value)
+
 
 class Metric:
-    """One labelled metric of a :class:`MetricFamily`."""
+    """One labelled metric of a :class:`MetricFamily`; each operation is on ``/metrics``
+    when it returns (Triton's stub waits for its parent too)."""
 
     def __init__(
         self,
@@ -201,44 +295,96 @@ class Metric:
         labels: dict[str, str] | None = None,
         buckets: Sequence[float] | None = None,
     ) -> None:
-        if family.kind == MetricFamily.HISTOGRAM and buckets is None:
-            raise TritonModelException("Missing required buckets for histogram metric")
-        if family.kind != MetricFamily.HISTOGRAM and buckets is not None:
-            raise TritonModelException("Unexpected buckets found for a non-histogram metric")
-        self._family = family
+        if labels is not None and not isinstance(labels, dict):
+            raise TritonModelException("Failed to create metric. Labels must be a dictionary.")
+        bounds = self._bounds(family.kind, buckets)
+        self.family_name = family.name
+        self.kind = family.kind
+        #: whether its family is gone (Triton's ``is_cleared_``); set by the family
+        self.cleared = False
         self._labels = tuple(sorted((str(k), str(v)) for k, v in (labels or {}).items()))
         self._runtime = current()
-        self._runtime.metric_op(
-            family.name, self._labels, "create", list(buckets) if buckets else None
-        )
+        self._apply("create", bounds, "Error when creating Metric")
+        family._metrics.add(self)
+
+    @staticmethod
+    def _bounds(kind: int, buckets: Any) -> list[float] | None:
+        """Triton's checks of a metric's ``buckets`` (src/metric_family.cc, and the
+        histogram's own in prometheus-cpp)."""
+        if buckets is None:
+            if kind == MetricFamily.HISTOGRAM:
+                raise TritonModelException("Failed to create metric. Missing required buckets.")
+            return None
+        if not isinstance(buckets, list):
+            raise TritonModelException("Failed to create metric. Buckets must be a list.")
+        if kind != MetricFamily.HISTOGRAM:
+            raise TritonModelException("Failed to create metric. Unexpected buckets found.")
+        bounds = [_number(b, "Metric") for b in buckets]
+        if any(b >= a for a, b in zip(bounds[1:], bounds, strict=False)):
+            raise TritonModelException(
+                "Error when creating Metric: Bucket Boundaries must be strictly sorted"
+            )
+        return bounds
+
+    def _apply(self, op: str, value: Any, failed: str) -> None:
+        if self.cleared:
+            raise TritonModelException(f"{failed}: {_CLEARED}")
+        try:
+            self._runtime.metric_update(self.family_name, self._labels, op, value)
+        except Exception as exc:
+            raise TritonModelException(f"{failed}: {_message(exc)}") from None
 
     def increment(self, value: float) -> None:
         """Add ``value`` (counters: non-negative only)."""
-        if self._family.kind == MetricFamily.HISTOGRAM:
-            raise TritonModelException(
-                "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
-            )
-        if self._family.kind == MetricFamily.COUNTER and value < 0:
-            raise TritonModelException("Counters can only be incremented by non-negative values")
-        self._runtime.metric_op(self._family.name, self._labels, "increment", float(value))
+        value = _number(value, "increment")
+        failed = "Failed to increment metric value"
+        if not self.cleared:
+            if self.kind == MetricFamily.HISTOGRAM:
+                raise TritonModelException(
+                    f"{failed}: TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
+                )
+            if self.kind == MetricFamily.COUNTER and value < 0:
+                raise TritonModelException(
+                    f"{failed}: TRITONSERVER_METRIC_KIND_COUNTER can only be incremented "
+                    "monotonically by non-negative values."
+                )
+        self._apply("increment", value, failed)
 
     def set(self, value: float) -> None:
         """Set a gauge to ``value``."""
-        if self._family.kind != MetricFamily.GAUGE:
-            raise TritonModelException("Set is only supported for gauge metrics")
-        self._runtime.metric_op(self._family.name, self._labels, "set", float(value))
+        value = _number(value, "set")
+        failed = "Failed to set metric value"
+        if not self.cleared and self.kind != MetricFamily.GAUGE:
+            kind = "COUNTER" if self.kind == MetricFamily.COUNTER else "HISTOGRAM"
+            raise TritonModelException(
+                f"{failed}: TRITONSERVER_METRIC_KIND_{kind} does not support Set"
+            )
+        self._apply("set", value, failed)
 
     def observe(self, value: float) -> None:
         """Record ``value`` in a histogram."""
-        if self._family.kind != MetricFamily.HISTOGRAM:
-            raise TritonModelException("Observe is only supported for histogram metrics")
-        self._runtime.metric_op(self._family.name, self._labels, "observe", float(value))
+        value = _number(value, "observe")
+        failed = "Failed to observe metric value"
+        if not self.cleared and self.kind != MetricFamily.HISTOGRAM:
+            kind = "COUNTER" if self.kind == MetricFamily.COUNTER else "GAUGE"
+            raise TritonModelException(
+                f"{failed}: TRITONSERVER_METRIC_KIND_{kind} does not support Observe"
+            )
+        self._apply("observe", value, failed)
 
     def value(self) -> float:
         """The current value (counters and gauges)."""
-        if self._family.kind == MetricFamily.HISTOGRAM:
-            raise TritonModelException("TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value")
-        result = self._runtime.metric_op(self._family.name, self._labels, "value", None)
+        failed = "Failed to get metric value"
+        if self.cleared:
+            raise TritonModelException(f"{failed}: {_CLEARED}")
+        if self.kind == MetricFamily.HISTOGRAM:
+            raise TritonModelException(
+                f"{failed}: TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Value"
+            )
+        try:
+            result = self._runtime.metric_op(self.family_name, self._labels, "value", None)
+        except Exception as exc:
+            raise TritonModelException(f"{failed}: {_message(exc)}") from None
         return float(result or 0.0)
 
 

@@ -56,8 +56,8 @@ class CustomMetrics:
             existing = self._families.get(name)
             if existing is None:
                 self._families[name] = _Family(name, description, kind)
-            elif existing.kind != kind:
-                raise invalid_arg(f"metric family '{name}' already exists with a different kind")
+            elif existing.kind != kind:  # prometheus-cpp's registry's text, as Triton's
+                raise invalid_arg("Family name already exists with different type")
 
     def op(self, name: str, labels: Labels, op: str, value: Any) -> float | None:
         """Apply ``create``/``increment``/``set``/``observe``/``value`` to one metric."""
@@ -106,13 +106,14 @@ class CustomMetrics:
                 if kind != HISTOGRAM:
                     metric.add_sample(name, labels, value.value)
                     continue
+                # prometheus-cpp's order (Triton's /metrics): _count, _sum, the buckets
+                metric.add_sample(f"{name}_count", labels, value.count)
+                metric.add_sample(f"{name}_sum", labels, value.total)
                 cumulative = 0
                 for bound, count in zip((*value.buckets, math.inf), value.counts, strict=True):
                     cumulative += count
                     le = "+Inf" if math.isinf(bound) else _fmt(bound)
                     metric.add_sample(f"{name}_bucket", {**labels, "le": le}, cumulative)
-                metric.add_sample(f"{name}_count", labels, value.count)
-                metric.add_sample(f"{name}_sum", labels, value.total)
             yield metric
 
 

@@ -9,11 +9,13 @@ LINES = 200
 class TritonPythonModel:
     def initialize(self, args):
         self.logger = pb_utils.Logger
-        self.counter = pb_utils.MetricFamily(
+        # the family is kept: as in Triton, a family's metrics die with it
+        self.family = pb_utils.MetricFamily(
             name="chatty_lines_custom",
             description="Lines logged",
             kind=pb_utils.MetricFamily.COUNTER,
-        ).Metric(labels={"model": args["model_name"]})
+        )
+        self.counter = self.family.Metric(labels={"model": args["model_name"]})
 
     def execute(self, requests):
         responses = []

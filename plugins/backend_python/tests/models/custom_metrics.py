@@ -7,21 +7,27 @@ import triton_python_backend_utils as pb_utils
 class TritonPythonModel:
     def initialize(self, args):
         labels = {"model": args["model_name"], "version": args["model_version"]}
-        self.requests = pb_utils.MetricFamily(
-            name="requests_count_custom",
-            description="Number of requests seen by the model",
-            kind=pb_utils.MetricFamily.COUNTER,
-        ).Metric(labels=labels)
-        self.last = pb_utils.MetricFamily(
-            name="last_value_custom",
-            description="The last value seen",
-            kind=pb_utils.MetricFamily.GAUGE,
-        ).Metric(labels=labels)
-        self.sizes = pb_utils.MetricFamily(
-            name="input_size_custom",
-            description="Input sizes",
-            kind=pb_utils.MetricFamily.HISTOGRAM,
-        ).Metric(labels=labels, buckets=[1, 10, 100])
+        # the families are kept: as in Triton, a family's metrics die with it
+        self.families = [
+            pb_utils.MetricFamily(
+                name="requests_count_custom",
+                description="Number of requests seen by the model",
+                kind=pb_utils.MetricFamily.COUNTER,
+            ),
+            pb_utils.MetricFamily(
+                name="last_value_custom",
+                description="The last value seen",
+                kind=pb_utils.MetricFamily.GAUGE,
+            ),
+            pb_utils.MetricFamily(
+                name="input_size_custom",
+                description="Input sizes",
+                kind=pb_utils.MetricFamily.HISTOGRAM,
+            ),
+        ]
+        self.requests = self.families[0].Metric(labels=labels)
+        self.last = self.families[1].Metric(labels=labels)
+        self.sizes = self.families[2].Metric(labels=labels, buckets=[1, 10, 100])
 
     def execute(self, requests):
         responses = []
