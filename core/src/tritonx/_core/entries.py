@@ -126,8 +126,10 @@ class Prepared:
     versions: dict[int, Path]
     selected: list[int]
     missing: list[int]
-    #: None for ensembles
+    #: None for ensembles, and when the backend is not installed
     backend: Backend | None
+    #: why the backend could not be found (each version's load fails with it, as Triton's)
+    backend_error: TritonXError | None = None
     agents: AgentChain | None = None
     #: ensembles: the composing models' configs it was validated against
     composing: dict[str, ModelConfig] = field(default_factory=dict)

@@ -65,6 +65,7 @@ from tritonx._core.entries import (
 )
 from tritonx._core.load_pipeline import (
     LoadPipeline,
+    PollError,
     open_repository,
 )
 from tritonx._core.load_request import (
@@ -510,7 +511,8 @@ class ModelManager:
 
     async def _prepare_failed(self, entry: ModelEntry, exc: TritonXError) -> ModelEntry:
         """Steps 1-4 of ``entry``'s load failed: record it (a failed reload raises and leaves
-        the old versions serving; an agent's failure raises Triton's poll failure)."""
+        the old versions serving; an agent's or Triton's poll-time config check's failure
+        raises Triton's poll failure)."""
         name = entry.name
         if isinstance(exc, DependencyError):
             # the ensemble no longer fits its composing models (or they are gone):
@@ -521,7 +523,7 @@ class ModelManager:
         elif entry.versions and any(v.ready for v in entry.versions.values()):
             # a failed reload leaves the old versions serving
             log.error("failed to reload '%s': %s (keeping the loaded versions)", name, exc)
-            if isinstance(exc, AgentLoadError):
+            if isinstance(exc, (AgentLoadError, PollError)):
                 raise poll_failed(name, exc.message) from exc
             raise invalid_arg(f"load failed for model '{name}': {exc.message}\n") from exc
         entry.error = exc.message
@@ -529,7 +531,7 @@ class ModelManager:
         entry.stamp = None
         self._emit(name, 0, ModelState.UNAVAILABLE, exc.message)
         log.error("failed to load '%s': %s", name, exc.message)
-        if isinstance(exc, AgentLoadError):
+        if isinstance(exc, (AgentLoadError, PollError)):
             raise poll_failed(name, exc.message) from exc
         return entry
 

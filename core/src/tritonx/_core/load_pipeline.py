@@ -12,11 +12,12 @@ model manager (:mod:`tritonx._core.lifecycle`) decides what to load and swaps th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,25 @@ log = logging.getLogger("tritonx.lifecycle")
 #: an ensemble's step 4b: load its composing models and validate it against their configs
 #: (``(name, config) -> composing configs``, :meth:`ModelManager._link_ensemble`)
 LinkEnsemble = Callable[[str, Any], Awaitable[dict[str, ModelConfig]]]
+
+
+class PollError(TritonXError):
+    """A model's config failed where Triton checks it while it polls the repository (reading
+    it, ``GetNormalizedModelConfig``, ``ValidateModelConfig``, the directory name): Triton's
+    load API then answers "failed to load '<m>', failed to poll from model repository"
+    (``load_request.poll_failed``) and logs the reason."""
+
+
+@contextlib.contextmanager
+def polling() -> Iterator[None]:
+    """Raise the errors of the steps run under it as :class:`PollError` (message and code
+    kept)."""
+    try:
+        yield
+    except PollError:
+        raise
+    except TritonXError as exc:
+        raise PollError(exc.message, exc.code) from exc
 
 
 def open_repository(url: str | Path, registries: Registries) -> Repository:
@@ -150,18 +170,21 @@ class LoadPipeline:
         return prepared
 
     def read_config(self, name: str, folder: Path, override: Any) -> Any:
+        """The model's raw config (``override``, the load API's, else its file); the errors
+        are :class:`PollError` (Triton reads it as it polls)."""
         if override is not None:
             config = model_config_pb2.ModelConfig()
             config.CopyFrom(override)
             return config
         path = cfg.config_path(folder, self.settings.model_config_name)
-        if path.exists():
-            return cfg.read_config_file(path)
-        if self.settings.disable_auto_complete_config:
-            raise TritonXError(
-                f"model configuration is not provided for model '{name}' (no {path})",
-                Code.NOT_FOUND,
-            )
+        with polling():
+            if path.exists():
+                return cfg.read_config_file(path)
+            if self.settings.disable_auto_complete_config:
+                raise TritonXError(
+                    f"model configuration is not provided for model '{name}' (no {path})",
+                    Code.NOT_FOUND,
+                )
         return model_config_pb2.ModelConfig()
 
     def complete(self, name: str, raw: Any, folder: Path, check_only: bool = False) -> Prepared:
@@ -171,10 +194,18 @@ class LoadPipeline:
         config.CopyFrom(raw)
         versions = cfg.version_folders(folder)
         first = versions[min(versions)] if versions else None
-        cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
-        cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
+        with polling():
+            cfg.auto_complete_backend_fields(config, name, first, self.registries.backends)
+            cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
+        cfg.check_runtime(config)
         selected, missing = cfg.versions_to_load(config, versions)
-        backend = None if is_ensemble(config) else self.backend(config.backend, name, folder)
+        backend = None
+        if not is_ensemble(config):
+            try:
+                backend = self.backend(config.backend, name, folder)
+            except TritonXError as exc:  # Triton looks it up as it creates each version
+                cfg.normalize_instance_groups(config)
+                return Prepared(config, folder, versions, selected, missing, None, exc)
         filename = backend.default_model_filename if backend is not None else None
         filename = config.default_model_filename or filename
         ctx = AutoCompleteContext(
@@ -233,7 +264,10 @@ class LoadPipeline:
             try:
                 if loaded_from != folder:
                     raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
-                return await asyncio.to_thread(self.complete, name, raw, loaded_from, True)
+                prepared = await asyncio.to_thread(self.complete, name, raw, loaded_from, True)
+                if prepared.backend_error is not None:
+                    raise prepared.backend_error
+                return prepared
             finally:
                 if agents:
                     await agents.load_failed()
@@ -311,6 +345,8 @@ class LoadPipeline:
         """Create one version's scheduler: its instances loaded and warmed up (Triton's
         ``CreateModel``); on failure nothing of it is left running."""
         name, v = config.name, ventry.version
+        if prepared.backend_error is not None:  # as Triton's TritonModel::Create
+            raise prepared.backend_error
         backend = prepared.backend
         contexts: list[LoadContext] = []
         passive: list[bool] = []

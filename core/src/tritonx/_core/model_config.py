@@ -24,6 +24,7 @@ from tritonx.proto import model_config_pb2
 if TYPE_CHECKING:
     from tritonx.registry import BackendRegistry
 
+
 CONFIG_FILENAME = "config.pbtxt"
 #: ``--model-config-name=<n>`` picks ``<model>/configs/<n>.pbtxt`` (Triton's ``kModelConfigFolder``)
 CONFIG_FOLDER = "configs"
@@ -307,8 +308,8 @@ def normalize_instance_groups(config: ModelConfigPb, default_cpu_count: int = 1)
 def validate_at_poll(config: ModelConfigPb, dir_name: str, *, strict: bool = False) -> None:
     """What Triton checks when it polls a model, before any backend is involved: normalize
     (``GetNormalizedModelConfig``), ``ValidateModelConfig``, with ``strict`` (auto-complete
-    disabled) also ``ValidateModelIOConfig``, then the directory name and the ``runtime``
-    field (the backend library lookup)."""
+    disabled) also ``ValidateModelIOConfig``, then the directory name. (The ``runtime``
+    field, :func:`check_runtime`, Triton checks when it looks the backend up.)"""
     normalize(config)
     validate_model_config(config)
     if strict:
@@ -318,7 +319,6 @@ def validate_at_poll(config: ModelConfigPb, dir_name: str, *, strict: bool = Fal
             f"unexpected directory name '{dir_name}' for model '{config.name}', "
             "directory name must equal model name"
         )
-    check_runtime(config)
 
 
 def validate(config: ModelConfigPb, dir_name: str) -> None:

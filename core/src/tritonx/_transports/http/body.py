@@ -50,14 +50,18 @@ EAGER_BODY_SIZE = 1 << 20
 _COMPRESSED = ("gzip", "deflate")
 
 
-async def read_body(request: web.Request, limit: int, timeout: float = 0.0) -> Body:
+async def read_body(
+    request: web.Request, limit: int, timeout: float = 0.0, *, json_only: bool = False
+) -> Body:
     """The (decompressed) request body in one writable buffer, at most ``limit`` bytes.
 
     aiohttp inflates ``Content-Encoding: gzip|deflate`` bodies itself, a chunk at a time as
     they are read; reading stops as soon as the inflated size passes ``limit``. Other
     encodings are refused as Triton does (501). A body declared over the limit is refused
     before it is read. When the body has not fully arrived yet, ``timeout`` (seconds; 0: none)
-    bounds the wait for each of its chunks.
+    bounds the wait for each of its chunks. ``json_only``: the body is one JSON document
+    whatever its ``Inference-Header-Content-Length`` says (Triton reads that header on
+    ``/infer`` only: ``/generate`` over the limit is "request JSON size of <body> bytes ...").
 
     :raises BodyError: the body is too large, malformed, cut short or stalled (the caller
         answers and closes the connection: the rest of the body is never read).
@@ -67,13 +71,13 @@ async def read_body(request: web.Request, limit: int, timeout: float = 0.0) -> B
         raise unsupported("Unsupported compression type")
     compressed = encoding in _COMPRESSED
     length = None if compressed else request.content_length
+    header = None if json_only else request.headers.get("Inference-Header-Content-Length")
     if length is not None:
         if length > limit:
-            raise _too_large(length, limit, request.headers.get("Inference-Header-Content-Length"))
+            raise _too_large(length, limit, header)
         if length == 0:
             return b""
     stream = request.content
-    header = request.headers.get("Inference-Header-Content-Length")
     if stream.is_eof() or timeout <= 0:  # all of it is here already: no waiting
         return await _read_body(stream, length, limit, compressed, header, None, 0.0)
     try:

@@ -440,7 +440,7 @@ async def generate(
     if request.headers.get("Content-Encoding", "") not in ("", "identity"):
         raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")
     limit = settings.http_max_input_size
-    body = await read_body(request, limit, settings.http_body_timeout_secs)
+    body = await read_body(request, limit, settings.http_body_timeout_secs, json_only=True)
     recv_end = time.perf_counter_ns()
     decoded = await pipeline.decode(_decode, body, model, version, served.config, limit)
     del body
