@@ -164,7 +164,8 @@ async def test_refused_outside_explicit_mode(client, flow: str) -> None:
     and a model's load request is refused with the core's message."""
     conn, module = client
     result = await loader_result(conn, module)
-    assert result.split(" load=")[1] == f"{REFUSED} after=True", result
+    # (add_sub loads at the same time: whether it was ready then is a race)
+    assert result.split(" load=")[1].split(" after=")[0] == REFUSED, result
     assert await add_sub(conn, module, "add_sub") == [3.0] * 4
 
 
