@@ -63,9 +63,9 @@ async def answers(server: Server) -> tuple[bool, bool]:
     [
         ("true", True, None),
         ("async", True, None),
-        ("false", False, "is_ready() returned False"),
-        ("raise", False, "is_ready() raised: RuntimeError: the database is gone"),
-        ("none", False, "is_ready() must return a bool, got <class 'NoneType'>"),
+        ("false", False, "Model 'probed_0' is not ready (user-defined check failed)."),
+        ("raise", False, "RuntimeError: the database is gone"),
+        ("none", False, "is_ready() must return a boolean value"),
     ],
 )
 async def test_is_ready_decides(

@@ -208,9 +208,8 @@ class WorkerLink:
         error everything in flight failed with)."""
         future: concurrent.futures.Future[m.Done] = concurrent.futures.Future()
         with self._lock:
-            if self.gone:
-                assert self.error is not None
-                raise self.error
+            if self.gone:  # the reader may not have set its error yet
+                raise self.error or not_healthy(self.name)
             self._batches[message.batch_id] = future
             self._running = (keys[0], requests)
             if decoupled:

@@ -460,7 +460,8 @@ class ModelRunner:
 
     def readiness(self) -> str | None:
         """The model's own ``is_ready()`` (awaited when a coroutine): None when it returned
-        True, else why the model is not ready (False, a non-boolean, an exception)."""
+        True, else why the model is not ready, in the texts of Triton's python backend
+        (``RunUserModelReadinessCheck``): False, a non-boolean, the exception's text."""
         check = getattr(self.model, "is_ready", None)
         if check is None:
             return None
@@ -468,12 +469,12 @@ class ModelRunner:
             with self._bound():
                 result = self._wait(check())
         except Exception as exc:
-            return f"is_ready() raised: {exception_text(exc)}"
+            return exception_text(exc)
         if result is True:
             return None
         if result is False:
-            return "is_ready() returned False"
-        return f"is_ready() must return a bool, got {type(result)}"
+            return f"Model '{self.name}' is not ready (user-defined check failed)."
+        return "is_ready() must return a boolean value"
 
     def finalize(self) -> None:
         """Call ``finalize`` (if the model has one) and stop the background loop; its
