@@ -195,6 +195,8 @@ async def test_a_model_with_one_dead_stub_of_two_serves_on_the_other(
             assert not await grpc.is_model_ready("pair")
             line = "Model 'pair' version 1 is not ready: Stub process 'pair_0' is not healthy."
             assert not_ready_lines(caplog) == [line, line]
+            # strict server readiness asks every model (Triton 26.04's InferenceServer::IsReady)
+            assert not await http.is_server_ready() and not await grpc.is_server_ready()
             for _ in range(4):
                 result = await http.infer("pair", http_command("pid"))
                 assert int(result.as_numpy("PID")[0]) == pids[1]

@@ -132,9 +132,9 @@ async def test_a_model_with_one_live_instance_stays_ready(server: Server, tmp_pa
 
     await eventually(restart_attempted)
     (survivor,) = pids - {victim}
-    # it serves: the repository index and the in-process API say READY, and so does the
-    # server; the model-readiness endpoints answer as Triton's (an instance whose stub is
-    # not healthy makes the model not ready there)
+    # it serves: the repository index and the in-process API say READY; the readiness
+    # endpoints answer as Triton's (an instance whose stub is not healthy makes the model
+    # not ready there, and with strict readiness the server: core InferenceServer::IsReady)
     assert server.model_ready("pair") and server.server_ready()
     for _ in range(4):
         assert await pid_of(server, "pair") == survivor
@@ -145,7 +145,7 @@ async def test_a_model_with_one_live_instance_stays_ready(server: Server, tmp_pa
     try:
         assert not await http.is_model_ready("pair")
         assert not await grpc.is_model_ready("pair")
-        assert await http.is_server_ready()
+        assert not await http.is_server_ready() and not await grpc.is_server_ready()
     finally:
         await http.close()
         await grpc.close()

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import tritonclient.grpc.aio as grpcclient
 import tritonclient.http.aio as httpclient
+from grpc import aio
 
 from tritonx import Server
 from tritonx.testing import loopback_settings
@@ -58,6 +59,25 @@ async def answers(server: Server) -> tuple[bool, bool]:
         await grpc.close()
 
 
+async def server_answers(server: Server) -> tuple[bool, bool, bool]:
+    """The server's readiness over HTTP, gRPC ``ServerReady`` and gRPC's health service."""
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    channel = aio.insecure_channel(server.grpc_url)
+    check = channel.unary_unary("/grpc.health.v1.Health/Check")
+    try:
+        health = await check(b"")  # an empty HealthCheckRequest
+        return (
+            await http.is_server_ready(),
+            await grpc.is_server_ready(),
+            health == b"\x08\x01",  # status: SERVING (1)
+        )
+    finally:
+        await http.close()
+        await grpc.close()
+        await channel.close()
+
+
 @pytest.mark.parametrize(
     ("what", "ready", "why"),
     [
@@ -79,10 +99,13 @@ async def test_is_ready_decides(
         assert not lines
     else:
         assert lines == [f"Model 'probed' version 1 is not ready: {why}"] * 2
+    # strict server readiness asks the model too (Triton 26.04's InferenceServer::IsReady)
+    assert await server_answers(server) == (ready, ready, ready)
     # the model's state as the repository sees it is unchanged: it still serves
     assert server.model_ready("probed")
     (state / "ready").write_text("true")
     assert await answers(server) == (True, True)
+    assert await server_answers(server) == (True, True, True)
 
 
 async def test_an_is_ready_that_hangs_is_not_ready(

@@ -217,6 +217,34 @@ class DataPlane:
             return False
         return self._models.all_ready() if self.settings.strict_readiness else True
 
+    async def server_ready_probed(self) -> bool:
+        """:meth:`server_ready`, and with strict readiness every READY version asked as well
+        (``ModelInstance.probe_ready``: a python model's dead stub, its ``is_ready()``), as
+        Triton's strict server readiness asks each model's ``IsReady`` (core
+        ``InferenceServer::IsReady``, since 26.04); what the health endpoints answer."""
+        if not self.server_ready():
+            return False
+        if not self.settings.strict_readiness:
+            return True
+        asked = [
+            (name, v.version, v.scheduler)
+            for name, entry in self._models.models.items()
+            for v in entry.versions.values()
+            if v.ready and v.scheduler is not None
+        ]
+        reasons = await asyncio.gather(*(scheduler.probe_ready() for _, _, scheduler in asked))
+        for (name, number, _), reason in zip(asked, reasons, strict=True):
+            if reason is not None:
+                log.debug(
+                    "Model '%s' version %d is in READY lifecycle state but failed runtime "
+                    "readiness check during server readiness evaluation: %s",
+                    name,
+                    number,
+                    reason,
+                )
+                return False
+        return True
+
     def server_metadata(self) -> ServerMetadata:
         return self._metadata
 

@@ -74,7 +74,7 @@ def health_method_handlers(
     compressed ones inflated up to ``limit``)."""
 
     async def check(request: Any, context: CallContext) -> Any:
-        status = SERVING if dataplane.server_ready() else NOT_SERVING
+        status = SERVING if await dataplane.server_ready_probed() else NOT_SERVING
         return HealthCheckResponse(status=status)
 
     return {

@@ -92,7 +92,7 @@ class GRPCInferenceServicer(SharedMemoryRPCs, service_pb2_grpc.GRPCInferenceServ
         self, request: service_pb2.ServerReadyRequest, context: CallContext
     ) -> service_pb2.ServerReadyResponse:
         """``ready``: the server (and, with strict readiness, every model) is ready."""
-        return service_pb2.ServerReadyResponse(ready=self.dataplane.server_ready())
+        return service_pb2.ServerReadyResponse(ready=await self.dataplane.server_ready_probed())
 
     async def ModelReady(
         self, request: service_pb2.ModelReadyRequest, context: CallContext

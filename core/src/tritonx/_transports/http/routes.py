@@ -259,7 +259,8 @@ async def health_ready(request: web.Request) -> web.StreamResponse:
     """``GET /v2/health/ready``: 200 or 400, empty body."""
     if request.method != "GET":
         return method_not_allowed()
-    return web.Response(status=200 if _dataplane(request).server_ready() else 400)
+    ready = await _dataplane(request).server_ready_probed()
+    return web.Response(status=200 if ready else 400)
 
 
 async def server_metadata(request: web.Request) -> web.StreamResponse:
