@@ -125,12 +125,20 @@ async def test_a_dead_stub_stays_not_ready_until_the_model_is_loaded_again(
     assert not await http.is_model_ready("life")
     assert not await grpc.is_model_ready("life")
     assert not_ready_lines(caplog) == [NOT_HEALTHY, NOT_HEALTHY]
-    # a request does not bring the stub back (Triton restarts no stub): it fails, and the
-    # model stays not ready, its worker never started again
-    with pytest.raises(InferenceServerException):
+    # a request does not bring the stub back (Triton restarts no stub): it fails with the
+    # instance's error, as Triton's backend answers it, and the model stays not ready, its
+    # worker never started again
+    with pytest.raises(InferenceServerException) as err:
         await http.infer("life", http_command("pid"))
-    with pytest.raises(InferenceServerException):
+    assert err.value.message() == "Stub process 'life_0' is not healthy."
+    assert err.value.status() == "500"
+    with pytest.raises(InferenceServerException) as err:
         await grpc.infer("life", grpc_command("pid"))
+    assert err.value.message() == "Stub process 'life_0' is not healthy."
+    assert str(err.value.status()) == "StatusCode.INTERNAL"
+    with pytest.raises(InferenceServerException) as err:  # the version named
+        await grpc.infer("life", grpc_command("pid"), model_version="1")
+    assert err.value.message() == "Stub process 'life_0' is not healthy."
     caplog.clear()
     assert not await http.is_model_ready("life")
     assert not await grpc.is_model_ready("life")

@@ -238,9 +238,9 @@ async def test_worker_killed_mid_traffic_comes_back(server: Server, http_client)
     assert first not in after  # once the new worker served, nothing reached the old one
     assert len(set(after)) == 1 and alive(after[0])
     assert await pid_of(server) == after[0]
-    not_ready = "Request for unknown model: 'life' has no available versions"
+    # in flight when it died, or sent while it restarts (the instance's reason, INTERNAL)
     for message in failures:
-        assert message in ("Stub process 'life_0' is not healthy.", not_ready), message
+        assert message.startswith("Stub process 'life_0' is not healthy"), message
     await eventually(lambda: not alive(first))
 
 

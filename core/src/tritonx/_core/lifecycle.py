@@ -81,6 +81,7 @@ from tritonx._core.residency import Residency
 from tritonx._core.status import (
     DUPLICATE_REASON,
     index_rows,
+    instances_down,
     loaded_versions,
     raise_load_error,
     status_rows,
@@ -269,13 +270,16 @@ class ModelManager:
                 if (best is None or candidate.version > best.version) and candidate.ready:
                     best = candidate
             if best is None:
-                raise not_found(f"Request for unknown model: '{name}' has no available versions")
+                down = instances_down(sorted(entry.versions.values(), key=lambda v: -v.version))
+                raise down or not_found(
+                    f"Request for unknown model: '{name}' has no available versions"
+                )
             return best
         ventry = entry.versions.get(version)
         if ventry is None:
             raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
         if not ventry.ready:
-            raise unavailable(
+            raise instances_down((ventry,)) or unavailable(
                 f"Request for unknown model: '{name}' version {version} is not at ready state"
             )
         return ventry

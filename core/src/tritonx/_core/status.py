@@ -1,12 +1,14 @@
 """What the model manager says about models: the repository index and the start-up table
-(each version's state), the loaded versions' statistics, the server's strict readiness (:func:`strictly_ready`) and the load
-API's error for a load that failed (:func:`raise_load_error`)."""
+(each version's state), the loaded versions' statistics, the server's strict readiness (:func:`strictly_ready`), the load
+API's error for a load that failed (:func:`raise_load_error`) and a request's error for a
+version whose instances are down (:func:`instances_down`)."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from tritonx._core.ensemble_config import is_ensemble
 from tritonx._dataplane.stats import LoadedVersion
 from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.types import ModelState, RepositoryEntry
@@ -146,3 +148,21 @@ def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]
                 v.cached,
                 v.scheduler.restarts(),
             )
+
+
+def instances_down(versions: Iterable[VersionEntry]) -> TritonXError | None:
+    """A request's error when the version it would go to is READY but its instances cannot
+    serve (e.g. a python model whose stub died): Triton routes the request to the backend,
+    which fails it with the instance's error (INTERNAL, ``Stub process '<instance>' is not
+    healthy.``); None when no such version is among ``versions`` (then the request gets
+    Triton's "Request for unknown model" error). An ensemble waiting for a composing model
+    is not one of them: Triton has unloaded it."""
+    for v in versions:
+        if v.state is not ModelState.READY or v.scheduler is None or v.config is None:
+            continue
+        if is_ensemble(v.config.raw):
+            continue
+        reason = v.scheduler.not_ready_reason()
+        if reason:
+            return TritonXError(reason, Code.INTERNAL)
+    return None
