@@ -126,10 +126,11 @@ class Prepared:
     versions: dict[int, Path]
     selected: list[int]
     missing: list[int]
-    #: None for ensembles, and when the backend is not installed
+    #: None for ensembles, and with a ``version_error``
     backend: Backend | None
-    #: why the backend could not be found (each version's load fails with it, as Triton's)
-    backend_error: TritonXError | None = None
+    #: why each version's load fails before it starts, as Triton's ``TritonModel::Create``
+    #: (the backend is not installed, its auto-complete or the IO checks failed)
+    version_error: TritonXError | None = None
     agents: AgentChain | None = None
     #: ensembles: the composing models' configs it was validated against
     composing: dict[str, ModelConfig] = field(default_factory=dict)

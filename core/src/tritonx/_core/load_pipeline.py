@@ -189,7 +189,12 @@ class LoadPipeline:
 
     def complete(self, name: str, raw: Any, folder: Path, check_only: bool = False) -> Prepared:
         """Core and backend auto-complete, normalization and validation (worker thread);
-        ``check_only`` (``tritonx check``): the backend builds nothing and adds its notes."""
+        ``check_only`` (``tritonx check``): the backend builds nothing and adds its notes.
+
+        As Triton's: what it checks as it polls the model raises :class:`PollError`; what
+        it runs as it creates each version (``TritonModel::Create``: the backend lookup, its
+        auto-complete, the IO and instance group checks) fails each version of a model
+        (``Prepared.version_error``); an ensemble's errors concern the whole model."""
         config = model_config_pb2.ModelConfig()
         config.CopyFrom(raw)
         versions = cfg.version_folders(folder)
@@ -199,35 +204,12 @@ class LoadPipeline:
             cfg.validate_at_poll(config, name, strict=self.settings.disable_auto_complete_config)
         cfg.check_runtime(config)
         selected, missing = cfg.versions_to_load(config, versions)
-        backend = None
-        if not is_ensemble(config):
-            try:
-                backend = self.backend(config.backend, name, folder)
-            except TritonXError as exc:  # Triton looks it up as it creates each version
-                cfg.normalize_instance_groups(config)
-                return Prepared(config, folder, versions, selected, missing, None, exc)
-        filename = backend.default_model_filename if backend is not None else None
-        filename = config.default_model_filename or filename
-        ctx = AutoCompleteContext(
-            config=EditableModelConfig(config),
-            model_dir=folder,
-            version_path=first if first is not None else folder,
-            model_path=first / filename if first is not None and filename else None,
-            backend_config=backend.config if backend is not None else {},
-            check_only=check_only,
-        )
-        if backend is not None and not self.settings.disable_auto_complete_config:
-            try:
-                backend.auto_complete_config(ctx)
-            except TritonXError:
+        try:
+            backend, ctx = self._complete_for_backend(name, config, folder, first, check_only)
+        except TritonXError as exc:
+            if is_ensemble(config):
                 raise
-            except Exception as exc:
-                raise invalid_arg(f"auto-complete of model '{name}' failed: {exc}") from exc
-        cfg.normalize(config)
-        cfg.normalize_instance_groups(
-            config, type(backend).default_cpu_instance_count if backend is not None else 1
-        )
-        cfg.validate(config, name)
+            return Prepared(config, folder, versions, selected, missing, None, exc)
         cfg.check_model_files(config, folder)
         notes: dict[str, str] = {}
         if check_only and backend is not None:  # on a copy: notes change nothing
@@ -250,6 +232,36 @@ class LoadPipeline:
             )
         return Prepared(config, folder, versions, selected, missing, backend, notes=notes)
 
+    def _complete_for_backend(
+        self, name: str, config: Any, folder: Path, first: Path | None, check_only: bool
+    ) -> tuple[Backend | None, AutoCompleteContext]:
+        """The backend (None: an ensemble), its auto-complete of ``config``, normalization
+        and validation."""
+        backend = None if is_ensemble(config) else self.backend(config.backend, name, folder)
+        filename = backend.default_model_filename if backend is not None else None
+        filename = config.default_model_filename or filename
+        ctx = AutoCompleteContext(
+            config=EditableModelConfig(config),
+            model_dir=folder,
+            version_path=first if first is not None else folder,
+            model_path=first / filename if first is not None and filename else None,
+            backend_config=backend.config if backend is not None else {},
+            check_only=check_only,
+        )
+        if backend is not None and not self.settings.disable_auto_complete_config:
+            try:
+                backend.auto_complete_config(ctx)
+            except TritonXError:
+                raise
+            except Exception as exc:
+                raise invalid_arg(f"auto-complete of model '{name}' failed: {exc}") from exc
+        cfg.normalize(config)
+        cfg.normalize_instance_groups(
+            config, type(backend).default_cpu_instance_count if backend is not None else 1
+        )
+        cfg.validate(config, name)
+        return backend, ctx
+
     async def check(self, name: str, repo: Repository) -> Prepared:
         """Steps 1-4 of a load and no more (``tritonx check``): localize, read the config,
         run the repository agents' LOAD actions (a checksum is verified, a decrypt agent
@@ -265,8 +277,8 @@ class LoadPipeline:
                 if loaded_from != folder:
                     raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
                 prepared = await asyncio.to_thread(self.complete, name, raw, loaded_from, True)
-                if prepared.backend_error is not None:
-                    raise prepared.backend_error
+                if prepared.version_error is not None:
+                    raise prepared.version_error
                 return prepared
             finally:
                 if agents:
@@ -345,8 +357,8 @@ class LoadPipeline:
         """Create one version's scheduler: its instances loaded and warmed up (Triton's
         ``CreateModel``); on failure nothing of it is left running."""
         name, v = config.name, ventry.version
-        if prepared.backend_error is not None:  # as Triton's TritonModel::Create
-            raise prepared.backend_error
+        if prepared.version_error is not None:  # as Triton's TritonModel::Create
+            raise prepared.version_error
         backend = prepared.backend
         contexts: list[LoadContext] = []
         passive: list[bool] = []
@@ -393,6 +405,8 @@ class LoadPipeline:
         serve on; then ``config`` becomes the version's. Raises when an added instance fails
         (the version serves on as it was)."""
         name, v = config.name, ventry.version
+        if prepared.version_error is not None:
+            raise prepared.version_error
         scheduler = ventry.scheduler
         backend = prepared.backend
         assert scheduler is not None and backend is not None
