@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from tritonx_backend_python._pb_base import TritonModelException
+
 
 class ModelConfig:
     """The config ``auto_complete_config(auto_complete_model_config)`` receives and returns."""
@@ -126,3 +128,15 @@ class ModelConfig:
                     f"'{self._name}', which is already set to '{policy['decoupled']}'."
                 )
             policy["decoupled"] = new
+
+
+def auto_completed(result: object, config: dict[str, Any]) -> dict[str, Any]:
+    """The config dict of what a model's ``auto_complete_config`` (given ``config``)
+    returned: anything but a :class:`ModelConfig` (e.g. nothing) is refused with Triton's
+    text (python_backend ``src/pb_stub.cc``)."""
+    if not isinstance(result, ModelConfig):
+        raise TritonModelException(
+            f"auto_complete_config function in model '{config.get('name', '')}' must return "
+            "a valid pb.ModelConfig object."
+        )
+    return result.as_dict()

@@ -29,7 +29,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
-from tritonx_backend_python import _pb_runtime, pb_utils
+from tritonx_backend_python import _pb_config, _pb_runtime, pb_utils
 
 #: The module name ``model.py`` files import pb_utils by.
 MODULE_NAME = "triton_python_backend_utils"
@@ -203,13 +203,7 @@ def auto_complete(model_path: Path, module_name: str, config: dict[str, Any]) ->
     fn = getattr(import_model(model_path, module_name), "auto_complete_config", None)
     if fn is None:
         return config
-    result = fn(pb_utils.ModelConfig(config))
-    if not isinstance(result, pb_utils.ModelConfig):
-        raise pb_utils.TritonModelException(
-            "auto_complete_config function must return a pb_utils.ModelConfig object, "
-            f"found type '{type(result)}'"
-        )
-    return result.as_dict()
+    return _pb_config.auto_completed(fn(pb_utils.ModelConfig(config)), config)
 
 
 #: What :meth:`ModelRunner.execute` lists for a request the model rescheduled (its answer
