@@ -45,6 +45,7 @@ from tritonx._core.execution import (
 from tritonx._core.inflight import InFlight
 from tritonx._core.instance_groups import match_instances
 from tritonx._core.instance_thread import run_instance_thread
+from tritonx._core.probes import Probes
 from tritonx._core.rate_limiter import RateLimiter, Ticket
 from tritonx._core.watchdog import format_stack
 from tritonx._dataplane.stats import LatencyStats, ModelStats
@@ -123,6 +124,8 @@ class InstanceScheduler(BatchCompletion):
         #: every instance loaded and none can become unready (``is_ready`` not overridden):
         #: readiness is known without asking them (it is asked for at every request)
         self._steady = False
+        #: the probes of :meth:`probe_ready` in flight, one per instance at most
+        self._probes = Probes()
         #: held by an instance's thread, or by the loop running a batch inline on it
         self.locks = [threading.Lock() for _ in self.contexts]
         #: instances out of service (:meth:`update_instances`): removed (passive from then on,
@@ -445,10 +448,12 @@ class InstanceScheduler(BatchCompletion):
 
     async def probe_ready(self) -> str | None:
         """Ask every instance that can be asked (overrides ``probe_ready``), at once; the
-        first reason any gives (Triton: one instance not ready makes the model not ready)."""
+        first reason any gives (Triton: one instance not ready makes the model not ready).
+        An instance being asked is not asked again: the check waits for that answer
+        (:class:`~tritonx._core.probes.Probes`)."""
         probes = [
-            asyncio.to_thread(i.probe_ready)
-            for i in self.instances
+            self._probes.ask(i, self.contexts[index].instance.name)
+            for index, i in enumerate(self.instances)
             if i is not None and type(i).probe_ready is not ModelInstance.probe_ready
         ]
         if not probes:
