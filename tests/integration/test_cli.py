@@ -111,6 +111,52 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
 
 
 @pytest.mark.parametrize(
+    ("args", "advice"),
+    [
+        (
+            ("--frontend-config", "openai,allow=true,port=9000"),
+            "one key=value per --frontend-config flag: pass --frontend-config openai,allow=true "
+            "--frontend-config openai,port=9000 separately",
+        ),
+        (
+            ("--backend-config", "python,execution-mode=process,stub-timeout-seconds=5"),
+            "pass --backend-config python,execution-mode=process "
+            "--backend-config python,stub-timeout-seconds=5 separately",
+        ),
+    ],
+    ids=["frontend", "backend"],
+)
+def test_a_comma_joined_second_setting_is_refused_saying_what_to_pass(
+    env: dict[str, str], args: tuple[str, ...], advice: str
+) -> None:
+    """One key=value per ``--*-config`` flag, as Triton's ``--backend-config``: a second
+    key joined by a comma would otherwise end up inside the first one's value."""
+    result = subprocess.run(
+        tritonx("serve", *NO_NET, *args), env=env, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 2 and advice in " ".join(result.stderr.split())
+
+
+def test_a_comma_in_a_value_without_a_second_key_is_kept(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    """Values may hold commas (lists of installer options, URLs): only ``,<key>=`` is refused."""
+    result = subprocess.run(
+        tritonx(
+            "check",
+            str(tmp_path),
+            "--backend-config",
+            "python,requirements-allowed-options=--pre,--prefer-binary",
+        ),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "joins settings" not in result.stderr
+
+
+@pytest.mark.parametrize(
     "args",
     [
         ("--grpc-infer-thread-count", "4"),

@@ -14,6 +14,7 @@ import ctypes.util
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import fields
@@ -38,14 +39,32 @@ from tritonx.errors import PluginError, TritonXError
 log = logging.getLogger("tritonx.cli")
 
 
+#: a second ``<key>=`` joined by a comma to a ``--*-config`` value (``openai,allow=true,port=N``)
+_JOINED_KEY = re.compile(r",([A-Za-z][A-Za-z0-9_.-]*)=")
+
+
 def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, str]]:
-    """``<name>,<key>=<value>`` (or ``<key>=<value>`` for global settings) into nested dicts."""
+    """``<name>,<key>=<value>`` (or ``<key>=<value>`` for global settings) into nested dicts.
+
+    One setting per flag, as Triton's ``--backend-config``: a value holding a second
+    ``,<key>=`` is refused with what to pass instead."""
     out: dict[str, dict[str, str]] = {}
     for item in values:
         name, _, setting = item.partition(",") if "," in item else ("", "", item)
         key, sep, value = setting.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"'{item}' is not <name>,<key>=<value>", param_hint=flag)
+        starts = [m.start() for m in _JOINED_KEY.finditer(value)]
+        if starts:
+            prefix = f"{name}," if name else ""
+            ends = [*starts[1:], len(value)]
+            settings = [f"{key}={value[: starts[0]]}"]
+            settings += [value[a + 1 : b] for a, b in zip(starts, ends, strict=True)]
+            flags = " ".join(f"{flag} {prefix}{setting}" for setting in settings)
+            raise click.BadParameter(
+                f"'{item}' joins settings: one key=value per {flag} flag: pass {flags} separately",
+                param_hint=flag,
+            )
         out.setdefault(name, {})[key] = value
     return out
 

@@ -283,7 +283,8 @@ SERVE_OPTIONS: list[Decorator] = [
     ),
     many(
         "--backend-config",
-        "<backend>,<key>=<value> (repeatable), or <key>=<value> for every backend (e.g. "
+        "<backend>,<key>=<value> (one setting per flag, repeat the flag), or <key>=<value> "
+        "for every backend (e.g. "
         "default-max-batch-size); a key the named backend does not read, or a global one no "
         "installed backend reads, stops the start with an error naming the keys that are read.",
     ),
@@ -539,8 +540,9 @@ SERVE_OPTIONS: list[Decorator] = [
     ),
     many(
         "--frontend-config",
-        "<frontend>,<key>=<value> (repeatable): start an installed frontend plugin on its own "
-        "listener (e.g. openai,allow=true; allow=false keeps it off), address= and port= "
+        "<frontend>,<key>=<value> (one setting per flag, repeat the flag): start an installed "
+        "frontend plugin on its own listener (e.g. --frontend-config openai,allow=true "
+        "--frontend-config openai,port=9000; allow=false keeps it off), address= and port= "
         "place it (default: --http-address and its own port), the HTTP TLS flags apply to "
         "it; other keys are the frontend's own" + TRITONX_ONLY,
     ),
