@@ -30,7 +30,7 @@ from tritonx._core.metrics import MetricsOptions
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.scheduler import Scheduler, make_scheduler
 from tritonx._core.warmup import warm_up, warm_up_instances
-from tritonx._runtime.plugins import Registries
+from tritonx._runtime.plugins import Registries, missing_backend_advice
 from tritonx.backend import AutoCompleteContext, Backend, InstanceSpec, LoadContext
 from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
 from tritonx.errors import Code, PluginError, TritonXError, invalid_arg
@@ -302,10 +302,11 @@ class LoadPipeline:
         if cls is None:  # Triton's text; where it came from, and the cure, in the log
             log.warning(
                 "model '%s' at %s names backend '%s', which no installed tritonx plugin "
-                "provides: install the plugin that provides it",
+                "provides: %s",
                 model,
                 folder,
                 name,
+                missing_backend_advice(name),
             )
             raise invalid_arg(
                 f"unable to find backend library for backend '{name}', try specifying runtime "

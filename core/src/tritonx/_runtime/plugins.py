@@ -30,6 +30,39 @@ BUILTIN_PLUGINS: tuple[str, ...] = (
     "tritonx.builtin.local_cache",
 )
 
+#: The backends this repository's plugin distributions provide: backend name →
+#: (distribution, its folder in a checkout of tritonx). What a model naming one that is not
+#: installed is told to install (``tests/unit/test_first_party_backends.py`` checks it
+#: against ``plugins/*``).
+FIRST_PARTY_BACKENDS: dict[str, tuple[str, str]] = {
+    "dali": ("tritonx-backend-dali", "plugins/backend_dali"),
+    "fil": ("tritonx-backend-fil", "plugins/backend_fil"),
+    "onnxruntime": ("tritonx-backend-onnx", "plugins/backend_onnx"),
+    "openvino": ("tritonx-backend-openvino", "plugins/backend_openvino"),
+    "python": ("tritonx-backend-python", "plugins/backend_python"),
+    "pytorch": ("tritonx-backend-torch", "plugins/backend_torch"),
+    "tensorflow": ("tritonx-backend-tensorflow", "plugins/backend_tensorflow"),
+    "tensorrt": ("tritonx-backend-tensorrt", "plugins/backend_tensorrt"),
+}
+
+
+def missing_backend_advice(backend: str) -> str:
+    """What to do about a model whose backend no installed plugin provides: the first-party
+    distribution to install, or that none exists."""
+    found = FIRST_PARTY_BACKENDS.get(backend)
+    if found is None:
+        return (
+            f"tritonx has no plugin for backend '{backend}': install a third-party plugin "
+            "that provides it (`tritonx plugins` lists what is installed) or write one "
+            "(docs/examples/backend_linear)"
+        )
+    distribution, folder = found
+    return (
+        f"install {distribution} (nothing is published to a package index yet: from a "
+        f"checkout of tritonx, pip install ./core ./{folder})"
+    )
+
+
 ENV_ONLY = "TRITONX_PLUGINS"
 ENV_BLOCKED = "TRITONX_DISABLE_PLUGINS"
 ENV_NO_AUTOLOAD = "TRITONX_DISABLE_PLUGIN_AUTOLOAD"
