@@ -24,7 +24,9 @@ def _too_large(size: int, limit: int, header: str | None) -> BodyError:
     json_length = None
     if header is not None:
         text = header.strip()
-        json_length = int(text) if text.isascii() and text.isdigit() else None
+        # (past 18 digits it is no length Triton parses: and int() refuses past 4300)
+        digits = text.isascii() and text.isdigit() and len(text) <= 18
+        json_length = int(text) if digits else None
     if header is None or (json_length is not None and json_length > limit):
         length = size if header is None else json_length
         return BodyError(
