@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from tritonx._runtime.plugins import make_plugin_manager
 from tritonx.server import Server
@@ -78,3 +81,37 @@ def test_a_huge_inference_header_length_is_a_400(
     assert status == 400, answer
     assert "exceeds the maximum allowed" in answer["error"], answer
     assert "Use --http-max-input-size to increase the limit." in answer["error"]
+
+
+@pytest.mark.parametrize("route", ["/infer", "", "/ready", "/config", "/stats", "/generate"])
+def test_a_version_of_thousands_of_digits_is_a_400(address: tuple[str, int], route: str) -> None:
+    """A version in the URL past Python's 4300-digit int() limit was a 500 and a logged
+    traceback on every model route; it is a version that cannot be parsed, as ``1_0``."""
+    version = "9" * 5000
+    method = "POST" if route in ("/infer", "/generate") else "GET"
+    body = b'{"inputs":[]}' if method == "POST" else b""
+    head = (
+        f"{method} /v2/models/id/versions/{version}{route} HTTP/1.1\r\nHost: x\r\n"
+        f"Content-Length: {len(body)}\r\n"
+    ).encode()
+    status, answer = exchange(address, head, body)
+    assert status == 400, answer
+    # (the text as any, cut at 4096 characters)
+    assert answer["error"].startswith(f"failed to parse model version '{version[:4000]}")
+
+
+def test_a_version_of_thousands_of_digits_over_grpc(tmp_path: Path) -> None:
+    repo = ModelRepositoryBuilder(tmp_path / "models")
+    repo.add_identity("id", "INT32", dims=[-1])
+    settings = loopback_settings(repo.root, allow_http=False, allow_metrics=False)
+    server = Server(settings, plugin_manager=make_plugin_manager(autoload=False, extra=[identity]))
+    version = "9" * 5000
+    with ServerThread(server) as thread:
+        client = grpcclient.InferenceServerClient(thread.grpc_url)
+        try:
+            with pytest.raises(InferenceServerException) as failed:
+                client.get_model_metadata("id", version)
+        finally:
+            client.close()
+    assert failed.value.status() == "StatusCode.INVALID_ARGUMENT"
+    assert failed.value.message().startswith(f"failed to parse model version '{version[:4000]}")

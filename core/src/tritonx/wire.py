@@ -17,7 +17,9 @@ def parse_version(text: str | None) -> int | None:
     if not text:
         return None
     # only plain decimal digits: int() would also take "1_0", " 1", "+1" or non-ASCII digits
-    value = int(text) if text.isascii() and text.isdigit() else -1
+    # (and no more than 18 of them: no int64 has more, and int() refuses past 4300)
+    digits = text.isascii() and text.isdigit() and len(text) <= 18
+    value = int(text) if digits else -1
     if value < 0:
         raise invalid_arg(
             f"failed to parse model version '{text}', expected a non-negative integer"
