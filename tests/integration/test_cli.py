@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
@@ -225,6 +226,44 @@ def test_an_invalid_header_forward_pattern_fails_start_up(
         "error: creating server: Invalid argument - --http-header-forward-pattern: 'x-(' is "
         "not a valid regular expression: missing ), unterminated subpattern"
     ) in result.stderr
+
+
+@pytest.mark.parametrize("flag", ["--http-port", "--grpc-port", "--metrics-port"])
+def test_a_port_in_use_stops_the_start_before_any_model_loads(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str], flag: str
+) -> None:
+    """Told at once, naming the flag, as tritonserver's ``Socket ... already in use``."""
+    model_repository.add_identity("echo", max_batch_size=4)
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    ports = {"--http-port": "0", "--grpc-port": "0", "--metrics-port": "0", flag: str(port)}
+    try:
+        result = subprocess.run(
+            tritonx(
+                "serve",
+                "--model-repository",
+                str(model_repository.root),
+                "--http-address",
+                "127.0.0.1",
+                "--grpc-address",
+                "127.0.0.1",
+                *(item for pair in ports.items() for item in pair),
+            ),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        taken.close()
+    assert result.returncode == 1
+    assert (
+        f"Socket '127.0.0.1:{port}' already in use ({flag} {port}: pick another port, or 0 "
+        "for a free one)" in result.stderr
+    )
+    assert "successfully loaded" not in result.stderr  # no model was loaded first
 
 
 def test_missing_repository_fails_start_up(tmp_path: Path, env: dict[str, str]) -> None:

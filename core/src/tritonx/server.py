@@ -69,6 +69,27 @@ def _settings(settings: ServerSettings | None, overrides: dict[str, Any]) -> Ser
     return replace(settings, **overrides)
 
 
+def check_ports_free(listeners: Sequence[tuple[str, int, bool, str]]) -> None:
+    """Raise the listener's own error (UNAVAILABLE) for the first listener whose port another
+    socket holds (``listeners``: address, port, SO_REUSEPORT, the error's text; port 0 picks
+    a free one, unchecked)."""
+    for host, port, reuse_port, taken in listeners:
+        if port == 0:
+            continue
+        probe = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+        try:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if reuse_port:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                raise
+            raise TritonXError(taken, Code.UNAVAILABLE) from None
+        finally:
+            probe.close()
+
+
 class Server(InProcessAPI):
     """A tritonx server: an async context manager that loads models and starts listeners.
 
@@ -127,6 +148,11 @@ class Server(InProcessAPI):
 
         dataplane = self._dataplane = DataPlane(self.settings, registries, on_event, cache)
         self._frontends = build_frontends(registries, self.settings, dataplane.handle)
+        try:  # before the models load: a taken port is told at once, not after every load
+            check_ports_free(self._listeners())
+        except BaseException:
+            await self.stop(timeout=0)
+            raise
         for sink in sinks:
             for collector in sink.collectors():
                 dataplane.metrics_registry.register(collector)
@@ -205,6 +231,37 @@ class Server(InProcessAPI):
     async def serve_forever(self) -> None:
         """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""
         await asyncio.Event().wait()
+
+    def _listeners(self) -> list[tuple[str, int, bool, str]]:
+        """(address, port, SO_REUSEPORT, error if taken) of each listener the start opens:
+        tritonserver's ``Socket '<address>:<port>' already in use`` with the flag that chose
+        the port, a frontend's own text."""
+        s = self.settings
+
+        def socket_taken(host: str, port: int, flag: str) -> str:
+            return (
+                f"Socket '{host}:{port}' already in use ({flag} {port}: pick another port, or "
+                "0 for a free one)"
+            )
+
+        out: list[tuple[str, int, bool, str]] = []
+        if s.allow_grpc:
+            grpc = (s.grpc_address, s.grpc_port, s.reuse_grpc_port)
+            out.append((*grpc, socket_taken(*grpc[:2], "--grpc-port")))
+        if s.allow_http:
+            http = (s.http_address, s.http_port, s.reuse_http_port)
+            out.append((*http, socket_taken(*http[:2], "--http-port")))
+        if s.allow_metrics:
+            metrics = (s.metrics_address or s.http_address, s.metrics_port, False)
+            out.append((*metrics, socket_taken(*metrics[:2], "--metrics-port")))
+        for placed in self._frontends:
+            frontend = placed.frontend
+            taken = (
+                f"{frontend.title} cannot listen on {placed.address}:{placed.port}: Address "
+                f"already in use (--frontend-config {frontend.name},port=...)"
+            )
+            out.append((placed.address, placed.port, False, taken))
+        return out
 
     async def _start_listeners(self, triton: TritonMetrics) -> None:
         s = self.settings
