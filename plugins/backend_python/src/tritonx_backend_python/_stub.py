@@ -25,6 +25,7 @@ import itertools
 import json
 import os
 import queue
+import signal
 import socket
 import sys
 import threading
@@ -417,9 +418,14 @@ def run(conn: _ipc.Channel, data: _ipc.Channel) -> None:
 
     ``sys.argv`` is ``[""]``, as in Triton's stub (an embedded interpreter started with no
     arguments): the server's command line (which a forkserver child would inherit) never
-    reaches a model that parses arguments or calls ``unittest.main()`` at import.
+    reaches a model that parses arguments or calls ``unittest.main()`` at import. SIGINT and
+    SIGTERM are ignored, as Triton's stub skips them: the server stops its workers.
     """
     sys.argv = [""]
+    # as Triton's stub (pb_stub.cc SignalHandler): Ctrl-C or SIGTERM to the server's process
+    # group is the server's to handle; it stops its workers itself
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     Worker(conn, data).serve()
     sys.stdout.flush()
     sys.stderr.flush()
