@@ -13,6 +13,7 @@ import asyncio
 import errno
 import logging
 import os
+import shutil
 import socket
 import ssl
 from collections.abc import Sequence
@@ -429,16 +430,48 @@ class Server(InProcessAPI):
         return format_table(("Model", "Version", "Status"), self.dataplane.status_rows())
 
 
-def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """Triton's ``TablePrinter`` layout (``+---+`` dividers, left-justified cells)."""
-    widths = [len(h) for h in header]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    divider = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-
-    def line(cells: Sequence[str]) -> str:
-        return "|" + "|".join(f" {c.ljust(w)} " for c, w in zip(cells, widths, strict=True)) + "|"
-
-    out = [divider, line(header), divider, *(line(r) for r in rows), divider]
+def format_table(
+    header: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None
+) -> str:
+    """Triton's ``TablePrinter`` layout (``+---+`` dividers, left-justified cells): a cell's
+    lines (split at newlines) each on a line of its own, the columns sharing ``width``
+    (default: the terminal's, 500 off a terminal, as Triton) fairly, and a line longer than
+    its column's share cut into lines of that share, so one long reason widens nothing."""
+    if width is None:
+        width = shutil.get_terminal_size((500, 24)).columns or 500
+    table = [[cell.split("\n") for cell in row] for row in (header, *rows)]
+    count = len(header)
+    needed = [max((len(line) for row in table for line in row[i]), default=0) for i in range(count)]
+    shares = _fair_shares(needed, max(width - 3 * count - 1, count))
+    divider = "+" + "+".join("-" * (w + 2) for w in shares) + "+"
+    out = [divider]
+    for number, row in enumerate(table):
+        cells = [
+            [line[k : k + share] for line in cell for k in range(0, max(len(line), 1), share)]
+            for cell, share in zip(row, shares, strict=True)
+        ]
+        for k in range(max(len(c) for c in cells)):
+            parts = (c[k] if k < len(c) else "" for c in cells)
+            out.append(
+                "|" + "|".join(f" {p.ljust(w)} " for p, w in zip(parts, shares, strict=True)) + "|"
+            )
+        if number == 0:
+            out.append(divider)
+    out.append(divider)
     return "\n".join(out) + "\n"
+
+
+def _fair_shares(needed: Sequence[int], room: int) -> list[int]:
+    """Each column's width: an equal share of ``room``, what a column does not need passed
+    on evenly to the wider ones (narrowest first), as Triton's ``TablePrinter::FairShare``;
+    at least 1 each."""
+    shares = [room / len(needed)] * len(needed)
+    order = sorted(range(len(needed)), key=lambda i: needed[i])
+    for position, i in enumerate(order):
+        if needed[i] < shares[i]:
+            excess = shares[i] - needed[i]
+            shares[i] = needed[i]
+            rest = order[position + 1 :]
+            for j in rest:
+                shares[j] += excess / len(rest)
+    return [max(int(share), 1) for share in shares]
