@@ -16,6 +16,7 @@ from tritonclient.utils import InferenceServerException
 from tritonx import Server
 from tritonx._transports.grpc.health import HealthCheckRequest, HealthCheckResponse
 from tritonx._transports.grpc.server import grpc_options
+from tritonx.errors import TritonXError
 from tritonx.testing import ModelRepositoryBuilder, ServerThread, loopback_settings
 
 GRPC_ONLY = {"allow_http": False, "allow_metrics": False}
@@ -310,7 +311,8 @@ async def test_grpc_address_and_port(tmp_path: Path, plugin_manager, grpc_engine
             assert await client.is_server_live()
         finally:
             await client.close()
-        # a second server on the same port fails instead of sharing it (no SO_REUSEPORT)
-        with pytest.raises(OSError):
+        # a second server on the same port fails instead of sharing it (no SO_REUSEPORT),
+        # before loading anything, with tritonserver's words and the flag
+        with pytest.raises(TritonXError, match=rf"Socket '127.0.0.1:{port}' already in use"):
             async with Server(settings, plugin_manager=plugin_manager):
                 pass
