@@ -50,13 +50,12 @@ def test_readme_cli_reference_matches_help() -> None:
 def test_readme_in_process_example_runs(tmp_path: Path) -> None:
     """The README's in-process example, run against the bundled example repository."""
     pytest.importorskip("tritonx_backend_onnx")
-    from tritonx.config import EXAMPLE_REPOSITORY
 
     readme = (ROOT / "README.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
     (snippet,) = [b for b in blocks if "tritonx.Server(" in b]
     script = tmp_path / "example.py"
-    script.write_text(snippet.replace("./models", str(EXAMPLE_REPOSITORY)))
+    script.write_text(snippet)  # as printed: it runs on a fresh clone
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=120
     )

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     )
     from tritonx.batching import concat_inputs, split_outputs
     from tritonx.cache import ResponseCache
-    from tritonx.config import EditableModelConfig, ModelConfig, ServerSettings
+    from tritonx.config import EXAMPLE_REPOSITORY, EditableModelConfig, ModelConfig, ServerSettings
     from tritonx.datatypes import DataType
     from tritonx.errors import Code, PluginError, TritonXError
     from tritonx.frontend import AiohttpFrontend, Frontend
@@ -68,6 +68,7 @@ _HOMES: dict[str, str] = {
     "Code": "tritonx.errors",
     "ComputeTimer": "tritonx.backend",
     "DataType": "tritonx.datatypes",
+    "EXAMPLE_REPOSITORY": "tritonx.config",
     "EditableModelConfig": "tritonx.config",
     "Frontend": "tritonx.frontend",
     "FrontendRegistry": "tritonx.registry",
@@ -122,6 +123,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "EXAMPLE_REPOSITORY",
     "REQUEST_RELEASE_ALL",
     "REQUEST_RELEASE_RESCHEDULE",
     "SEQUENCE_END",
