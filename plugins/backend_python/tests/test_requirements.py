@@ -197,11 +197,12 @@ async def test_pinned_versions_side_by_side_cached_on_restart_broken_alone(
     out = check_json(model_repository, cache)
     assert out["six_old"]["notes"]["environment"] == f"cached ({Path(old_info['six']).parent})"
     assert out["six_new"]["notes"]["environment"].startswith("cached (")
-    assert out["broken"]["notes"]["environment"].startswith("failing (")
-    assert f"no version of {BROKEN}" in out["broken"]["notes"]["environment"]
+    # its last build failed: check resolves it again (a dry run), and fails it
+    assert out["broken"]["status"] == "ERROR"
+    assert f"no version of {BROKEN}" in out["broken"]["error"]
     assert out["plain"]["notes"] == {}
     table = check(model_repository, cache)
-    assert table.returncode == 0, table.stdout + table.stderr
+    assert table.returncode == 1, table.stdout + table.stderr
     header = [c.strip() for c in table.stdout.splitlines()[1].split("|")[1:-1]]
     assert header[-1] == "Notes"
     assert "environment: cached (" in table.stdout

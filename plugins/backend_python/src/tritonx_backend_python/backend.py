@@ -30,7 +30,7 @@ from tritonx_backend_python.environment import (
     worker_env,
 )
 from tritonx_backend_python.inprocess import InProcessInstance, auto_complete_here
-from tritonx_backend_python.process import ENV_PARAMETER, WorkerEnv, WorkerProcess
+from tritonx_backend_python.process import ENV_PARAMETER, WorkerEnv, WorkerProcess, env_python
 from tritonx_backend_python.worker import (
     TIMEOUT_PARAMETER,
     WorkerInstance,
@@ -64,6 +64,10 @@ RESTART_KEY = "restart-dead-stubs"
 #: message queue, which tritonx does not have: accepted (command lines written for Triton keep
 #: working) with a warning that they change nothing.
 NO_EFFECT = frozenset({"shm-default-byte-size", "shm-growth-byte-size", "shm-message-queue-size"})
+
+#: how the error of a throw-away worker's auto-complete starts (what follows is the model's
+#: exception, ``TypeName: message``, or why the worker died)
+AUTO_COMPLETE_FAILED = "Failed to initialize Python stub for auto-complete: "
 
 
 class PythonBackend(Backend):
@@ -128,6 +132,8 @@ class PythonBackend(Backend):
         self.closed = threading.Event()
         #: the environments of models with their own requirements
         self.environments = EnvironmentCache.from_config(self.config)
+        #: ``tritonx check``: the model files its auto-complete imported (no import check again)
+        self._imported: set[str] = set()
         log.info("python backend: %s", _ipc.describe_segments())
 
     def mode(self, parameters: dict[str, str]) -> str:
@@ -192,6 +198,8 @@ class PythonBackend(Backend):
         else:
             python = worker_env(parameters, ctx.model_dir, model, self.environments)
             after = auto_complete_in_worker(path, before, python, self.stub_timeout)
+        if ctx.check_only:
+            self._imported.add(str(path))
         if after == before:
             return
         try:
@@ -224,14 +232,68 @@ class PythonBackend(Backend):
     def check_notes(self, ctx: AutoCompleteContext) -> dict[str, str]:
         """``environment``: whether the model's requirements are installed: ``cached
         (<path>)``, ``to build at load (<hash>)`` or ``failing (<hash>: <error>)`` (its last
-        build failed; the load tries again). No note for a model without requirements."""
+        build failed; the load tries again). No note for a model without requirements.
+
+        And what the load would refuse: requirements that are not cached must resolve (the
+        installer's dry run under the same rules: nothing is installed; an index that cannot
+        be reached fails too), and ``model.py`` must import (:meth:`_check_import`).
+        """
         parameters = ctx.config.view().parameters
         model = ctx.config.name or ctx.model_dir.name
         requirements = self.requirements(parameters, ctx.model_dir, model)
-        if requirements is None:
-            return {}
-        status = self.environments.status(requirements.path, ctx.model_dir, model)
-        return {"environment": status.describe()}
+        notes: dict[str, str] = {}
+        site_dir = None
+        if requirements is not None:
+            status = self.environments.status(requirements.path, ctx.model_dir, model)
+            if status.state == "cached":
+                site_dir = str(status.path)
+            else:
+                self.environments.resolve(requirements.path, model, ctx.model_dir)
+            notes["environment"] = status.describe()
+        note = self._check_import(ctx, model, requirements, site_dir)
+        if note:
+            notes["import"] = note
+        return notes
+
+    def _check_import(
+        self,
+        ctx: AutoCompleteContext,
+        model: str,
+        requirements: Requirements | None,
+        site_dir: str | None,
+    ) -> str:
+        """``tritonx check``: import the model file in a throw-away worker (its
+        ``auto_complete_config`` runs there when it has one, ``initialize`` never), in the
+        model's environment (``site_dir``, when cached; its ``EXECUTION_ENV_PATH``), unless
+        its auto-complete imported it already. A note when the import could not be checked
+        (a missing module of a model whose environment is not built yet), "" when it passed.
+
+        :raises TritonXError: INVALID_ARG with the model's exception (``TypeName: message``).
+        """
+        path = ctx.model_path
+        if path is None or not path.is_file() or str(path) in self._imported:
+            return ""
+        parameters = ctx.config.view().parameters
+        python: WorkerEnv | None = None
+        if ENV_PARAMETER in parameters:
+            python = WorkerEnv(python=env_python(parameters[ENV_PARAMETER], ctx.model_dir))
+        elif site_dir is not None:
+            python = WorkerEnv(site_dir=site_dir)
+        try:
+            auto_complete_in_worker(path, ctx.config.to_dict(), python, self.stub_timeout)
+        except TritonXError as exc:
+            detail = exc.message.removeprefix(AUTO_COMPLETE_FAILED)
+            if (
+                requirements is not None
+                and site_dir is None
+                and detail.startswith(("ModuleNotFoundError: ", "ImportError: "))
+            ):
+                return (
+                    f"not checked: {detail.splitlines()[0]} without the model's environment, "
+                    "which is to build at load"
+                )
+            raise invalid_arg(f"python model '{model}': importing {path} failed: {detail}") from exc
+        return ""
 
     def load(self, ctx: LoadContext) -> ModelInstance:
         """Start one instance: a worker process, or the model in this process."""

@@ -58,6 +58,7 @@ from tritonx_backend_python.reqfile import (
     read_plan,
     stage,
 )
+from tritonx_backend_python.runner import ENVIRONMENT_MANIFEST
 
 __all__ = [
     "ALLOWED_OPTIONS_KEY",
@@ -92,8 +93,9 @@ PER_SERVER_PREFIX = "tritonx-python-envs-"
 MODEL_DIR_VARIABLE = "$$TRITON_MODEL_DIRECTORY"
 #: a failed build's installer output keeps at most this many lines (head and tail)
 MAX_OUTPUT_LINES = 30
-#: a file inside a built environment saying what it was built from
-MANIFEST = ".tritonx-environment.json"
+#: a file inside a built environment saying what it was built from (a model whose import
+#: fails in it is told of its requirements file)
+MANIFEST = ENVIRONMENT_MANIFEST
 
 log = logging.getLogger("tritonx.backend.python")
 
@@ -182,23 +184,26 @@ class Installer:
             version = "not installed"
         return cls("pip", version)
 
-    def command(self, target: Path, requirements: Path) -> list[str]:
-        """The command installing ``requirements`` into ``target`` for this interpreter."""
+    def command(self, target: Path, requirements: Path, dry_run: bool = False) -> list[str]:
+        """The command installing ``requirements`` into ``target`` for this interpreter
+        (``dry_run``: resolving them, installing nothing)."""
+        dry = ["--dry-run"] if dry_run else []
         if self.program is not None:
             return [
-                self.program, "pip", "install", "--target", str(target), "-r", str(requirements),
-                "--python", sys.executable, "--compile-bytecode", "--color", "never", "--no-progress",
-                "--quiet",
+                self.program, "pip", "install", *dry, "--target", str(target), "-r",
+                str(requirements), "--python", sys.executable, "--compile-bytecode", "--color",
+                "never", "--no-progress", "--quiet",
             ]  # fmt: skip
         return [
-            sys.executable, "-m", "pip", "install", "--target", str(target), "-r",
+            sys.executable, "-m", "pip", "install", *dry, "--target", str(target), "-r",
             str(requirements), "--disable-pip-version-check", "--no-input", "--no-color",
             "--progress-bar", "off",
         ]  # fmt: skip
 
-    def describe(self) -> str:
-        """``uv pip install`` / ``pip install``."""
-        return "uv pip install" if self.program is not None else "pip install"
+    def describe(self, dry_run: bool = False) -> str:
+        """``uv pip install`` / ``pip install`` (with ``--dry-run``)."""
+        name = "uv pip install" if self.program is not None else "pip install"
+        return f"{name} --dry-run" if dry_run else name
 
 
 _installer_lock = threading.Lock()
@@ -356,6 +361,23 @@ class EnvironmentCache:
         except (OSError, ValueError, AttributeError):
             return EnvironmentStatus("to build", key, path)
 
+    def resolve(self, requirements: Path, model: str, model_dir: Path) -> None:
+        """Resolve ``requirements`` of the model in ``model_dir`` without installing anything
+        (``tritonx check``): the installer's dry run on the staged file, under the same rules
+        and timeout as a build; the cache is neither read nor written.
+
+        :raises TritonXError: INVALID_ARG when the requirements break the rules; INTERNAL,
+            with the installer's output, when they cannot be resolved (a package or version
+            no index has, an index that cannot be reached) or the dry run times out.
+        """
+        plan = self.plan(requirements, model_dir, model)
+        staging = Path(tempfile.mkdtemp(prefix="tritonx-python-resolve-"))
+        try:
+            stage(plan, model_dir, staging, model)
+            self._install(staging, requirements, staging / "target", model, dry_run=True)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+
     def ensure(self, requirements: Path, model: str, model_dir: Path | None = None) -> Path:
         """The environment of ``requirements`` of the model in ``model_dir`` (default: the
         file's folder), built first unless the cache holds it.
@@ -469,12 +491,17 @@ class EnvironmentCache:
             root / key,
         )
 
-    def _install(self, staging: Path, requirements: Path, target: Path, model: str) -> None:
+    def _install(
+        self, staging: Path, requirements: Path, target: Path, model: str, dry_run: bool = False
+    ) -> None:
         """Run the installer on the staged requirements, in the staging folder (a model's
         ``uv.toml`` or ``pyproject.toml`` is no configuration of it), killing it (and what it
-        started) past the policy's timeout; raise its output when it fails."""
+        started) past the policy's timeout; raise its output when it fails. ``dry_run``:
+        resolve them only (``tritonx check``)."""
         target.mkdir()
-        command = self.installer.command(target, staging / "requirements.txt")
+        command = self.installer.command(target, staging / "requirements.txt", dry_run)
+        program = self.installer.describe(dry_run)
+        doing = "resolving" if dry_run else "installing"
         environ = {**os.environ, "NO_COLOR": "1", "PIP_NO_COLOR": "1"}
         timeout = self.policy.timeout
         try:
@@ -491,8 +518,7 @@ class EnvironmentCache:
             )
         except OSError as exc:
             raise TritonXError(
-                f"python model '{model}': cannot run {self.installer.describe()} to install "
-                f"{requirements}: {exc}",
+                f"python model '{model}': cannot run {program} to install {requirements}: {exc}",
                 Code.INTERNAL,
             ) from exc
         try:
@@ -500,9 +526,9 @@ class EnvironmentCache:
         except subprocess.TimeoutExpired:
             _kill_group(process)
             raise TritonXError(
-                f"python model '{model}': installing its requirements ({requirements}) timed "
+                f"python model '{model}': {doing} its requirements ({requirements}) timed "
                 f"out after {timeout:g} s (--backend-config=python,{INSTALL_TIMEOUT_KEY}): "
-                f"{self.installer.describe()} was killed and nothing was kept",
+                f"{program} was killed and nothing was kept",
                 Code.INTERNAL,
             ) from None
         except BaseException:
@@ -511,8 +537,8 @@ class EnvironmentCache:
         if process.returncode != 0:
             output = trim_output(stderr) or trim_output(stdout) or "(no output)"
             raise TritonXError(
-                f"python model '{model}': installing its requirements ({requirements}) failed: "
-                f"{self.installer.describe()} exited with code {process.returncode}:\n{output}",
+                f"python model '{model}': {doing} its requirements ({requirements}) failed: "
+                f"{program} exited with code {process.returncode}:\n{output}",
                 Code.INTERNAL,
             )
 

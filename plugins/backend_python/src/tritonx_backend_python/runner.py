@@ -21,6 +21,8 @@ import importlib.abc
 import importlib.machinery
 import importlib.util
 import inspect
+import json
+import os
 import sys
 import threading
 import traceback
@@ -39,6 +41,10 @@ Deliver = Callable[[int, pb_utils.InferenceResponse | None, bool], None]
 Sender = Callable[[pb_utils.InferenceResponse | None, bool], None]
 
 _NO_BINDING: AbstractContextManager[None] = contextlib.nullcontext()
+
+#: the file in a model's requirements environment saying what it was built from (its
+#: ``"source"``: the requirements file), written by :mod:`~tritonx_backend_python.environment`
+ENVIRONMENT_MANIFEST = ".tritonx-environment.json"
 
 
 def exception_text(exc: BaseException) -> str:
@@ -106,13 +112,49 @@ def import_model(model_path: Path, module_name: str) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except ImportError as exc:
+        hint = _requirements_hint(model_path.parent.parent)
+        if not hint:
+            raise
+        raise _with_hint(exc, hint) from exc
     cls = getattr(module, "TritonPythonModel", None)
     if cls is None:
         raise pb_utils.TritonModelException(
             f"Python model '{model_path}' does not define class 'TritonPythonModel'"
         )
     return cls
+
+
+def _requirements_hint(model_dir: Path) -> str:
+    """What to say of an import that failed in a model's requirements environment (the
+    first folder of ``sys.path`` holding :data:`ENVIRONMENT_MANIFEST`): the model's packages
+    are those of that folder and the server's, so its requirements file may miss one; "" out
+    of such an environment. The file is named when the environment was built from a file of
+    ``model_dir`` (models with the same requirements share one environment)."""
+    for folder in sys.path:
+        try:
+            with open(os.path.join(folder or ".", ENVIRONMENT_MANIFEST), encoding="utf-8") as f:
+                source = str(json.load(f).get("source", ""))
+        except (OSError, ValueError, AttributeError):
+            continue
+        inside = source and Path(source).is_relative_to(model_dir.resolve())
+        named = source if inside else "the model's requirements file"
+        return (
+            f"(the model runs in its own environment {folder}, installed from {named}, on top "
+            "of the server's packages: check that it lists this package)"
+        )
+    return ""
+
+
+def _with_hint(exc: ImportError, hint: str) -> ImportError:
+    """``exc`` of the same type with ``hint`` after its message (``name`` and ``path`` kept)."""
+    text = f"{exc} {hint}"
+    try:
+        return type(exc)(text, name=exc.name, path=exc.path)
+    except TypeError:  # a subclass with a constructor of its own
+        return ImportError(text, name=exc.name, path=exc.path)
 
 
 class _SourceLoader(importlib.machinery.SourceFileLoader):
