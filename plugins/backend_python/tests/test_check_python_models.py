@@ -126,6 +126,8 @@ def test_unresolvable_requirements_are_errors(tmp_path: Path) -> None:
     repo = ModelRepositoryBuilder(tmp_path / "repo")
     add(repo, "unresolvable", ADD_SUB, f"{MISSING}==1.0\n")
     add(repo, "resolvable", "import six\n" + ADD_SUB, "six==1.16.0\n")
+    # a module the environment (not built: check builds nothing) may bring: a note, not OK-ed
+    add(repo, "env_module", "import tritonx_no_such_module_47\n" + ADD_SUB, "six==1.16.0\n")
     cache = tmp_path / "envs"
     result = check(repo, cache)
     assert result.returncode == 1, result.stderr
@@ -135,6 +137,12 @@ def test_unresolvable_requirements_are_errors(tmp_path: Path) -> None:
     assert "uv pip install --dry-run exited with code" in out["unresolvable"]["error"]
     assert out["resolvable"]["status"] == "OK", out["resolvable"]
     assert out["resolvable"]["notes"]["environment"].startswith("to build at load (")
+    assert "import" not in out["resolvable"]["notes"]
+    assert out["env_module"]["status"] == "OK", out["env_module"]
+    assert out["env_module"]["notes"]["import"] == (
+        "not checked: ModuleNotFoundError: No module named 'tritonx_no_such_module_47' "
+        "without the model's environment, which is to build at load"
+    )
 
     (repo.root / "unresolvable" / "requirements.txt").unlink()
     result = check(repo, cache)
