@@ -16,7 +16,7 @@ from tritonx._core.agents import AgentChain
 from tritonx._core.cache_scope import CacheScope
 from tritonx._core.scheduler import Scheduler
 from tritonx._dataplane.classification import LabelCache
-from tritonx._dataplane.stats import LatencyStats
+from tritonx._dataplane.stats import LatencyStats, ModelStats
 from tritonx.backend import Backend
 from tritonx.config import ModelConfig
 from tritonx.errors import TritonXError
@@ -46,6 +46,10 @@ class VersionEntry:
     #: the files its load read besides config.pbtxt (``version_files``): a reload whose
     #: config changed only in its instance groups, with these unchanged, updates in place
     files: tuple[tuple[str, int, int], ...] | None = None
+    #: the statistics of a version the residency policy unloaded (an eviction for room,
+    #: an idle unload): reported while it is unloaded, continued by its next load
+    #: (:func:`merge_versions`); None once unloaded explicitly
+    kept_stats: ModelStats | None = None
     _labels: LabelCache | None = field(default=None, repr=False)
 
     @property
@@ -170,9 +174,10 @@ def merge_versions(
 
     When a selected version failed while the model had a version serving, the load is
     aborted: every old version keeps serving, the new versions it loaded are unloaded (a
-    failed version without an old one shows its failure). Otherwise each new version
-    replaces the old one of its number, whose statistics it continues
-    (:func:`carry_stats`), and the old versions no longer selected go.
+    failed version without an old one shows its failure, and keeps the statistics the
+    old one kept). Otherwise each new version replaces the old one of its number, whose
+    statistics it continues (:func:`carry_stats`; those an evicted version kept too), and
+    the old versions no longer selected go.
 
     Returns the merged versions, the entries to retire (unload; those without a scheduler
     only change state) and whether the load succeeded (a version of it serves)."""
@@ -193,6 +198,8 @@ def merge_versions(
             prev = old.get(v)
             if prev is None or not prev.ready:
                 merged[v] = entry  # no old one serves this number: show how the load went
+                if prev is not None:  # an evicted version's statistics stay
+                    entry.kept_stats = prev.kept_stats
         for entry in failed:
             log.error(
                 "failed to reload '%s' version %d: %s (keeping the loaded versions)",
@@ -206,20 +213,24 @@ def merge_versions(
         prev = old.get(v)
         if prev is None or prev is entry:
             continue
-        if prev.scheduler is not None and entry.scheduler is not None:
-            carry_stats(prev.scheduler, entry.scheduler)
+        if entry.scheduler is not None:
+            if prev.scheduler is not None:
+                carry_stats(prev.scheduler.stats, entry.scheduler)
+            elif prev.kept_stats is not None:  # evicted, loaded again: counting goes on
+                carry_stats(prev.kept_stats, entry.scheduler)
         retired.append(prev)
     retired.extend(prev for v, prev in old.items() if v not in merged)
     return merged, retired, any(e.ready for e in new.values())
 
 
-def carry_stats(old: Scheduler, new: Scheduler) -> None:
-    """A reload of a version: ``new`` goes on counting in ``old``'s statistics (the
-    statistics extension and the Prometheus counters stay continuous, as Triton's
-    counters per model version are). The requests still finishing on ``old`` count there
-    too; nothing changes per request. The latency distributions stay unless the new
-    config asks for others (response cache, histogram buckets)."""
-    stats, fresh = old.stats, new.stats
+def carry_stats(stats: ModelStats, new: Scheduler) -> None:
+    """A reload of a version: ``new`` goes on counting in ``stats``, the old version's
+    statistics (the statistics extension and the Prometheus counters stay continuous, as
+    Triton's counters per model version are), also when the residency policy unloaded the
+    old one. The requests still finishing on the old scheduler count there too; nothing
+    changes per request. The latency distributions stay unless the new config asks for
+    others (response cache, histogram buckets)."""
+    fresh = new.stats
     if _latency_layout(stats.latency) != _latency_layout(fresh.latency):
         stats.latency = fresh.latency
     new.stats = stats

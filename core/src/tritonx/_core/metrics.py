@@ -287,6 +287,8 @@ class _Version(NamedTuple):
     pending: int
     load_seconds: float
     cached: bool
+    #: loaded (False: the residency policy unloaded it; its counters stay, not its gauges)
+    resident: bool = True
 
 
 class _Exposition:
@@ -303,7 +305,8 @@ class _Exposition:
 
 
 class TritonMetrics:
-    """Renders the ``nv_*`` families for every loaded model version.
+    """Renders the ``nv_*`` families for every loaded model version (and the counters of
+    the versions the residency policy unloaded: they go on when it loads them again).
 
     :param loaded_versions: returns the versions with running instances at scrape time
         (:meth:`tritonx._dataplane.dataplane.DataPlane.loaded_versions`).
@@ -324,7 +327,11 @@ class TritonMetrics:
             labels += [(f"_{k}", val) for k, val in v.metric_tags]
             # Triton's labels are a std::map: prometheus-cpp writes them sorted by name
             labels.sort()
-            out.append(_Version(tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached))
+            out.append(
+                _Version(
+                    tuple(labels), v.stats, v.pending_count, v.load_seconds, v.cached, v.resident
+                )
+            )
         return out
 
     def render(self) -> str:
@@ -402,7 +409,11 @@ def _gauge_families(out: _Exposition, versions: list[_Version]) -> None:
         "nv_inference_pending_request_count",
         "Instantaneous number of pending requests awaiting execution per-model.",
         "gauge",
-        (f"nv_inference_pending_request_count{_labels(v.labels)} {v.pending}\n" for v in versions),
+        (
+            f"nv_inference_pending_request_count{_labels(v.labels)} {v.pending}\n"
+            for v in versions
+            if v.resident
+        ),
     )
     out.family(
         "nv_model_load_duration_secs",
@@ -411,6 +422,7 @@ def _gauge_families(out: _Exposition, versions: list[_Version]) -> None:
         (
             f"nv_model_load_duration_secs{_labels(v.labels)} {_num(round(v.load_seconds, 6))}\n"
             for v in versions
+            if v.resident
         ),
     )
 

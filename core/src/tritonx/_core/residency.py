@@ -558,6 +558,7 @@ class Residency:
             await self._evict_until(lambda: self._over(0, 0), keep, name, protect)
         except NoRoom:
             log.warning("unloading '%s' again: it does not fit the budgets", name)
+            self._keep_stats(name)
             await self._manager.evict(name)
             self.footprints.pop(name, None)
             if self.memory_budget:
@@ -631,6 +632,7 @@ class Residency:
             log.info("unloading model '%s' (least recently used) to stay within %s", name, budget)
         else:
             log.info("unloading model '%s': no request for %g s", name, self.idle_secs)
+        self._keep_stats(name)
         await self._manager.evict(name)
         self.evictions[(name, reason)] += 1
         self.footprints.pop(name, None)
@@ -644,9 +646,22 @@ class Residency:
         gc.collect()
         await trim_heap_now()
 
+    def _keep_stats(self, name: str) -> None:
+        """``name`` is about to be unloaded by this policy: its loaded versions keep their
+        statistics (Triton's per-model counters stay on ``/metrics`` and its next load goes
+        on counting in them: :func:`~tritonx._core.entries.merge_versions`)."""
+        entry = self._models.get(name)
+        for v in entry.versions.values() if entry is not None else ():
+            if v.scheduler is not None:
+                v.kept_stats = v.scheduler.stats
+
     def forget(self, name: str) -> None:
-        """``name`` was unloaded (the repository API, a poll): no footprint any more."""
+        """``name`` was unloaded (the repository API, a poll): no footprint any more, and
+        no statistics kept from an eviction (its counters go, as Triton's do)."""
         self.footprints.pop(name, None)
+        entry = self._models.get(name)
+        for v in entry.versions.values() if entry is not None else ():
+            v.kept_stats = None
 
     # ------------------------------------------------------------------ idle unload
 

@@ -131,12 +131,20 @@ def raise_load_error(name: str, entry: ModelEntry | None) -> None:
 
 
 def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]:
-    """Every version with a running scheduler, by name then version."""
+    """Every version with a running scheduler, by name then version, and every version
+    the residency policy unloaded with its kept statistics (not ``resident``)."""
     for name in sorted(models):
         entry = models[name]
         for version in sorted(entry.versions):
             v = entry.versions[version]
-            if v.scheduler is None or v.config is None:
+            if v.config is None:
+                continue
+            if v.scheduler is None:
+                if v.kept_stats is not None:
+                    tags = tuple(sorted(v.config.raw.metric_tags.items()))
+                    yield LoadedVersion(
+                        name, version, tags, v.kept_stats, 0, v.load_seconds, v.cached, 0, False
+                    )
                 continue
             yield LoadedVersion(
                 name,

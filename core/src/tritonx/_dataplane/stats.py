@@ -176,7 +176,8 @@ class LatencyStats:
 
 @dataclass(frozen=True, slots=True)
 class LoadedVersion:
-    """A model version with running instances, as the metrics endpoint reports it.
+    """A model version with running instances (or whose statistics the residency policy
+    kept when it unloaded it), as the metrics endpoint reports it.
 
     :param name: the model's name.
     :param version: the version.
@@ -186,6 +187,8 @@ class LoadedVersion:
     :param load_seconds: how long its last successful load took.
     :param cached: whether the response cache sits in front of it (``nv_cache_*`` families).
     :param restarts: how many times its instances restarted since it loaded.
+    :param resident: False for a version the residency policy unloaded (evicted, idle):
+        its counters are reported on, with no gauges.
     """
 
     name: str
@@ -196,3 +199,4 @@ class LoadedVersion:
     load_seconds: float
     cached: bool = False
     restarts: int = 0
+    resident: bool = True
