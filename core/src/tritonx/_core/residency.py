@@ -36,6 +36,9 @@ theirs); the memory budget bounds the total's growth over what it was when the s
 started loading models, so memory the allocator keeps after an unload still counts.
 
 ``--model-idle-unload-secs`` unloads models no request used for that long (same rules).
+
+A model this policy unloads keeps Triton's per-model counters (``nv_inference_*``: they stay
+on ``/metrics`` and its next load continues them); an explicit unload drops them, as Triton's.
 """
 
 from __future__ import annotations
