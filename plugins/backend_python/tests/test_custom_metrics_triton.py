@@ -106,6 +106,38 @@ async def test_family_of_another_kind_is_refused(server: Server) -> None:
 
 
 @BOTH_MODES
+async def test_each_kind_refuses_what_it_does_not_support(server: Server) -> None:
+    def failed(operation: str, text: str) -> str:
+        return f"TritonModelException: Failed to {operation} metric value: {text}"
+
+    assert await run(server, "misuse") == {
+        "tx_misuse_counter": {
+            "increment": failed(
+                "increment",
+                "TRITONSERVER_METRIC_KIND_COUNTER can only be incremented monotonically by "
+                "non-negative values.",
+            ),
+            "set": failed("set", "TRITONSERVER_METRIC_KIND_COUNTER does not support Set"),
+            "observe": failed(
+                "observe", "TRITONSERVER_METRIC_KIND_COUNTER does not support Observe"
+            ),
+        },
+        "tx_misuse_gauge": {
+            "increment": "ok",
+            "set": "ok",
+            "observe": failed("observe", "TRITONSERVER_METRIC_KIND_GAUGE does not support Observe"),
+        },
+        "tx_misuse_histogram": {
+            "increment": failed(
+                "increment", "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
+            ),
+            "set": failed("set", "TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Set"),
+            "observe": "ok",
+        },
+    }
+
+
+@BOTH_MODES
 async def test_metric_after_its_family_is_gone(server: Server) -> None:
     seen = await run(server, "lifetime")
     for ops in seen.values():

@@ -338,39 +338,38 @@ class Metric:
         """Add ``value`` (counters: non-negative only)."""
         value = _number(value, "increment")
         failed = "Failed to increment metric value"
-        if not self.cleared:
-            if self.kind == MetricFamily.HISTOGRAM:
-                raise TritonModelException(
-                    f"{failed}: TRITONSERVER_METRIC_KIND_HISTOGRAM does not support Increment"
-                )
-            if self.kind == MetricFamily.COUNTER and value < 0:
-                raise TritonModelException(
-                    f"{failed}: TRITONSERVER_METRIC_KIND_COUNTER can only be incremented "
-                    "monotonically by non-negative values."
-                )
+        self._check_kind(failed, "Increment", MetricFamily.COUNTER, MetricFamily.GAUGE)
+        if not self.cleared and self.kind == MetricFamily.COUNTER and value < 0:
+            raise TritonModelException(
+                f"{failed}: TRITONSERVER_METRIC_KIND_COUNTER can only be incremented "
+                "monotonically by non-negative values."
+            )
         self._apply("increment", value, failed)
 
     def set(self, value: float) -> None:
         """Set a gauge to ``value``."""
         value = _number(value, "set")
         failed = "Failed to set metric value"
-        if not self.cleared and self.kind != MetricFamily.GAUGE:
-            kind = "COUNTER" if self.kind == MetricFamily.COUNTER else "HISTOGRAM"
-            raise TritonModelException(
-                f"{failed}: TRITONSERVER_METRIC_KIND_{kind} does not support Set"
-            )
+        self._check_kind(failed, "Set", MetricFamily.GAUGE)
         self._apply("set", value, failed)
 
     def observe(self, value: float) -> None:
         """Record ``value`` in a histogram."""
         value = _number(value, "observe")
         failed = "Failed to observe metric value"
-        if not self.cleared and self.kind != MetricFamily.HISTOGRAM:
-            kind = "COUNTER" if self.kind == MetricFamily.COUNTER else "GAUGE"
-            raise TritonModelException(
-                f"{failed}: TRITONSERVER_METRIC_KIND_{kind} does not support Observe"
-            )
+        self._check_kind(failed, "Observe", MetricFamily.HISTOGRAM)
         self._apply("observe", value, failed)
+
+    def _check_kind(self, failed: str, operation: str, *kinds: int) -> None:
+        """Triton's error for an ``operation`` this metric's kind does not support (a
+        cleared metric fails in :meth:`_apply` instead)."""
+        if not self.cleared and self.kind not in kinds:
+            name = {MetricFamily.COUNTER: "COUNTER", MetricFamily.GAUGE: "GAUGE"}.get(
+                self.kind, "HISTOGRAM"
+            )
+            raise TritonModelException(
+                f"{failed}: TRITONSERVER_METRIC_KIND_{name} does not support {operation}"
+            )
 
     def value(self) -> float:
         """The current value (counters and gauges)."""

@@ -86,6 +86,24 @@ class TritonPythonModel:
         result = {"gauge": outcome(second), "counter": outcome(lambda: first.Metric().value())}
         return result
 
+    def misuse(self):
+        """Each kind asked what it does not support (Triton's core src/metric_family.cc)."""
+        result = {}
+        for kind, name in (
+            (pb_utils.MetricFamily.COUNTER, "tx_misuse_counter"),
+            (pb_utils.MetricFamily.GAUGE, "tx_misuse_gauge"),
+            (pb_utils.MetricFamily.HISTOGRAM, "tx_misuse_histogram"),
+        ):
+            family = pb_utils.MetricFamily(name=name, description="misuse", kind=kind)
+            buckets = [1.0] if kind == pb_utils.MetricFamily.HISTOGRAM else None
+            metric = family.Metric(labels={"example1": "label1"}, buckets=buckets)
+            result[name] = {
+                "increment": outcome(functools.partial(metric.increment, -1)),
+                "set": outcome(functools.partial(metric.set, 10)),
+                "observe": outcome(functools.partial(metric.observe, 10)),
+            }
+        return result
+
     def lifetime(self):
         result = {}
         for kind, name in (
