@@ -238,23 +238,28 @@ class Server(InProcessAPI):
         tritonserver's ``Socket '<address>:<port>' already in use`` with the flag that chose
         the port, a frontend's own text."""
         s = self.settings
-
-        def socket_taken(host: str, port: int, flag: str) -> str:
-            return (
-                f"Socket '{host}:{port}' already in use ({flag} {port}: pick another port, or "
-                "0 for a free one)"
+        core = (
+            (s.allow_grpc, "--grpc-port", s.grpc_address, s.grpc_port, s.reuse_grpc_port),
+            (s.allow_http, "--http-port", s.http_address, s.http_port, s.reuse_http_port),
+            (
+                s.allow_metrics,
+                "--metrics-port",
+                s.metrics_address or s.http_address,
+                s.metrics_port,
+                False,
+            ),
+        )
+        out = [
+            (
+                host,
+                port,
+                reuse,
+                f"Socket '{host}:{port}' already in use ({flag} {port}: pick "
+                "another port, or 0 for a free one)",
             )
-
-        out: list[tuple[str, int, bool, str]] = []
-        if s.allow_grpc:
-            grpc = (s.grpc_address, s.grpc_port, s.reuse_grpc_port)
-            out.append((*grpc, socket_taken(*grpc[:2], "--grpc-port")))
-        if s.allow_http:
-            http = (s.http_address, s.http_port, s.reuse_http_port)
-            out.append((*http, socket_taken(*http[:2], "--http-port")))
-        if s.allow_metrics:
-            metrics = (s.metrics_address or s.http_address, s.metrics_port, False)
-            out.append((*metrics, socket_taken(*metrics[:2], "--metrics-port")))
+            for allowed, flag, host, port, reuse in core
+            if allowed
+        ]
         for placed in self._frontends:
             frontend = placed.frontend
             taken = (
