@@ -596,42 +596,59 @@ SERVE_OPTIONS: list[Decorator] = [
     ),
 ]
 
-#: tritonserver flags tritonx does not implement yet: recognised and refused with a message
-#: (never accepted silently, never click's bare "No such option").
-NOT_IMPLEMENTED_FLAGS: tuple[str, ...] = (
-    "--model-namespacing",
-    "--enable-peer-access",
-    "--grpc-infer-thread-count",
-    "--grpc-max-response-pool-size",
-    "--backend-directory",
-    "--repoagent-directory",
-    "--cache-directory",
-    "--pinned-memory-pool-byte-size",
-    "--cuda-memory-pool-byte-size",
-    "--cuda-virtual-address-size",
-    "--min-supported-compute-capability",
-    "--buffer-manager-thread-count",
-    "--host-policy",
-    "--model-load-gpu-limit",
-    "--allow-sagemaker",
-    "--sagemaker-port",
-    "--sagemaker-safe-port-range",
-    "--sagemaker-thread-count",
-    "--allow-vertex-ai",
-    "--vertex-ai-port",
-    "--vertex-ai-thread-count",
-    "--vertex-ai-default-model",
-    "--allow-poll-model-repository",
-    "--allow-model-control",
+_NO_GPU = "no GPU support verified: "
+_PLUGINS = (
+    "plugins are Python distributions found through entry points, not shared libraries in a "
+    "folder ('tritonx plugins' lists them)"
 )
+_SAGEMAKER = "the SageMaker contract (/invocations, /ping) is not implemented yet"
+_VERTEX = "the Vertex AI contract is not implemented yet"
+
+#: tritonserver flags tritonx does not implement yet, each with why: recognised and refused
+#: with a message giving that reason (never accepted silently, never click's bare
+#: "No such option").
+NOT_IMPLEMENTED_FLAGS: dict[str, str] = {
+    "--model-namespacing": "models are not namespaced by repository: a model name in two "
+    "repositories is not served ('model appears in two or more repositories')",
+    "--enable-peer-access": _NO_GPU + "CUDA peer access between GPUs is not managed by tritonx",
+    "--grpc-infer-thread-count": "the gRPC server runs its handlers on tritonx's event loop, "
+    "without inference handler threads (--grpc-engine chooses the server)",
+    "--grpc-max-response-pool-size": "there is no response object pool: "
+    "--grpc-max-stream-in-flight and --grpc-max-send-buffer bound the answers held",
+    "--backend-directory": _PLUGINS,
+    "--repoagent-directory": _PLUGINS,
+    "--cache-directory": _PLUGINS,
+    "--pinned-memory-pool-byte-size": _NO_GPU + "pinned host memory pools are not managed by "
+    "tritonx",
+    "--cuda-memory-pool-byte-size": _NO_GPU + "CUDA memory pools are not managed by tritonx",
+    "--cuda-virtual-address-size": _NO_GPU + "implicit state is not kept in growable CUDA memory",
+    "--min-supported-compute-capability": _NO_GPU + "tritonx does not choose GPUs by compute "
+    "capability",
+    "--buffer-manager-thread-count": "tritonx has no buffer manager thread pool to size",
+    "--host-policy": "NUMA node and CPU core placement (host policies) is not implemented",
+    "--model-load-gpu-limit": _NO_GPU + "GPU memory is not measured at load "
+    "(--model-memory-budget bounds host memory)",
+    "--allow-sagemaker": _SAGEMAKER,
+    "--sagemaker-port": _SAGEMAKER,
+    "--sagemaker-safe-port-range": _SAGEMAKER,
+    "--sagemaker-thread-count": _SAGEMAKER,
+    "--allow-vertex-ai": _VERTEX,
+    "--vertex-ai-port": _VERTEX,
+    "--vertex-ai-thread-count": _VERTEX,
+    "--vertex-ai-default-model": _VERTEX,
+    "--allow-poll-model-repository": "removed from tritonserver in 2020: use "
+    "--model-control-mode=poll",
+    "--allow-model-control": "removed from tritonserver in 2020: use --model-control-mode=explicit",
+}
 
 
 def _refuse(ctx: click.Context, param: click.Parameter, value: Any) -> None:
     if value:
         flag = param.opts[0]
         raise click.UsageError(
-            f"tritonserver's {flag} is not implemented by tritonx yet; remove it (see "
-            "'tritonx serve --help' for the flags tritonx implements)",
+            f"tritonserver's {flag} is not implemented by tritonx yet: "
+            f"{NOT_IMPLEMENTED_FLAGS[flag]}; remove it (see 'tritonx serve --help' for the "
+            "flags tritonx implements)",
             ctx,
         )
 
