@@ -64,12 +64,12 @@ def test_readme_in_process_example_runs(tmp_path: Path) -> None:
 
 
 def test_the_request_map_places_every_private_module() -> None:
-    """README's "Where a request goes" names every module under ``tritonx/_*/`` (a package by
-    its folder), so a newcomer finds each one's place."""
-    readme = (ROOT / "README.md").read_text()
-    start = readme.index("## Where a request goes")
-    fence = readme.index("```\n", start)
-    block = readme[fence : readme.index("```\n", fence + 4)]
+    """The docs' "Where a request goes" (docs/extending/index.md) names every module under
+    ``tritonx/_*/`` (a package by its folder), so a newcomer finds each one's place."""
+    page = (ROOT / "docs" / "extending" / "index.md").read_text()
+    start = page.index("## Where a request goes")
+    fence = page.index("```\n", start)
+    block = page[fence : page.index("```\n", fence + 4)]
     base = ROOT / "core" / "src" / "tritonx"
     missing = []
     for path in sorted(base.glob("_*/**/*.py")):
@@ -78,4 +78,4 @@ def test_the_request_map_places_every_private_module() -> None:
         name = f"{path.parent.name}/" if path.name == "__init__.py" else path.name
         if not re.search(r"(?<![\w/])" + re.escape(name), block):
             missing.append(str(path.relative_to(ROOT)))
-    assert not missing, f"README's request map does not place {missing}"
+    assert not missing, f"docs/extending/index.md's request map does not place {missing}"
