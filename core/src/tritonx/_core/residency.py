@@ -18,7 +18,7 @@ with ``--load-model``, or its config has the parameter ``tritonx_pinned: "true"`
 request is in flight on it or a live sequence holds it, a request is waiting for its load,
 or a loaded ensemble uses it. When every loaded model is busy the load waits for one to
 become idle, up to the request's timeout; when none could ever go, it fails at once:
-UNAVAILABLE, naming the budget.
+UNAVAILABLE, naming the budget and what holds it.
 
 Against thrash (requests cycling over more models than the budgets hold, each one loading
 its model and unloading another): a model loaded less than ``--model-min-residency-secs``
@@ -29,11 +29,16 @@ load: requests can cause no more than about N / ``--model-min-residency-secs`` l
 second (N: the models the budgets hold). The load API is not held back (an operator's load
 unloads what it must).
 
-Memory is measured, not declared: the resident set of the server and of every process it
-started (a python model's workers), through ``/proc``. A model's footprint is what that
+Memory is measured, not declared (:mod:`~tritonx._core.memory_accounting` has the rules):
+the resident set of the server and of every process it started (a python model's workers),
+through ``/proc``, less the process-wide helpers of Python's multiprocessing (a forkserver,
+a resource tracker: the server's, found by their pids). A model's footprint is what that
 total grew by across its load (loads are serialized under a budget, so the growth is
-theirs); the memory budget bounds the total's growth over what it was when the server
-started loading models, so memory the allocator keeps after an unload still counts.
+theirs); the memory budget bounds the total's growth over what it was the last time no
+model was loaded (at start-up, and before each load that finds none loaded): memory the
+server holds with no model loaded is never billed, memory the allocator keeps after an
+unload counts until no model is loaded. A refusal for want of room lists what holds the
+budgets: each loaded model, its footprint and why it stays, and the unattributed remainder.
 
 ``--model-idle-unload-secs`` unloads models no request used for that long (same rules).
 
@@ -47,15 +52,19 @@ import asyncio
 import contextlib
 import gc
 import logging
-import os
 import statistics
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from tritonx._core.memory_accounting import (
+    MemoryAccount,
+    describe_holders,
+    memory_measurable,
+    tree_rss,
+)
 from tritonx._dataplane.heap import trim_heap_now, unmap_large_blocks
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError, not_found, unavailable
@@ -75,60 +84,15 @@ PINNED_PARAMETER = "tritonx_pinned"
 #: Seconds between two looks at the busy models while a load waits for room.
 ROOM_RECHECK = 1.0
 
-_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+__all__ = ["NoRoom", "Residency", "memory_measurable", "tree_rss"]
 
 
 class NoRoom(TritonXError):
-    """The budgets have no room for a model (UNAVAILABLE, naming the budget)."""
+    """The budgets have no room for a model (UNAVAILABLE, naming the budget and what holds
+    it)."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, Code.UNAVAILABLE)
-
-
-# ---------------------------------------------------------------------------------- memory
-
-
-def memory_measurable() -> bool:
-    """Whether :func:`tree_rss` can measure this process and its children (Linux /proc)."""
-    main = Path(f"/proc/self/task/{os.getpid()}/children")
-    return Path("/proc/self/statm").is_file() and main.is_file()
-
-
-def _rss(pid: int) -> int:
-    try:
-        fields = Path(f"/proc/{pid}/statm").read_text().split()
-    except OSError:
-        return 0  # exited meanwhile
-    return int(fields[1]) * _PAGE
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return []
-    out: list[int] = []
-    for tid in tasks:
-        try:
-            out.extend(int(c) for c in Path(f"/proc/{pid}/task/{tid}/children").read_text().split())
-        except OSError:
-            continue
-    return out
-
-
-def tree_rss(pid: int | None = None) -> int:
-    """Resident bytes of process ``pid`` (default: this one) and all its descendants."""
-    stack = [os.getpid() if pid is None else pid]
-    seen: set[int] = set()
-    total = 0
-    while stack:
-        current = stack.pop()
-        if current in seen:
-            continue
-        seen.add(current)
-        total += _rss(current)
-        stack.extend(_children(current))
-    return total
 
 
 # ---------------------------------------------------------------------------------- residency
@@ -214,8 +178,8 @@ class Residency:
         self.waits: Counter[str] = Counter()
         self.wait_seconds: dict[str, float] = {}
         self.min_residency_refusals: Counter[str] = Counter()
-        #: the server's resident memory before any model loaded (the memory budget's zero)
-        self.base_memory = 0
+        #: the memory budget's zero and what it bills (:mod:`~tritonx._core.memory_accounting`)
+        self.account = MemoryAccount()
         self._loading: dict[str, asyncio.Task[None]] = {}
         self._failures: dict[str, _Failure] = {}
         #: requests waiting in :meth:`ensure`, by model: their model is not evicted
@@ -240,7 +204,7 @@ class Residency:
         """Measure the server's memory before models load; start the idle unloads."""
         if self.memory_budget:
             unmap_large_blocks()  # an unloaded model's buffers leave the resident set
-            self.base_memory = tree_rss()
+            self.account.rebase()
         if self.idle_secs > 0:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="tritonx-idle-unload")
 
@@ -322,9 +286,11 @@ class Residency:
             task.cancel()
 
     def memory_used(self) -> int:
-        """Bytes the server's resident memory (workers included) grew by since it started
-        loading models."""
-        return max(0, tree_rss() - self.base_memory)
+        """Bytes billed to ``--model-memory-budget``: the growth of the server's resident
+        memory (workers included, multiprocessing's helpers not) over what it held the last
+        time no model was loaded; 0 with no model loaded
+        (:mod:`~tritonx._core.memory_accounting`)."""
+        return self.account.used(bool(self.loaded_names()))
 
     # ------------------------------------------------------------------ on demand
 
@@ -457,6 +423,9 @@ class Residency:
                 f"{self.timeout:g} s"
             ) from None
         try:
+            if self.memory_budget and not self.loaded_names():
+                await self._give_back()  # what the server holds now is its own: the zero
+                self.account.rebase()
             await self._make_room(name, not self._manager.resident(name), protect)
             before = tree_rss()
             result = await load()
@@ -483,13 +452,13 @@ class Residency:
         return int(statistics.median(self._measured.values())) if self._measured else 0
 
     def _over(self, adding: int, extra_bytes: int) -> str | None:
-        """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None."""
+        """Which budget ``adding`` more models (``extra_bytes`` more) would exceed, or None
+        (the memory in use measured in any case: a refusal's breakdown adds it up)."""
+        used = self.memory_used() if self.memory_budget else 0
         if self.max_models and len(self.loaded_names()) + adding > self.max_models:
             return f"--max-loaded-models {self.max_models}"
-        if self.memory_budget:
-            used = self.memory_used()
-            if used + extra_bytes > self.memory_budget:
-                return f"--model-memory-budget {self.memory_budget} bytes ({used} bytes in use)"
+        if self.memory_budget and used + extra_bytes > self.memory_budget:
+            return f"--model-memory-budget {self.memory_budget} bytes ({used} bytes in use)"
         return None
 
     def _may_go(self, name: str, keep: set[str]) -> bool:
@@ -528,10 +497,10 @@ class Residency:
             return None
         victim, candidates, young = self._victim({name}, protect=True)
         if victim is None and not candidates and young:
-            return self._too_young(name, budget, young)
+            return self._too_young(name, budget, young, {name})
         return None
 
-    def _too_young(self, name: str, budget: str, young: list[str]) -> NoRoom:
+    def _too_young(self, name: str, budget: str, young: list[str], keep: set[str]) -> NoRoom:
         """The refusal of ``name``'s load: only ``young`` models could make room."""
         now = time.monotonic()
         soonest = min(self._young_for(n, now) for n in young)
@@ -539,8 +508,37 @@ class Residency:
         return NoRoom(
             f"cannot load model '{name}': {budget} reached and every loaded model that could "
             f"be unloaded was loaded less than {self.min_residency:g} s ago "
-            f"(--model-min-residency-secs); the first may be unloaded in {soonest:.2f} s"
+            f"(--model-min-residency-secs); the first may be unloaded in {soonest:.2f} s; "
+            + self._holders(name, keep, young)
         )
+
+    def _holders(self, name: str, keep: set[str], young: list[str]) -> str:
+        """What holds the budgets as a load of ``name`` finds them (``keep``: the models
+        it keeps; ``young``: those held back by ``--model-min-residency-secs``): each loaded
+        model, its footprint and why it stays; the unattributed remainder; what is not
+        billed (:func:`~tritonx._core.memory_accounting.describe_holders`)."""
+        loaded = self.loaded_names()
+        reasons = {n: self._why_kept(n, name, keep, young) for n in loaded}
+        account = self.account if self.memory_budget else None
+        return describe_holders(loaded, self.footprints, reasons, account)
+
+    def _why_kept(self, model: str, name: str, keep: set[str], young: list[str]) -> str:
+        """Why loaded ``model`` is not unloaded for ``name``'s load ("" when it may go)."""
+        if model == name:
+            return "this load"
+        if model in keep:
+            return f"used by '{name}'"
+        if model in self.pinned:
+            return "pinned"
+        if self._used_by_loaded_ensemble(model):
+            return "used by a loaded ensemble"
+        if model in self._holds:
+            return "requests wait for it"
+        if self._in_use(model):
+            return "serving requests"
+        if model in young:
+            return "loaded less than --model-min-residency-secs ago"
+        return ""
 
     async def _make_room(self, name: str, adding: bool, protect: bool) -> None:
         """Unload models until ``name`` fits (its memory estimated: with nothing left to
@@ -592,18 +590,19 @@ class Residency:
                 continue
             if not candidates:
                 if young:
-                    raise self._too_young(name, budget, young)
+                    raise self._too_young(name, budget, young, keep)
                 if measured is not None and measured() is None:
                     return  # only the estimate does not fit: try
                 raise NoRoom(
                     f"cannot load model '{name}': {budget} reached and no loaded model can be "
-                    "unloaded (pinned, used by a loaded ensemble or waited for)"
+                    "unloaded; " + self._holders(name, keep, young)
                 )
             left = None if deadline is None else deadline - loop.time()
             if left is not None and left <= 0:
                 raise NoRoom(
                     f"cannot load model '{name}': {budget} reached and every loaded model "
-                    f"that could be unloaded kept serving requests for {self.timeout:g} s"
+                    f"that could be unloaded kept serving requests for {self.timeout:g} s; "
+                    + self._holders(name, keep, young)
                 )
             if not waited:
                 waited = True

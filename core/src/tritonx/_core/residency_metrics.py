@@ -29,7 +29,8 @@ class ResidencyMetrics:
     * ``tritonx_model_memory_bytes{model}``: what each loaded model added to the server's
       resident memory (workers included) when it loaded;
     * ``tritonx_loaded_models``, ``tritonx_max_loaded_models`` (0: no limit),
-      ``tritonx_model_memory_used_bytes`` (with a memory budget: the growth it bounds) and
+      ``tritonx_model_memory_used_bytes`` (with a memory budget: the growth it bounds,
+      :mod:`~tritonx._core.memory_accounting`) and
       ``tritonx_model_memory_budget_bytes`` (0: no limit);
     * ``tritonx_model_min_residency_refusals_total{model}``: requests refused because only
       models loaded less than ``--model-min-residency-secs`` ago could make room for their
@@ -120,8 +121,9 @@ class ResidencyMetrics:
         if r.memory_budget:
             yield GaugeMetricFamily(
                 "tritonx_model_memory_used_bytes",
-                "Bytes the server's resident memory (workers included) grew by since it "
-                "started loading models",
+                "Bytes billed to --model-memory-budget: the growth of the server's resident "
+                "memory (workers included) over what it held the last time no model was "
+                "loaded (0 with none loaded)",
                 value=r.memory_used(),
             )
         yield GaugeMetricFamily(
