@@ -1,0 +1,75 @@
+"""The ``csv`` example frontend: rows in, rows out through the server's pipeline (statistics
+counted, ``X-Request-ID`` echoed), and Triton's errors answered as text with their status."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from types import ModuleType
+
+import aiohttp
+import pluggy
+import pytest
+
+import tritonx
+from tritonx.testing import ModelRepositoryBuilder, serve_repository
+
+
+@pytest.fixture
+async def url(
+    example: ModuleType,
+    register_plugin: Callable[[object], None],
+    plugin_manager: pluggy.PluginManager,
+    model_repository: ModelRepositoryBuilder,
+) -> AsyncIterator[tuple[str, tritonx.Server]]:
+    """The frontend's URL on a server with ``echo`` (INT32 rows of 3, batches up to 8) and
+    ``pair`` (two inputs)."""
+    model_repository.add_identity("echo", datatype="INT32", dims=[3], max_batch_size=8)
+    model_repository.add(
+        "pair",
+        backend="identity",
+        inputs=[("INPUT0", "INT32", [3]), ("INPUT1", "INT32", [3])],
+        outputs=[("OUTPUT0", "INT32", [3])],
+    )
+    register_plugin(example)
+    async with serve_repository(
+        model_repository,
+        plugin_manager,
+        frontend_config={"csv": {"port": "0"}},
+        allow_http=False,
+        allow_grpc=False,
+        allow_metrics=False,
+    ) as server:
+        yield server.frontend_urls["csv"], server
+
+
+async def post(url: str, body: str, **headers: str) -> tuple[int, str, str | None]:
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(url, data=body, headers=headers) as r,
+    ):
+        return r.status, await r.text(), r.headers.get("X-Request-ID")
+
+
+async def test_rows_in_rows_out(url: tuple[str, tritonx.Server]) -> None:
+    base, server = url
+    answer = await post(f"{base}/echo", "1,2,3\n4,5,6\n", **{"X-Request-ID": "r-1"})
+    assert answer == (200, "1,2,3\n4,5,6\n", "r-1")
+    stats = server.model_statistics("echo")[0][2]
+    assert (stats.success.count, stats.execution_count) == (1, 1)  # one request, batch of 2
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status", "message"),
+    [
+        ("nope", "1,2,3\n", 404, "Request for unknown model: 'nope'"),
+        ("echo", "1,2\n", 400, "unexpected shape for input 'INPUT0'"),
+        ("echo", "1,x,3\n", 400, "csv: cannot read the body as int32 rows"),
+        ("echo?output=OUTPUT9", "1,2,3\n", 400, "unexpected inference output 'OUTPUT9'"),
+        ("pair", "1,2,3\n", 400, "csv: model 'pair' has 2 inputs, not 1"),
+    ],
+)
+async def test_errors_are_text_with_their_status(
+    url: tuple[str, tritonx.Server], path: str, body: str, status: int, message: str
+) -> None:
+    got_status, text, _ = await post(f"{url[0]}/{path}", body)
+    assert (got_status, message in text) == (status, True), text
