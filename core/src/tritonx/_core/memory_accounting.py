@@ -173,9 +173,11 @@ def describe_holders(
 
     >>> account = MemoryAccount()
     >>> account.base, account.helpers, account.last_used = 80 * MiB, 48 * MiB, 53 * MiB
-    >>> describe_holders(["b", "a"], {"a": 25 * MiB, "b": 25 * MiB}, {"a": "pinned"}, account)
-    "in use: 'a' 25.0 MiB (pinned), 'b' 25.0 MiB, unattributed 3.0 MiB; not billed: 80.0 \
-MiB the server held with no model loaded, 48.0 MiB of multiprocessing helpers"
+    >>> text = describe_holders(["b", "a"], {"a": 25 * MiB, "b": 25 * MiB}, {"a": "pinned"}, account)
+    >>> for part in text.split("; "):
+    ...     print(part)
+    in use: 'a' 25.0 MiB (pinned), 'b' 25.0 MiB, unattributed 3.0 MiB
+    not billed: 80.0 MiB the server held with no model loaded, 48.0 MiB of multiprocessing helpers
     >>> describe_holders(["a"], {}, {"a": "pinned"}, None)
     "loaded: 'a' (pinned)"
     """
