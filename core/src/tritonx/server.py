@@ -181,7 +181,8 @@ class Server(InProcessAPI):
         for warning in open_repository_api_warnings(self.settings):
             log.warning("%s", warning)
         try:
-            await self._start_listeners(triton)
+            with dataplane.servers_own_memory():
+                await self._start_listeners(triton)
         except BaseException:
             await self.stop(timeout=0)
             raise

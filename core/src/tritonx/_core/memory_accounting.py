@@ -14,7 +14,8 @@ Three rules say what of it the budget bills:
 2. **Memory the server holds with no model loaded is the server's.** The budget's zero
    (:attr:`MemoryAccount.base`) is the measured total at the latest moment no model was
    loaded: at start-up, before any model loads, and again before each load that finds no
-   model loaded (after a garbage collection and ``malloc_trim``). What the listeners, the
+   model loaded (after a garbage collection and ``malloc_trim``); what the listeners add
+   when they start after models pinned with ``--load-model`` moves it up too. What the listeners, the
    libraries a backend imported, and the allocator's arenas hold then is no loaded model's;
    with no model loaded, nothing is billed.
 3. **The rest is billed.** The budget bounds the total's growth over that zero
@@ -142,6 +143,12 @@ class MemoryAccount:
         """No model is loaded: what the server holds now is its own (the zero moves here)."""
         reading = read()
         self.base, self.helpers = reading.total, reading.helpers
+
+    def server_growth(self, before: int) -> None:
+        """What the total grew by since ``before`` (a :meth:`total`) is the server's own,
+        whatever is loaded (the listeners started after pinned models loaded): the zero
+        moves up by it."""
+        self.base += max(0, self.total() - before)
 
     def total(self) -> int:
         """The measured total now (helpers left out)."""

@@ -8,6 +8,7 @@ with Triton's codes and messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections import deque
@@ -182,6 +183,13 @@ class DataPlane:
     async def start_models(self) -> None:
         """Load the start-up models for the control mode (raises with ``exit_on_error``)."""
         await self._models.start()
+
+    def servers_own_memory(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose allocations are the server's own, not the loaded models' (the
+        listeners, started after the pinned models loaded): ``--model-memory-budget`` does
+        not bill them."""
+        residency = self._models.residency
+        return residency.servers_own() if residency is not None else contextlib.nullcontext()
 
     async def poll_repository(self) -> None:
         """Rescan the repositories now: load new and changed models, unload removed ones
