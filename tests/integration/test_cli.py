@@ -138,6 +138,37 @@ def test_a_comma_joined_second_setting_is_refused_saying_what_to_pass(
     assert result.returncode == 2 and advice in " ".join(result.stderr.split())
 
 
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        # tritonserver's ParseMetricsConfigOption: no name before the setting
+        (
+            "triton,summary_latencies=true",
+            "--metrics-config option format is <setting>=<value>. Got "
+            "triton,summary_latencies=true",
+        ),
+        ("summary_latencies=", "--metrics-config option format is <setting>=<value>"),
+        ("summary_latencies", "--metrics-config option format is <setting>=<value>"),
+        # a second setting joined by a comma was once dropped without a word
+        (
+            "summary_latencies=true,summary_quantiles=0.5:0.05",
+            "pass --metrics-config summary_latencies=true "
+            "--metrics-config summary_quantiles=0.5:0.05 separately",
+        ),
+    ],
+    ids=["named", "empty-value", "no-equals", "joined"],
+)
+def test_a_malformed_metrics_config_is_refused(env: dict[str, str], value: str, text: str) -> None:
+    result = subprocess.run(
+        tritonx("serve", *NO_NET, "--metrics-config", value),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and text in " ".join(result.stderr.split()), result.stderr
+
+
 def test_a_comma_in_a_value_without_a_second_key_is_kept(
     tmp_path: Path, env: dict[str, str]
 ) -> None:

@@ -54,18 +54,41 @@ def parse_keyed_config(values: Sequence[str], flag: str) -> dict[str, dict[str, 
         key, sep, value = setting.partition("=")
         if not sep or not key:
             raise click.BadParameter(f"'{item}' is not <name>,<key>=<value>", param_hint=flag)
-        starts = [m.start() for m in _JOINED_KEY.finditer(value)]
-        if starts:
-            prefix = f"{name}," if name else ""
-            ends = [*starts[1:], len(value)]
-            settings = [f"{key}={value[: starts[0]]}"]
-            settings += [value[a + 1 : b] for a, b in zip(starts, ends, strict=True)]
-            flags = " ".join(f"{flag} {prefix}{setting}" for setting in settings)
-            raise click.BadParameter(
-                f"'{item}' joins settings: one key=value per {flag} flag: pass {flags} separately",
-                param_hint=flag,
-            )
+        _refuse_joined(item, name, key, value, flag)
         out.setdefault(name, {})[key] = value
+    return out
+
+
+def _refuse_joined(item: str, name: str, key: str, value: str, flag: str) -> None:
+    """Refuse a value that holds a second ``,<key>=`` (one setting per flag), saying what
+    to pass instead."""
+    starts = [m.start() for m in _JOINED_KEY.finditer(value)]
+    if starts:
+        prefix = f"{name}," if name else ""
+        ends = [*starts[1:], len(value)]
+        settings = [f"{key}={value[: starts[0]]}"]
+        settings += [value[a + 1 : b] for a, b in zip(starts, ends, strict=True)]
+        flags = " ".join(f"{flag} {prefix}{setting}" for setting in settings)
+        raise click.BadParameter(
+            f"'{item}' joins settings: one key=value per {flag} flag: pass {flags} separately",
+            param_hint=flag,
+        )
+
+
+def parse_metrics_config(values: Sequence[str]) -> dict[str, str]:
+    """``--metrics-config <setting>=<value>`` items (global settings only, as tritonserver's
+    ParseMetricsConfigOption: a name before the setting, or an empty setting or value, is
+    refused with its text)."""
+    out: dict[str, str] = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key or not value or "," in key:
+            raise click.BadParameter(
+                f"--metrics-config option format is <setting>=<value>. Got {item}",
+                param_hint="--metrics-config",
+            )
+        _refuse_joined(item, "", key, value, "--metrics-config")
+        out[key] = value
     return out
 
 
@@ -191,9 +214,7 @@ def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSet
         "grpc_infer_response_compression_level": opts[
             "grpc_infer_response_compression_level"
         ].lower(),
-        "metrics_config": parse_keyed_config(opts["metrics_config"], "--metrics-config").get(
-            "", {}
-        ),
+        "metrics_config": parse_metrics_config(opts["metrics_config"]),
         "metric_sinks": parse_sinks(opts["metric_sink"]),
         "frontend_config": parse_keyed_config(opts["frontend_config"], "--frontend-config"),
         **restrictions(opts),

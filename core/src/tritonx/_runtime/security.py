@@ -127,7 +127,7 @@ def open_repository_api_warnings(settings: Any) -> list[str]:
                 "that reaches it can load a model with files of its own (a Python model.py "
                 f"runs as this server's user). Restrict it with {flag}="
                 "model-repository:<key>=<value>, or listen on loopback only "
-                "(README: Securing a server)"
+                "(docs: guides/security.md)"
             )
     return warnings
 
