@@ -13,10 +13,11 @@ show:
 ``<!-- run: server -->``
     The block's one command starts a server (``tritonx serve ...``). The runner starts it in the
     background in its own process group, waits for its start-up log lines
-    (``Started HTTPService at <host>:<port>``), checks that ``/v2/health/ready`` answers 200,
-    runs the later blocks against it, and stops it with SIGINT (then waits for it to exit)
-    when the next server block starts or the page ends. Output printed in a server block is
-    not compared.
+    (``Started HTTPService at <host>:<port>``), then asks ``/v2/health/ready`` once: tritonx
+    starts its listeners after the start-up loads, so anything but 200 fails the block. It
+    runs the later blocks against that server, and stops it with SIGINT (then waits for it to
+    exit) when the next server block starts or the page ends. Output printed in a server block
+    is not compared.
 ``<!-- run: install -->``
     An install command: not run (CI's ``.ci/run`` installs everything on a clean checkout).
     Each command of the block (lines, and the parts of a line joined by ``&&``) is checked
@@ -64,10 +65,12 @@ Where and with what
   and ``tritonx`` are the virtual environment's.
 - **Ports: the one transformation.** Pages print Triton's default ports (8000 HTTP, 8001
   gRPC, 8002 metrics). The runner appends ``--http-port 0 --grpc-port 0 --metrics-port 0`` to
-  a server block's command (the last of a repeated flag wins), reads the ports the server took
+  a server block's command (after dropping a trailing ``# comment``; the last of a repeated
+  flag wins), so the system picks free ports; it reads the ports the server took
   from its start-up log lines, and rewrites ``localhost:8000`` / ``127.0.0.1:8000`` (and 8001,
   8002) in the later blocks to them. Everything else runs as printed.
-- **Failure**: a block that exits non-zero, times out or prints other than its printed output
+- **Failure**: a block that exits non-zero, runs over ``PageRunner.timeout`` (120 s) or
+  prints other than its printed output
   raises :class:`BlockFailed` (an ``AssertionError``) naming the page and line, with the
   block's text and the tail of its stderr and stdout.
 
@@ -75,6 +78,11 @@ Use :class:`PageRunner` as a context manager (it stops the servers it started)::
 
     with PageRunner(ROOT, tmp_path) as runner:
         results = runner.run(ROOT / "docs" / "getting-started.md")
+
+Tests under ``tests/docs`` get one from the ``page_runner`` fixture (``conftest.py``), and this
+module from the ``blocks`` fixture (``--import-mode=importlib`` does not make it importable by
+name). Each :class:`Result` holds the block, what it printed and, for a server block, the
+:class:`Server` with its log, so a test can assert more than the page prints.
 """
 
 from __future__ import annotations
