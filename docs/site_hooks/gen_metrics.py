@@ -26,19 +26,19 @@ from tritonx._core import metrics as core_metrics
 
 #: the series of a family whose samples are written with a suffix
 _SUFFIXES = ("_total", "_bucket", "_sum", "_count", "_created")
-#: what turns each family on (beyond a loaded model): the first match of the name wins
+#: what makes each family appear (besides a loaded model version for the per-model ones): the
+#: first pattern that matches the family's name wins
 _CONDITIONS = (
-    ("nv_cache_", "a model with `response_cache { enable: true }` and `--cache-config`"),
-    ("_summary_", "`--metrics-config summary_latencies=true`"),
-    ("_histogram_", "`--metrics-config histogram_latencies=true`"),
-    ("nv_inference_compute_", "default (`counter_latencies=true`)"),
-    ("nv_inference_request_duration", "default (`counter_latencies=true`)"),
-    ("nv_inference_queue_duration", "default (`counter_latencies=true`)"),
-    ("nv_cpu_", "default (`--allow-cpu-metrics=true`)"),
-    ("tritonx_event_loop_", "default (`--event-loop-watchdog-secs` > 0)"),
-    ("tritonx_model_memory_used_bytes", "`--model-load-on-demand` with `--model-memory-budget`"),
-    ("tritonx_", "`--model-load-on-demand=true`"),
-    ("nv_", "default"),
+    (r"^nv_cache_.*_summary_", "A model with the response cache on, and `summary_latencies=true`"),
+    (r"^nv_cache_", "A model with `response_cache { enable: true }` and a `--cache-config` cache"),
+    (r"_summary_us$", "`--metrics-config summary_latencies=true`"),
+    (r"_histogram_", "`--metrics-config histogram_latencies=true`"),
+    (r"_duration_us$", "Default (`--metrics-config counter_latencies=true`)"),
+    (r"^nv_cpu_", "Default (`--allow-cpu-metrics=true`)"),
+    (r"^nv_", "Always, for every loaded model version"),
+    (r"^tritonx_event_loop_", "Default (`--event-loop-watchdog-secs` above 0)"),
+    (r"^tritonx_model_memory_used_bytes$", "`--model-load-on-demand` with `--model-memory-budget`"),
+    (r"^tritonx_", "`--model-load-on-demand=true`"),
 )
 
 
@@ -118,25 +118,31 @@ async def _scrape() -> tuple[str, dict[str, list[str]]]:
 
 
 def _series(family: Family) -> str:
-    """The series names a query uses, as code."""
+    """The family's series as a query names them, the first with its labels."""
     names = family.series or [family.name + ("_total" if family.kind == "counter" else "")]
-    return "<br>".join(f"`{n}`" for n in names)
+    labels = [label for label in family.labels if label not in ("le", "quantile")]
+    implied = {"histogram": ["le"], "summary": ["quantile"]}.get(family.kind, [])
+    first = names[0] + ("{" + ",".join(labels + implied) + "}" if labels or implied else "")
+    return "<br>".join(f"`{n}`" for n in [first, *names[1:]])
 
 
 def _condition(name: str) -> str:
-    return next(text for prefix, text in _CONDITIONS if prefix in name or name.startswith(prefix))
+    return next(text for pattern, text in _CONDITIONS if re.search(pattern, name))
 
 
-def _row(family: Family, condition: str) -> str:
-    labels = ", ".join(f"`{label}`" for label in family.labels if label not in ("le", "quantile"))
-    help_text = family.help.replace("|", "\\|")
-    return f"| {_series(family)} | {family.kind} | {labels or '—'} | {help_text} | {condition} |"
-
-
-_HEADER = (
-    "| Series | Type | Labels | Help text (as served) | Shown with |\n"
-    "| --- | --- | --- | --- | --- |"
-)
+def _table(families: list[Family]) -> list[str]:
+    """Markdown lines: one table per condition, in the order families are served."""
+    groups: dict[str, list[Family]] = {}
+    for family in families:
+        groups.setdefault(_condition(family.name), []).append(family)
+    lines: list[str] = []
+    for condition, members in groups.items():
+        lines += [f"*{condition}:*", "", "| Series | Type | Help text |", "| --- | --- | --- |"]
+        lines += [
+            f"| {_series(f)} | {f.kind} | {f.help.replace('|', chr(92) + '|')} |" for f in members
+        ]
+        lines.append("")
+    return lines
 
 
 def scraped_families() -> list[Family]:
@@ -150,24 +156,24 @@ def scraped_families() -> list[Family]:
 
 
 def families_table() -> str:
-    """Two tables (Triton's ``nv_*`` families, tritonx's ``tritonx_*`` ones) scraped from
-    a real server; the ``le`` / ``quantile`` labels of histograms and summaries are implied."""
+    """Triton's ``nv_*`` families, then tritonx's ``tritonx_*`` ones, scraped from a real
+    server, one table per setting that makes them appear."""
     families = scraped_families()
     triton = [f for f in families if f.name.startswith("nv_")]
     own = [f for f in families if not f.name.startswith("nv_")]
     parts = [
-        f"**Triton's families** ({len(triton)}, same names, types, labels and help texts as "
-        "tritonserver):",
+        f"### Triton's families ({len(triton)})",
         "",
-        _HEADER,
-        *(_row(f, _condition(f.name)) for f in triton),
+        "Same names, types, labels and help texts as tritonserver.",
         "",
-        f"**tritonx's own families** ({len(own)}; Triton has none of these):",
+        *_table(triton),
+        f"### tritonx's own families ({len(own)})",
         "",
-        _HEADER,
-        *(_row(f, _condition(f.name)) for f in own),
+        "Triton has none of these.",
+        "",
+        *_table(own),
     ]
-    return "\n".join(parts) + "\n"
+    return "\n".join(parts)
 
 
 def gpu_families() -> list[Family]:
@@ -189,6 +195,7 @@ def gpu_families() -> list[Family]:
 
 def gpu_table() -> str:
     """The GPU families (read from the code, never scraped here: no GPU)."""
-    condition = "a GPU, `pynvml`, `--allow-gpu-metrics=true` (GPU only, not verified)"
-    rows = [_row(f, condition) for f in gpu_families()]
-    return "\n".join([_HEADER, *rows]) + "\n"
+    return "\n".join(_table(gpu_families())).replace(
+        "*Always, for every loaded model version:*",
+        "*A GPU NVML finds, `pynvml`, `--allow-gpu-metrics=true` (GPU only, not verified):*",
+    )
