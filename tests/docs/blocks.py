@@ -57,7 +57,8 @@ Where and with what
 ===================
 
 - **Folder**: every block of a page runs in one scratch folder, which holds a link to each
-  top-level entry of the checkout that git does not ignore. Commands written for the
+  top-level entry git tracks in the checkout (an untracked folder there, say a stray
+  ``models/``, is not linked, so a block cannot write into it). Commands written for the
   repository root (``./core``, ``plugins/...``, ``requirements-dev.txt``) work as printed,
   and what blocks write (``./models``, ``dist/``) stays in the scratch folder, out of the
   checkout.
@@ -380,7 +381,7 @@ class PageRunner:
         self.cwd.mkdir()
         self.scripts.mkdir()
         listed = subprocess.run(
-            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            ["git", "ls-files", "--cached", "-z"],  # tracked only: a stray folder stays out
             cwd=self.root,
             capture_output=True,
             text=True,

@@ -222,6 +222,7 @@ class RepositoryRegistry(Registry[Repository]):
 __all__ = [
     "BackendRegistry",
     "CacheRegistry",
+    "FrontendRegistry",
     "MetricSinkRegistry",
     "Registry",
     "RepoAgentRegistry",
