@@ -84,7 +84,7 @@ def _where(module: Module, line: int) -> str:
 # ------------------------------------------------------------------ the interface imports light
 
 
-#: the plugin interface: the modules README's public surface names
+#: the plugin interface: the modules the public surface (docs/extending/index.md) names
 INTERFACE = [
     "tritonx.backend",
     "tritonx.batching",

@@ -22,11 +22,11 @@ SOURCES = sorted(
 
 
 def public_modules() -> set[str]:
-    """The modules the README's public-surface paragraph names (``tritonx.testing`` is for
-    plugins' tests, not their code)."""
-    readme = (ROOT / "README.md").read_text()
-    match = re.search(r"\*\*The public surface\.\*\*(.*?)Everything else", readme, re.S)
-    assert match, "README has no '**The public surface.**' paragraph"
+    """The modules the public-surface paragraph of ``docs/extending/index.md`` names
+    (``tritonx.testing`` is for plugins' tests, not their code)."""
+    page = (ROOT / "docs" / "extending" / "index.md").read_text()
+    match = re.search(r"\*\*The public surface\.\*\*(.*?)Everything else", page, re.S)
+    assert match, "docs/extending/index.md has no '**The public surface.**' paragraph"
     named = set(re.findall(r"`(tritonx(?:\.\w+)?)`", match.group(1)))
     return {m for m in named if not m.split(".")[-1].startswith("_")} - {"tritonx.testing"}
 
