@@ -204,7 +204,10 @@ def test_page_in_headless_chromium(server_thread: ServerThread, tmp_path: Path) 
             assert page.query_selector('.chart-card[data-model="id_int32"] polyline')
             assert page.inner_text("#latency-head") == "P99 (MS)"  # (the header is upper-cased)
             assert float(page.inner_text("#totals .card:nth-child(3) .value")) > 0
-            time.sleep(2)  # a few more seconds of plot
+            page.wait_for_function(  # a few more points of plot (no sleep: the page's own count)
+                f"() => Number(document.querySelector('{card}').dataset.points) > {first + 2}",
+                timeout=30_000,
+            )
             ARTIFACTS.mkdir(parents=True, exist_ok=True)
             for target in (tmp_path / "status_page.png", ARTIFACTS / "status_page.png"):
                 page.screenshot(path=str(target), full_page=True)

@@ -228,8 +228,8 @@ def _log_example_repository(path: str) -> None:
     log.info("no --model-repository given: serving the bundled example repository %s", path)
     if not (EXAMPLE_REPOSITORY / "minilm_embed").is_dir():
         log.info(
-            "the MiniLM ensemble example (minilm_embed) is not built: see "
-            "core/src/tritonx/examples/minilm/README.md (python "
+            "the MiniLM ensemble example (minilm_embed) is not built: from a checkout of "
+            "tritonx, see core/src/tritonx/examples/minilm/README.md (python "
             "plugins/backend_onnx/scripts/make_minilm.py)"
         )
 

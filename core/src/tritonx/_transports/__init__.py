@@ -2,7 +2,7 @@
 request pipeline (:mod:`tritonx.pipeline`) and its answers back into bytes.
 
 * ``http/``: KServe v2 over HTTP/1.1 (aiohttp, with a fast path that frames ``/infer``
-  itself), the SageMaker-style extras, ``/metrics`` and the status page;
+  itself), ``/metrics`` and the status page;
 * ``grpc/``: the ``GRPCInferenceService`` servicer and its two engines (grpc.aio, and the
   event-loop engine on ``http2/``);
 * ``http2/``: HTTP/2 framing, flow control and its bounds; knows nothing of gRPC.
