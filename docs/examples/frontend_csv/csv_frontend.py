@@ -8,6 +8,9 @@ example that runs requests through the server's pipeline)::
 CSV row per item of its first output (``?output=<name>`` picks another). A model with more
 than one input is refused. Errors are answered as text: 400, 404 or 503 for Triton's
 invalid-argument, not-found and unavailable errors, 500 for the others.
+
+A body is read whole and parsed on the event loop, so its size is bounded: aiohttp answers 413
+to a body over :data:`MAX_BODY_BYTES` before reading it.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from tritonx.errors import Code, TritonXError, invalid_arg
 from tritonx.pipeline import Headers, PlainDecoded
 
 STATUS = {Code.INVALID_ARG: 400, Code.NOT_FOUND: 404, Code.UNAVAILABLE: 503}
+#: the largest body read (a client's bytes: parsing them blocks the loop for ~ms per MiB)
+MAX_BODY_BYTES = 1 << 20
 
 
 @tritonx.hookimpl
@@ -37,7 +42,7 @@ class CsvFrontend(tritonx.AiohttpFrontend):
     default_port = 8004
 
     def make_app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(client_max_size=MAX_BODY_BYTES)
         app.router.add_post("/{model}", self.infer)
         return app
 

@@ -73,3 +73,16 @@ async def test_errors_are_text_with_their_status(
 ) -> None:
     got_status, text, _ = await post(f"{url[0]}/{path}", body)
     assert (got_status, message in text) == (status, True), text
+
+
+async def test_a_body_over_the_bound_is_refused_and_serving_goes_on(
+    url: tuple[str, tritonx.Server], example: ModuleType
+) -> None:
+    """The worst case a client can send: a body past the bound gets 413 unread, and the next
+    request is served."""
+    base, _ = url
+    row = "1,2,3\n"
+    body = row * (example.MAX_BODY_BYTES // len(row) + 1)
+    status, _, _ = await post(f"{base}/echo", body)
+    assert status == 413
+    assert await post(f"{base}/echo", row) == (200, row, None)
