@@ -1,0 +1,65 @@
+"""The guides, references and front pages of the site run as printed (``blocks.py`` says how):
+each page's ``console``/``sh``/``python`` blocks run against the servers the page starts, their
+printed output compared where it is deterministic; a block that cannot run here is skipped
+with its reason."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+
+#: each page, and what its blocks need: plugins (importable modules) and programs (``kubectl``,
+#: which ``.ci/run`` installs into the virtual environment when it can)
+PAGES: dict[str, tuple[str, ...]] = {
+    "index.md": (),
+    "coming-from-triton.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "troubleshooting.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "performance.md": (),
+    "guides/security.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "guides/tracing-and-logging.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "guides/metrics.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "guides/kubernetes.md": ("kubectl",),
+    "guides/status-page.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "guides/analyze.md": ("tritonx_tools_analyze",),
+    "reference/behaviour.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "reference/cli.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
+    "reference/config-parameters.md": (),
+    "reference/endpoints.md": (
+        "tritonx_backend_onnx",
+        "tritonx_backend_python",
+        "tritonx_frontend_openai",
+    ),
+    "reference/plugins.md": ("tritonx_backend_onnx",),
+}
+
+
+def test_every_reference_page_is_listed() -> None:
+    """A page added under ``docs/reference`` gets a test here."""
+    found = {f"reference/{page.name}" for page in (DOCS / "reference").glob("*.md")}
+    assert found <= set(PAGES)
+
+
+@pytest.mark.parametrize("page", sorted(PAGES))
+def test_page_runs_as_printed(page_runner: Any, blocks: Any, page: str) -> None:
+    for need in PAGES[page]:
+        if need == "kubectl":
+            found = shutil.which(need, path=str(Path(sys.executable).parent)) or shutil.which(need)
+            if found is None:
+                pytest.skip("kubectl is not installed")
+        else:
+            pytest.importorskip(need)
+    path = DOCS / page
+    parsed = blocks.parse(path)
+    assert all(block.reason for block in parsed if block.directive == "skip"), (
+        "a skipped block gives no reason"
+    )
+    results = page_runner.run(path)
+    assert all(r.block.reason for r in results if r.status == "skipped")
+    assert not (ROOT / "models").exists(), "a block wrote into the checkout"
