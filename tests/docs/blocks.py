@@ -19,7 +19,8 @@ show:
     exit) when the next server block starts or the page ends. Output printed in a server block
     is not compared.
 ``<!-- run: install -->``
-    An install command: not run (CI's ``.ci/run`` installs everything on a clean checkout).
+    An install command: not run (a ``pip install`` in any other block fails it: it would
+    replace the installs of the environment running the tests) (CI's ``.ci/run`` installs everything on a clean checkout).
     Each command of the block (lines, and the parts of a line joined by ``&&``) is checked
     instead. ``python -m pip`` and ``pip`` are the same and ``-q`` is ignored:
 
@@ -114,6 +115,8 @@ DEFAULT_PORTS = {"8000": "http", "8001": "grpc", "8002": "metrics"}
 PRINTED_PORT = re.compile(r"\b(localhost|127\.0\.0\.1):(800[012])\b")
 PORT_FLAGS = ["--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"]
 TAIL = 3000
+#: an install command (run only under the install directive, which checks it instead)
+INSTALLS = re.compile(r"\b(pip3?|uv pip)\s+install\b")
 
 
 class BlockFailed(AssertionError):
@@ -446,6 +449,10 @@ class PageRunner:
         if block.lang in PYTHON:
             return self._python(block, text)
         commands, printed = shell_commands(text)
+        if any(INSTALLS.search(command) for command in commands):
+            raise _failed(  # it would replace the installs of the environment running the tests
+                block, "a pip/uv install outside an install block: mark it <!-- run: install -->"
+            )
         done = self._shell(block, "\n".join(commands))
         if printed is not None and _normal(done.stdout) != _normal(printed):
             raise _failed(

@@ -101,3 +101,6 @@ def test_directives_are_checked(blocks: ModuleType, page_runner: Any, tmp_path: 
     page.write_text("<!-- run: install -->\n```console\npip install left-pad\n```\n")
     with pytest.raises(blocks.BlockFailed, match=r"neither in \.ci/run nor only local paths"):
         page_runner.run(page)
+    page.write_text("```console\npython -m pip install ./core\n```\n")
+    with pytest.raises(blocks.BlockFailed, match="install outside an install block"):
+        page_runner.run(page)  # it would replace the editable installs running the tests
