@@ -40,15 +40,17 @@ class HealthzFrontend(tritonx.AiohttpFrontend):
         app.router.add_get("/models", self.models)
         return app
 
-    def checked_models(self) -> list[str]:
-        """The models ``/healthz`` checks: the ``models`` setting, or every model."""
+    def checked_models(self, index: list[tritonx.RepositoryEntry]) -> list[str]:
+        """The models ``/healthz`` checks: the ``models`` setting, or every model of
+        ``index``."""
         named = [m for m in self.config.get("models", "").split(",") if m]
-        return named or sorted({row.name for row in self.server.repository_index()})
+        return named or sorted({row.name for row in index})
 
     async def healthz(self, request: web.Request) -> web.Response:
-        reasons = {row.name: row.reason for row in self.server.repository_index() if row.reason}
+        index = self.server.repository_index()  # (reads the repositories: once a request)
+        reasons = {row.name: row.reason for row in index if row.reason}
         lines, healthy = [], True
-        for model in self.checked_models():
+        for model in self.checked_models(index):
             if self.server.model_ready(model):
                 lines.append(f"{model} READY")
             else:
