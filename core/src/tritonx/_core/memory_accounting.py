@@ -25,6 +25,10 @@ Three rules say what of it the budget bills:
    for (what models allocated after their load, what an unload left behind, a library
    the first model of a backend imported while others stayed loaded). The remainder
    cannot accumulate past the next moment no model is loaded: rule 2 moves the zero there.
+   What is billed is never less than the loaded models' footprints: a zero measured while
+   transient memory was held (a large gRPC message, received whole before its model loads,
+   in flight) is higher than what the server holds once it is freed, and would otherwise
+   hide that much of the models' memory until the zero moves again.
 
 A refusal names what holds the budget (:func:`describe_holders`): each loaded model with its
 footprint, the unattributed remainder, and what is not billed (the zero and the helpers).
@@ -156,10 +160,12 @@ class MemoryAccount:
         self.helpers = reading.helpers
         return reading.total
 
-    def used(self, any_loaded: bool) -> int:
-        """Bytes billed to the budget: the total's growth over the zero (0 with no model
-        loaded: then everything is the server's own)."""
-        self.last_used = max(0, self.total() - self.base) if any_loaded else 0
+    def used(self, any_loaded: bool, footprints: int = 0) -> int:
+        """Bytes billed to the budget: the total's growth over the zero, and never less than
+        ``footprints`` (the loaded models' footprints: a zero measured while transient memory
+        was held, such as a large request in flight, would otherwise hide them once that
+        memory is freed); 0 with no model loaded (then everything is the server's own)."""
+        self.last_used = max(0, footprints, self.total() - self.base) if any_loaded else 0
         return self.last_used
 
 

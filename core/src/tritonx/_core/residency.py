@@ -35,10 +35,11 @@ through ``/proc``, less the process-wide helpers of Python's multiprocessing (a 
 a resource tracker: the server's, found by their pids). A model's footprint is what that
 total grew by across its load (loads are serialized under a budget, so the growth is
 theirs); the memory budget bounds the total's growth over what it was the last time no
-model was loaded (at start-up, and before each load that finds none loaded): memory the
-server holds with no model loaded is never billed, memory the allocator keeps after an
-unload counts until no model is loaded. A refusal for want of room lists what holds the
-budgets: each loaded model, its footprint and why it stays, and the unattributed remainder.
+model was loaded (at start-up, and before each load that finds none loaded), billed at no
+less than the loaded models' footprints: memory the server holds with no model loaded is
+never billed, memory the allocator keeps after an unload counts until no model is loaded.
+A refusal for want of room lists what holds the budgets: each loaded model, its footprint
+and why it stays, and the unattributed remainder.
 
 ``--model-idle-unload-secs`` unloads models no request used for that long (same rules).
 
@@ -299,9 +300,10 @@ class Residency:
     def memory_used(self) -> int:
         """Bytes billed to ``--model-memory-budget``: the growth of the server's resident
         memory (workers included, multiprocessing's helpers not) over what it held the last
-        time no model was loaded; 0 with no model loaded
-        (:mod:`~tritonx._core.memory_accounting`)."""
-        return self.account.used(bool(self.loaded_names()))
+        time no model was loaded, at least the loaded models' footprints; 0 with no model
+        loaded (:mod:`~tritonx._core.memory_accounting`)."""
+        loaded = self.loaded_names()
+        return self.account.used(bool(loaded), sum(self.footprints.get(n, 0) for n in loaded))
 
     # ------------------------------------------------------------------ on demand
 
