@@ -3,13 +3,15 @@
 ``docs/assets/screenshots/status-page.png``: the status page (``GET /``) of a real server over
 the example repository while two clients send requests, in Debian's headless Chromium driven
 by Playwright. ``docs/assets/screenshots/analyze-report.png``: the ``report.html`` a real
-``tritonx analyze`` run writes for the example ``simple`` model. Both are written into the
-repository's docs folder (commit them when they change); each test skips when Chromium or
-Playwright is missing.
+``tritonx analyze`` run writes for the example ``simple`` model. Every run makes both into
+its temporary folder; ``TRITONX_UPDATE_SCREENSHOTS=1`` (or a picture missing from the docs)
+writes them into the repository's docs folder too, to commit (a plain test run leaves the
+checkout as it was). Each test skips when Chromium or Playwright is missing.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -67,12 +69,16 @@ def browser_page(playwright: Any, errors: list[str]) -> tuple[Any, Any]:
     return browser, page
 
 
-def save(page: Any, name: str, *, full_page: bool = False) -> Path:
-    """Screenshot the viewport (or the whole page) into the docs' screenshots folder."""
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    target = SCREENSHOTS / name
+def save(page: Any, folder: Path, name: str, *, full_page: bool = False) -> Path:
+    """Screenshot the viewport (or the whole page) into ``folder``, and into the docs'
+    screenshots folder when asked to (``TRITONX_UPDATE_SCREENSHOTS=1``) or missing there."""
+    target = folder / name
     page.screenshot(path=str(target), full_page=full_page)
     assert 10_000 < target.stat().st_size < MAX_BYTES
+    published = SCREENSHOTS / name
+    if os.environ.get("TRITONX_UPDATE_SCREENSHOTS") == "1" or not published.is_file():
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(target, published)
     return target
 
 
@@ -114,7 +120,7 @@ def test_status_page_screenshot(tmp_path: Path) -> None:
                 )
                 assert page.inner_text("#latency-head") == "P99 (MS)"
                 assert not page.is_visible("#error")
-                save(page, "status-page.png", full_page=True)
+                save(page, tmp_path, "status-page.png", full_page=True)
             finally:
                 stop.set()
                 for client in clients:
@@ -168,7 +174,7 @@ def test_analyze_report_screenshot(tmp_path: Path) -> None:
             assert "simple" in page.inner_text("header h1")
             # tall enough for the result and the first plot (throughput vs p99 latency)
             page.set_viewport_size({"width": VIEWPORT["width"], "height": 1250})
-            save(page, "analyze-report.png")
+            save(page, tmp_path, "analyze-report.png")
         finally:
             browser.close()
     assert errors == []
