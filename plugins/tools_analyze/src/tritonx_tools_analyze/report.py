@@ -366,7 +366,8 @@ def _method_note(result: SweepResult) -> list[str]:
     return [
         f"<p>Constraints: {html.escape(', '.join(constraints) or 'none')}. The default and the "
         "sweep's best were measured again at the best's concurrency, "
-        f"{opts.confirm_rounds} turns each at least on two fresh servers, more (up to "
+        f"{opts.confirm_rounds} turn{'' if opts.confirm_rounds == 1 else 's'} each at least "
+        "on two fresh servers, more (up to "
         f"{3 * opts.confirm_rounds}) while either had fewer quiet turns (other processes "
         "under 25% of a core); medians shown, of the quiet turns when both had some. The written "
         "<code>config.pbtxt</code> is the best config, or the model's own when that "
