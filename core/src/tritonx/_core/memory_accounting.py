@@ -36,9 +36,10 @@ footprint, the unattributed remainder, and what is not billed (the zero and the 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -148,10 +149,12 @@ class MemoryAccount:
         reading = read()
         self.base, self.helpers = reading.total, reading.helpers
 
-    def server_growth(self, before: int) -> None:
-        """What the total grew by since ``before`` (a :meth:`total`) is the server's own,
-        whatever is loaded (the listeners started after pinned models loaded): the zero
-        moves up by it."""
+    @contextlib.contextmanager
+    def servers_own(self) -> Iterator[None]:
+        """What the total grows by inside this block is the server's own, whatever is loaded
+        (the listeners, started after the pinned models loaded): the zero moves up by it."""
+        before = self.total()
+        yield
         self.base += max(0, self.total() - before)
 
     def total(self) -> int:

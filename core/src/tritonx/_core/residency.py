@@ -56,7 +56,7 @@ import logging
 import statistics
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
@@ -209,16 +209,9 @@ class Residency:
         if self.idle_secs > 0:
             self._idle_task = asyncio.create_task(self._idle_loop(), name="tritonx-idle-unload")
 
-    @contextlib.contextmanager
-    def servers_own(self) -> Iterator[None]:
-        """Memory the server allocates inside this block (its listeners, started after the
-        pinned models loaded) is the server's, not the loaded models'."""
-        if not self.memory_budget:
-            yield
-            return
-        before = self.account.total()
-        yield
-        self.account.server_growth(before)
+    def servers_own(self) -> contextlib.AbstractContextManager[None]:
+        """A block whose allocations are the server's (:meth:`MemoryAccount.servers_own`)."""
+        return self.account.servers_own() if self.memory_budget else contextlib.nullcontext()
 
     async def stop(self) -> None:
         """Stop the idle unloads and the on-demand loads under way."""
