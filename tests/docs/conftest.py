@@ -6,8 +6,11 @@ from __future__ import annotations
 import importlib.util
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -39,3 +42,58 @@ def page_runner(blocks: ModuleType, tmp_path: Path) -> Iterator[object]:
     (SIGINT, then waited for) when the test ends, passed or failed."""
     with blocks.PageRunner(ROOT, tmp_path) as runner:
         yield runner
+
+
+@dataclass
+class PageRun:
+    """What running one page gave: its blocks' results, or the failure that stopped it."""
+
+    results: list[Any] = field(default_factory=list)
+    error: BaseException | None = None
+
+    def check(self) -> list[Any]:
+        """The results; the page's failure raised again (with its block and output)."""
+        if self.error is not None:
+            raise self.error
+        return self.results
+
+
+#: pages run at once by ``pages_run``: most of a page's time is servers starting and clients
+#: waiting, so three share two cores well
+CONCURRENT_PAGES = 3
+
+
+@pytest.fixture(scope="module")
+def pages_run(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, PageRun]:
+    """Every page the module's selected tests ask for (their ``page`` parameter; the module's
+    ``page_path(page)`` names its file and ``missing(page)`` what it lacks, if anything), run
+    as printed, several at once, each in its own scratch folder with its servers stopped at
+    its end: page -> :class:`PageRun`."""
+    blocks = _blocks_module()
+    module = request.module
+    pages = sorted(
+        {
+            item.callspec.params["page"]
+            for item in request.session.items
+            if item.module is module
+            and hasattr(item, "callspec")
+            and "page" in item.callspec.params
+        }
+    )
+    runnable = [page for page in pages if module.missing(page) is None]
+    root = tmp_path_factory.mktemp("pages")
+
+    def run(index: int, page: str) -> PageRun:
+        folder = root / f"{index}"
+        folder.mkdir()
+        try:
+            with blocks.PageRunner(ROOT, folder) as runner:
+                return PageRun(runner.run(module.page_path(page)))
+        except BaseException as error:  # the page's own test raises it again
+            return PageRun(error=error)
+
+    with ThreadPoolExecutor(CONCURRENT_PAGES) as pool:
+        done = list(pool.map(run, range(len(runnable)), runnable))
+    return dict(zip(runnable, done, strict=True))

@@ -1,9 +1,10 @@
 """The serving guides run as printed (``blocks.py`` says how): each page's server, the model
 folders it writes, its commands and client scripts, outputs compared where they are
-deterministic."""
+deterministic. The pages run several at once (``pages_run``); each test reports its page."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -21,21 +22,29 @@ PAGES = [
     "reloading-and-stopping",
     "health",
 ]
-#: plugins a page's server needs
-NEEDS = {"openai": ["tritonx_frontend_openai", "openai"]}
+#: modules every guide's server needs, and those of some pages
+NEEDS = ["tritonx_backend_onnx", "tritonx_backend_python"]
+PAGE_NEEDS = {"openai": ["tritonx_frontend_openai", "openai"]}
+
+
+def page_path(page: str) -> Path:
+    return ROOT / "docs" / "guides" / f"{page}.md"
+
+
+def missing(page: str) -> str | None:
+    """The first module the page needs that is not installed."""
+    needs = NEEDS + PAGE_NEEDS.get(page, [])
+    return next((m for m in needs if importlib.util.find_spec(m) is None), None)
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_guide_runs_as_printed(page_runner: Any, page: str) -> None:
-    pytest.importorskip("tritonx_backend_onnx")
-    pytest.importorskip("tritonx_backend_python")
-    for module in NEEDS.get(page, []):
-        pytest.importorskip(module)
-    results = page_runner.run(ROOT / "docs" / "guides" / f"{page}.md")
+def test_guide_runs_as_printed(pages_run: dict[str, Any], page: str) -> None:
+    if (module := missing(page)) is not None:
+        pytest.skip(f"{module} is not installed")
+    results = pages_run[page].check()
     assert any(result.status == "ran" for result in results), "nothing of the page ran"
     skipped = [result.block for result in results if result.status == "skipped"]
     assert all(block.reason for block in skipped), "a block is skipped without a reason"
     servers = [result.server for result in results if result.server is not None]
-    page_runner.close()
     assert all(server.returncode == 0 for server in servers), [s.returncode for s in servers]
     assert not (ROOT / "models").exists(), "a block wrote into the checkout"
