@@ -45,18 +45,45 @@ TRITON_MEANINGS: dict[str, str] = {
 _SENTENCE_END = re.compile(r"(?<=[.])\s+(?=[A-Z0-9\[])")
 
 
+#: the commands whose help the pages show
+COMMANDS: tuple[tuple[str, ...], ...] = (
+    (),
+    ("serve",),
+    ("check",),
+    ("plugins",),
+    ("analyze",),
+    ("encrypt-model",),
+)
+#: one interpreter prints every command's help, each after this line: ``tritonx``'s own
+#: ``main`` (its plugins' commands added) runs once per command, as ``tritonx ... --help``
+_SEPARATOR = "\x00--- tritonx help ---\x00"
+_PRINT_ALL = f"""
+import contextlib, sys
+from tritonx.cli import main
+for command in {COMMANDS!r}:
+    print({_SEPARATOR!r}, flush=True)
+    with contextlib.suppress(SystemExit):
+        main([*command, "--help"])
+    sys.stdout.flush()
+"""
+_helps: dict[tuple[str, ...], str] = {}
+
+
 def command_help(*command: str) -> str:
     """The ``--help`` text of ``tritonx <command...>`` in a fenced block."""
-    env = {**os.environ, "COLUMNS": COLUMNS}
-    done = subprocess.run(
-        [sys.executable, "-m", "tritonx", *command, "--help"],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=True,
-        timeout=120,
-    )
-    return "```text\n" + done.stdout.rstrip("\n") + "\n```\n"
+    if not _helps:
+        env = {**os.environ, "COLUMNS": COLUMNS}
+        done = subprocess.run(
+            [sys.executable, "-c", _PRINT_ALL],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+            timeout=120,
+        )
+        texts = done.stdout.split(_SEPARATOR + "\n")[1:]
+        _helps.update(zip(COMMANDS, texts, strict=True))
+    return "```text\n" + _helps[command].rstrip("\n") + "\n```\n"
 
 
 def main_help() -> str:
