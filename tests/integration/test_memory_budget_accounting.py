@@ -207,3 +207,25 @@ def test_two_python_models_loaded_in_turn_fit_a_budget_just_above_their_footprin
         alone,
     ), alone
     assert "pinned" not in alone and "ensemble" not in alone and "wait" not in alone, alone
+
+
+def test_the_listeners_are_not_billed_to_models_pinned_at_start_up(
+    repository: Path, tmp_path: Path
+) -> None:
+    """Models pinned with ``--load-model`` load before the listeners start: what the listeners
+    allocate (~15 MiB here) is the server's, not unattributed model memory (the bill is the
+    two footprints, give or take what a scrape allocates)."""
+    with ServeProcess(
+        repository,
+        tmp_path / "serve.log",
+        "--model-control-mode=explicit",
+        "--model-load-on-demand=true",
+        "--load-model=c",
+        "--load-model=big",
+        f"--model-memory-budget={ROOMY}",
+    ) as server:
+        metrics = server.metrics()
+    sizes = by_model(metrics, "tritonx_model_memory_bytes")
+    assert sorted(sizes) == ["big", "c"], sizes
+    unattributed = metrics[("tritonx_model_memory_used_bytes", ())] - sum(sizes.values())
+    assert unattributed < 4 * MiB, f"{unattributed / MiB:.1f} MiB billed to no model"
