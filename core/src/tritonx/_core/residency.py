@@ -60,12 +60,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from tritonx._core.memory_accounting import (
-    MemoryAccount,
-    describe_holders,
-    memory_measurable,
-    tree_rss,
-)
+from tritonx._core.memory_accounting import MemoryAccount, describe_holders, tree_rss
 from tritonx._dataplane.heap import trim_heap_now, unmap_large_blocks
 from tritonx.config import ServerSettings
 from tritonx.errors import Code, TritonXError, not_found, unavailable
@@ -84,8 +79,6 @@ MAX_BACKOFF = 30.0
 PINNED_PARAMETER = "tritonx_pinned"
 #: Seconds between two looks at the busy models while a load waits for room.
 ROOM_RECHECK = 1.0
-
-__all__ = ["NoRoom", "Residency", "memory_measurable", "tree_rss"]
 
 
 class NoRoom(TritonXError):

@@ -139,23 +139,23 @@ def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]
             v = entry.versions[version]
             if v.config is None:
                 continue
-            if v.scheduler is None:
-                if v.kept_stats is not None:
-                    tags = tuple(sorted(v.config.raw.metric_tags.items()))
-                    yield LoadedVersion(
-                        name, version, tags, v.kept_stats, 0, v.load_seconds, v.cached, 0, False
-                    )
-                continue
-            yield LoadedVersion(
-                name,
-                version,
-                tuple(sorted(v.config.raw.metric_tags.items())),
-                v.scheduler.stats,
-                v.scheduler.pending_count,
-                v.load_seconds,
-                v.cached,
-                v.scheduler.restarts(),
-            )
+            tags = tuple(sorted(v.config.raw.metric_tags.items()))
+            if v.scheduler is not None:
+                s = v.scheduler
+                yield LoadedVersion(
+                    name,
+                    version,
+                    tags,
+                    s.stats,
+                    s.pending_count,
+                    v.load_seconds,
+                    v.cached,
+                    s.restarts(),
+                )
+            elif v.kept_stats is not None:
+                yield LoadedVersion(
+                    name, version, tags, v.kept_stats, 0, v.load_seconds, v.cached, resident=False
+                )
 
 
 def instances_down(versions: Iterable[VersionEntry]) -> TritonXError | None:

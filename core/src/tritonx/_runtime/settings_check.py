@@ -19,11 +19,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from tritonx._core.memory_accounting import memory_measurable
 from tritonx._core.metrics import MetricsOptions
 from tritonx._core.model_config import check_config_name
 from tritonx._core.rate_limiter import RateLimiter
 from tritonx._core.reloader import watched_folder, watchfiles_missing
-from tritonx._core.residency import memory_measurable
 from tritonx._dataplane.header_forward import HeaderForward
 from tritonx._dataplane.trace_settings import (
     OPENTELEMETRY,
