@@ -4,19 +4,16 @@
 adds families (latency summaries and histograms, a response cache in front of a model, loads
 on demand with a memory budget, the event-loop watchdog, CPU metrics), scrapes its metrics
 listener once and turns the ``# HELP`` / ``# TYPE`` lines and the series into a table.
-:func:`gpu_table` lists the GPU families from the source of
-``tritonx._core.metrics._gpu_families`` (they appear only where NVML finds a GPU).
+:func:`gpu_table` lists the GPU families from
+``tritonx._core.metrics.GPU_FAMILIES`` (they appear only where NVML finds a GPU).
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
-import inspect
 import re
 import shutil
 import tempfile
-import textwrap
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,20 +174,11 @@ def families_table() -> str:
 
 
 def gpu_families() -> list[Family]:
-    """The GPU families, from the ``meta`` table in the source of ``_gpu_families``."""
-    tree = ast.parse(textwrap.dedent(inspect.getsource(core_metrics._gpu_families)))
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Assign)
-            and isinstance(node.targets[0], ast.Name)
-            and node.targets[0].id == "meta"
-        ):
-            table = ast.literal_eval(node.value)
-            return [
-                Family(name, kind, help_text, [name], ["gpu_uuid"])
-                for name, help_text, kind in table.values()
-            ]
-    raise LookupError("no 'meta' table in tritonx._core.metrics._gpu_families")
+    """The GPU families, from the table the metrics code renders them with."""
+    return [
+        Family(name, kind, help_text, [name], ["gpu_uuid"])
+        for name, help_text, kind in core_metrics.GPU_FAMILIES.values()
+    ]
 
 
 def gpu_table() -> str:

@@ -11,10 +11,11 @@ invalid-argument, not-found and unavailable errors, 500 for the others.
 
 A body is read whole and parsed on the event loop, so its size is bounded: aiohttp answers 413
 to a body over :data:`MAX_BODY_BYTES` before reading it (a compressed body is bounded once
-inflated), and closes the connection rather than read on (and inflate) what is left of it. Parsing a body of that size holds the loop for up to ~200 ms (half a million
-one-value rows); writing the answer's text costs about 2 µs a value, so an answer of more
-than :data:`INLINE_VALUES` values is written in a worker thread, a chunk of values at a time
-(the loop runs between them).
+inflated), and closes the connection rather than read on (and inflate) what is left of it.
+Parsing a body of that size holds the loop for up to ~200 ms (half a million one-value rows);
+writing the answer's text costs about 2 µs a value, so an answer of more than
+:data:`INLINE_VALUES` values is written in a worker thread, a chunk of values at a time (the
+loop runs between them).
 """
 
 from __future__ import annotations

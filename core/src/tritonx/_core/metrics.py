@@ -551,6 +551,21 @@ def _cache_value(stats: ModelStats, attr: str, what: str) -> int:
     return int(duration.count if what == "count" else duration.ns // 1000)
 
 
+#: Triton's GPU families (name, help, type) by what :func:`_gpu_families` reads from NVML
+GPU_FAMILIES: dict[str, tuple[str, str, str]] = {
+    "util": ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge"),
+    "total": ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge"),
+    "used": ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge"),
+    "power": ("nv_gpu_power_usage", "GPU power usage in watts", "gauge"),
+    "limit": ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge"),
+    "energy": (
+        "nv_energy_consumption",
+        "GPU energy consumption in joules since the Triton Server started",
+        "counter",
+    ),
+}
+
+
 def _gpu_families() -> list[str]:
     """Triton's GPU gauges through NVML (pynvml), when a GPU and pynvml are present."""
     from tritonx._core.devices import gpu_count
@@ -593,24 +608,12 @@ def _gpu_families() -> list[str]:
         pass
     finally:
         pynvml.nvmlShutdown()
-    meta = {
-        "util": ("nv_gpu_utilization", "GPU utilization rate [0.0 - 1.0)", "gauge"),
-        "total": ("nv_gpu_memory_total_bytes", "GPU total memory, in bytes", "gauge"),
-        "used": ("nv_gpu_memory_used_bytes", "GPU used memory, in bytes", "gauge"),
-        "power": ("nv_gpu_power_usage", "GPU power usage in watts", "gauge"),
-        "limit": ("nv_gpu_power_limit", "GPU power management limit in watts", "gauge"),
-        "energy": (
-            "nv_energy_consumption",
-            "GPU energy consumption in joules since the Triton Server started",
-            "counter",
-        ),
-    }
     out: list[str] = []
-    for key, (name, help_text, kind) in meta.items():
+    for key, (name, help_text, kind) in GPU_FAMILIES.items():
         if rows[key]:
             out.append(f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n")
             out.extend(rows[key])
     return out
 
 
-__all__ = ["MetricsOptions", "TritonMetrics"]
+__all__ = ["GPU_FAMILIES", "MetricsOptions", "TritonMetrics"]
