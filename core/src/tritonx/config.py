@@ -44,6 +44,9 @@ class ServerSettings:
     #: ``--model-config-name``: read ``<model>/configs/<name>.pbtxt`` where it exists
     #: instead of ``config.pbtxt`` (:func:`tritonx._core.model_config.config_path`)
     model_config_name: str = ""
+    #: ``--model-namespacing``: models of the same name may live in several repositories;
+    #: each repository is its own namespace (Triton's model namespacing)
+    model_namespacing: bool = False
     exit_timeout_secs: float = 30.0
     #: tritonx only (``--model-unload-timeout-secs``): seconds an unload (also the one a
     #: reload or a repository poll does) waits for the version's requests in flight and its

@@ -169,6 +169,12 @@ SERVE_OPTIONS: list[Decorator] = [
         show=False,
     ),
     switch("--strict-readiness", True, "Ready only when every model is ready."),
+    switch(
+        "--model-namespacing",
+        False,
+        "Each model repository is a namespace: models of the same name may be in several "
+        "repositories; an ensemble's composing models resolve in its own repository first.",
+    ),
     click.option(
         "--disable-auto-complete-config",
         is_flag=True,
@@ -608,8 +614,6 @@ _VERTEX = "the Vertex AI contract is not implemented yet"
 #: with a message giving that reason (never accepted silently, never click's bare
 #: "No such option").
 NOT_IMPLEMENTED_FLAGS: dict[str, str] = {
-    "--model-namespacing": "models are not namespaced by repository: a model name in two "
-    "repositories is not served ('model appears in two or more repositories')",
     "--enable-peer-access": _NO_GPU + "CUDA peer access between GPUs is not managed by tritonx",
     "--grpc-infer-thread-count": "the gRPC server runs its handlers on tritonx's event loop, "
     "without inference handler threads (--grpc-engine chooses the server)",
