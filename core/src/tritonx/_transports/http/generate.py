@@ -68,7 +68,8 @@ from tritonx._transports.http.json_tensor import (
     is_uint,
     json_data,
 )
-from tritonx._transports.http.keys import PIPELINE_KEY, SETTINGS_KEY
+from tritonx._transports.http.keys import DATAPLANE_KEY, PIPELINE_KEY, SETTINGS_KEY
+from tritonx._transports.http.orca import FORMAT_HEADER, REPORT_HEADER, load_report
 from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType
 from tritonx.errors import TritonXError, invalid_arg, unsupported
@@ -404,6 +405,17 @@ async def _payload(call: Call[PlainDecoded], response: InferenceResponse) -> tup
 # ---------------------------------------------------------------------------------- handler
 
 
+def load_report_headers(request: web.Request) -> tuple[tuple[str, str], ...]:
+    """The ``endpoint-load-metrics`` header (ORCA load report, :mod:`.orca`) when the request
+    asks for one with ``endpoint-load-metrics-format`` and the report can be made, else none.
+    Triton computes it when the first response is ready, on generate answers only."""
+    fmt = request.headers.get(FORMAT_HEADER)
+    if fmt is None:
+        return ()
+    report = load_report(fmt, request.app[DATAPLANE_KEY].metrics_registry)
+    return () if report is None else ((REPORT_HEADER, report),)
+
+
 def _decode(
     body: Body,
     model_name: str,
@@ -459,19 +471,26 @@ async def _one_response(request: web.Request, call: Call[PlainDecoded]) -> web.S
     """``/generate``: the model's only response (validation errors raise out of here)."""
     first: InferenceResponse | None = None
     count = 0
+    report: tuple[tuple[str, str], ...] = ()
     async for response in call.responses():
         if not is_answer(response):
             continue
         count += 1
         if first is None:
             first = response
+            report = load_report_headers(request)
     if count != 1 or first is None:
         raise internal(EXACTLY_ONE_RESPONSE)
     if first.error is not None:
-        return response_for(first.error)
+        failed = response_for(first.error)
+        failed.headers.extend(report)
+        return failed
     payload, status = await _payload(call, first)
     reply = web.Response(
-        body=payload, status=status, content_type=JSON_CONTENT_TYPE, headers=call.reply_headers
+        body=payload,
+        status=status,
+        content_type=JSON_CONTENT_TYPE,
+        headers=(*call.reply_headers, *report),
     )
     if call.trace is not None:
         await send_traced(request, reply, call)
@@ -492,7 +511,11 @@ async def _stream_events(request: web.Request, call: Call[PlainDecoded]) -> web.
         payload, status = b"", 200
         if first is not None and is_answer(first):
             payload, status = await _payload(call, first)
-        headers = {"Content-Type": SSE_CONTENT_TYPE, **dict(call.reply_headers)}
+        headers = {
+            "Content-Type": SSE_CONTENT_TYPE,
+            **dict(call.reply_headers),
+            **dict(load_report_headers(request)),
+        }
         answer = web.StreamResponse(status=status, headers=headers)
         try:
             await answer.prepare(request)
