@@ -1,0 +1,279 @@
+"""The multi-model endpoint: load, list, get, invoke and unload models from folders laid out
+as SageMaker lays them out (``<root>/<hash>/model``), Triton's status codes (409 already
+loaded, 404 unknown, 507 no room, 400 bad requests), ``X-Amzn-SageMaker-Target-Model``, the
+bounds on what a client sends, and ``--http-restricted-api``."""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+from sagemaker_testing import (
+    BINARY,
+    DATA,
+    add_identity,
+    binary_body,
+    infer_body,
+    parse_answer,
+    serve,
+    url_of,
+)
+
+from tritonx import Server
+from tritonx.testing import ModelRepositoryBuilder
+
+TARGET = "X-Amzn-SageMaker-Target-Model"
+
+
+def write_models(root: Path) -> None:
+    """SageMaker's folders: ``hash1/model`` is a model's own folder (config.pbtxt in it),
+    ``hash2/model`` holds one model folder, ``ens/model`` an ensemble and the model it
+    calls, ``empty/model`` nothing."""
+    add_identity(root / "hash1", "model")
+    add_identity(root / "hash2" / "model", "inner")
+    ensemble = ModelRepositoryBuilder(root / "ens" / "model")
+    ensemble.add_identity("step", datatype="INT32", dims=[1, 16])
+    ensemble.add(
+        "pipe",
+        platform="ensemble",
+        inputs=[("IN", "INT32", [1, 16])],
+        outputs=[("OUT", "INT32", [1, 16])],
+        extra=(
+            'ensemble_scheduling { step [ { model_name: "step" model_version: -1 '
+            'input_map { key: "INPUT0" value: "IN" } '
+            'output_map { key: "OUTPUT0" value: "OUT" } } ] }\n'
+        ),
+    )
+    (root / "empty" / "model").mkdir(parents=True)
+    (root / "proc" / "model").parent.mkdir(parents=True)
+    os.symlink("/proc/self", root / "proc" / "model")
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder SageMaker's model folders are in (``/opt/ml/models`` in SageMaker)."""
+    path = tmp_path_factory.mktemp("mme") / "models"
+    write_models(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """A multi-model endpoint as tritonx-sagemaker-serve starts one: an empty repository,
+    explicit model control, ``/ping`` liveness."""
+    empty = tmp_path_factory.mktemp("sagemaker")
+    with serve(
+        empty,
+        {"models_root": str(root)},
+        env={"SAGEMAKER_TRITON_PING_MODE": "live"},
+        model_control_mode="explicit",
+    ) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def url(server: Server) -> str:
+    return url_of(server)
+
+
+def load(url: str, name: str, folder: str, **headers: str) -> requests.Response:
+    return requests.post(f"{url}/models", json={"model_name": name, "url": folder}, headers=headers)
+
+
+def test_load_list_get_invoke_unload(url: str, root: Path) -> None:
+    one, two = str(root / "hash1" / "model"), str(root / "hash2" / "model")
+    assert requests.get(f"{url}/ping").status_code == 200
+    assert requests.get(f"{url}/models").json() == {"models": []}
+
+    answer = load(url, "m1", one)
+    assert (answer.status_code, answer.content) == (200, b"")
+    answer = load(url, "m1", one)
+    assert answer.status_code == 409 and "already" in answer.json()["error"]
+    assert load(url, "m2", two).status_code == 200
+
+    listed = requests.get(f"{url}/models").json()["models"]
+    assert sorted(listed, key=lambda m: m["modelName"]) == [
+        {"modelName": "m1", "modelUrl": str(root / "hash1")},
+        {"modelName": "m2", "modelUrl": two},
+    ]
+    assert requests.get(f"{url}/models/m1").json() == {
+        "modelName": "m1",
+        "modelUrl": str(root / "hash1"),
+    }
+
+    answer = requests.post(f"{url}/models/m1/invoke", json=infer_body())
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model_name"] == "m1"
+    assert answer.json()["outputs"][0]["data"] == DATA.ravel().tolist()
+    body, length = binary_body(binary_output=True)
+    answer = requests.post(
+        f"{url}/models/m2/invoke", data=body, headers={"Content-Type": f"{BINARY}{length}"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.headers["Content-Type"].startswith(BINARY)
+    np.testing.assert_array_equal(parse_answer(answer).as_numpy("OUTPUT0"), DATA)
+
+    assert requests.delete(f"{url}/models/m1").status_code == 200
+    assert [m["modelName"] for m in requests.get(f"{url}/models").json()["models"]] == ["m2"]
+    for method, path in (
+        ("DELETE", "/models/m1"),
+        ("GET", "/models/m1"),
+        ("POST", "/models/m1/invoke"),
+        ("DELETE", "/models/never_loaded"),
+    ):
+        answer = requests.request(method, f"{url}{path}", json=infer_body())
+        assert (answer.status_code, answer.content) == (404, b""), (method, path)
+    # unloaded and unregistered: it loads again from the same folder
+    assert load(url, "m1", one).status_code == 200
+    assert requests.delete(f"{url}/models/m1").status_code == 200
+    assert requests.delete(f"{url}/models/m2").status_code == 200
+
+
+def test_an_ensemble_served_under_the_target_model(url: str, root: Path) -> None:
+    """The folder's ensemble is the model served, under X-Amzn-SageMaker-Target-Model."""
+    folder = str(root / "ens" / "model")
+    assert load(url, "ens", folder, **{TARGET: "pipeline.tar.gz"}).status_code == 200
+    answer = requests.post(f"{url}/models/ens/invoke", json=infer_body(name="IN"))
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["model_name"] == "pipeline.tar.gz"
+    assert answer.json()["outputs"][0]["data"] == DATA.ravel().tolist()
+    assert requests.delete(f"{url}/models/ens", headers={TARGET: "pipeline.tar.gz"}).ok
+
+
+def test_inference_errors_are_400(url: str, root: Path) -> None:
+    assert load(url, "e1", str(root / "hash1" / "model")).status_code == 200
+    try:
+        answer = requests.post(f"{url}/models/e1/invoke", data=b"dummy")
+        assert answer.status_code == 400
+        assert "failed to parse the request JSON buffer" in answer.json()["error"]
+        answer = requests.post(
+            f"{url}/models/e1/invoke", json=infer_body(np.zeros((1, 3), np.int32))
+        )
+        assert answer.status_code == 400
+        assert "unexpected shape" in answer.json()["error"]
+    finally:
+        assert requests.delete(f"{url}/models/e1").status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        (b"not json", "failed to parse the request JSON buffer"),
+        (b"[1, 2]", "must be a JSON object"),
+        ({"url": "{root}/hash1/model"}, '"model_name" must be a non-empty string'),
+        ({"model_name": 7, "url": "{root}/hash1/model"}, '"model_name" must be a non-empty'),
+        ({"model_name": "a/b", "url": "{root}/hash1/model"}, "invalid model_name 'a/b'"),
+        ({"model_name": "..", "url": "{root}/hash1/model"}, "invalid model_name '..'"),
+        ({"model_name": "a\nb", "url": "{root}/hash1/model"}, "control characters"),
+        ({"model_name": "x" * 1025, "url": "{root}/hash1/model"}, "longer than 1024"),
+        ({"model_name": "m"}, '"url" must be a non-empty string'),
+        ({"model_name": "m", "url": "/etc"}, "expected a path of the form {root}/<hash>/model"),
+        ({"model_name": "m", "url": "{root}/hash1/model/../../../x/model"}, "expected a path"),
+        ({"model_name": "m", "url": "relative/model"}, "expected a path of the form"),
+        ({"model_name": "m", "url": "/proc/self/model"}, "cannot start with /dev/, /proc/"),
+        ({"model_name": "m", "url": "{root}/proc/model"}, "cannot start with /dev/, /proc/"),
+        ({"model_name": "m", "url": "{root}/nothing/model"}, "repository not found"),
+        ({"model_name": "m", "url": "{root}/empty/model"}, "no model found in"),
+        ({"model_name": "m", "url": "{root}/x/model/" + "y" * 5000}, "longer than 4096"),
+        ({"model_name": "m", "url": "{root}/x/model\u0000"}, "holding a NUL"),
+    ],
+)
+def test_bad_loads(url: str, root: Path, body: Any, message: str) -> None:
+    if isinstance(body, dict):
+        body = {
+            k: v.replace("{root}", str(root)) if isinstance(v, str) else v for k, v in body.items()
+        }
+        answer = requests.post(f"{url}/models", json=body)
+    else:
+        answer = requests.post(f"{url}/models", data=body)
+    assert answer.status_code == 400
+    assert message.replace("{root}", str(root)) in answer.json()["error"]
+    assert requests.get(f"{url}/models").json() == {"models": []}
+
+
+def test_a_hostile_target_model_header(url: str, root: Path) -> None:
+    folder = str(root / "hash1" / "model")
+    answer = load(url, "m", folder, **{TARGET: "t" * 5000})
+    assert answer.status_code == 400 and "longer than 1024" in answer.json()["error"]
+    answer = load(url, "m", folder, **{TARGET: "../../etc"})
+    assert answer.status_code == 400
+
+
+def test_a_load_body_past_its_bound(url: str) -> None:
+    """POST /models reads at most 64 KiB: a larger declared body is refused unread, a larger
+    chunked one once it passes the bound; the connection is closed, the server serves on."""
+    big = b'{"model_name": "' + b"x" * (64 * 1024) + b'"}'
+    answer = requests.post(f"{url}/models", data=big)
+    assert answer.status_code == 400
+    assert "exceeds the maximum allowed input size of 65536 bytes" in answer.json()["error"]
+    assert answer.headers.get("Connection") == "close"
+    answer = requests.post(f"{url}/models", data=iter([big[:1000], big[1000:], big]))
+    assert answer.status_code == 400
+    assert requests.get(f"{url}/ping").status_code == 200
+
+
+def test_a_load_body_that_stalls(url: str) -> None:
+    """A client that declares a body and sends half of it, then hangs up."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as sock:
+        sock.sendall(b'POST /models HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{"mo')
+    assert requests.get(f"{url}/models").status_code == 200
+
+
+def test_other_methods(url: str) -> None:
+    for method in ("PUT", "PATCH"):
+        answer = requests.request(method, f"{url}/models")
+        assert (answer.status_code, answer.content) == (400, b"")
+
+
+@pytest.fixture(scope="module")
+def budgeted(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An endpoint that holds one model at a time (``--max-loaded-models 1``) and whose
+    model management needs the header ``X-SM-Auth: secret``."""
+    pinned = root / "pinned" / "model"
+    add_identity(pinned.parent, "model", parameters={"tritonx_pinned": "true"})
+    with serve(
+        tmp_path_factory.mktemp("budgeted"),
+        {"models_root": str(root)},
+        model_control_mode="explicit",
+        max_loaded_models=1,
+        model_load_on_demand=True,
+        http_restricted_api={"model-repository": ("X-SM-Auth", "secret")},
+    ) as srv:
+        yield url_of(srv)
+
+
+def test_no_room_is_507(budgeted: str, root: Path) -> None:
+    auth = {"X-SM-Auth": "secret"}
+    assert load(budgeted, "p", str(root / "pinned" / "model"), **auth).status_code == 200
+    answer = load(budgeted, "q", str(root / "hash1" / "model"), **auth)
+    assert answer.status_code == 507
+    assert "--max-loaded-models 1 reached" in answer.json()["error"]
+    # the refused model's repository is unregistered: it loads once there is room
+    assert requests.delete(f"{budgeted}/models/p", headers=auth).status_code == 200
+    assert load(budgeted, "q", str(root / "hash1" / "model"), **auth).status_code == 200
+    assert requests.delete(f"{budgeted}/models/q", headers=auth).status_code == 200
+
+
+def test_restricted_model_management(budgeted: str, root: Path) -> None:
+    """--http-restricted-api model-repository covers list, get, load and unload; /ping and
+    inference stay open (Triton's L0_sagemaker)."""
+    expected = "This API is restricted, expecting header 'X-SM-Auth'"
+    for method, path in (
+        ("GET", "/models"),
+        ("GET", "/models/p"),
+        ("POST", "/models"),
+        ("DELETE", "/models/p"),
+    ):
+        for headers in ({}, {"X-SM-Auth": "wrong"}):
+            answer = requests.request(method, f"{budgeted}{path}", headers=headers, json={})
+            assert answer.status_code == 403, (method, path)
+            assert answer.json() == {"error": expected}
+    assert requests.get(f"{budgeted}/models", headers={"X-SM-Auth": "secret"}).status_code == 200
+    assert requests.get(f"{budgeted}/ping").status_code == 200
