@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from tritonx.config import EXAMPLE_REPOSITORY, EditableModelConfig, ModelConfig, ServerSettings
     from tritonx.datatypes import DataType
     from tritonx.errors import Code, PluginError, TritonXError
-    from tritonx.frontend import AiohttpFrontend, Frontend
+    from tritonx.frontend import AiohttpFrontend, Frontend, KServeHTTP
     from tritonx.handle import ServerHandle
     from tritonx.hookspecs import hookimpl
     from tritonx.metrics import MetricSink
@@ -72,6 +72,7 @@ _HOMES: dict[str, str] = {
     "EditableModelConfig": "tritonx.config",
     "Frontend": "tritonx.frontend",
     "FrontendRegistry": "tritonx.registry",
+    "KServeHTTP": "tritonx.frontend",
     "InferenceRequest": "tritonx.types",
     "InferenceResponse": "tritonx.types",
     "InstanceSpec": "tritonx.backend",
@@ -143,6 +144,7 @@ __all__ = [
     "InferenceRequest",
     "InferenceResponse",
     "InstanceSpec",
+    "KServeHTTP",
     "LoadContext",
     "MetricSink",
     "MetricSinkRegistry",

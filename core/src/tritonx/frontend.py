@@ -10,7 +10,11 @@ stopped after the models are drained, with the other listeners.
 
 A frontend gets a :class:`~tritonx.handle.ServerHandle` (never the data plane): requests go
 through :meth:`ServerHandle.pipeline`, the same per-request steps the built-in transports
-take (:mod:`tritonx.pipeline`). An aiohttp frontend subclasses :class:`AiohttpFrontend` and
+take (:mod:`tritonx.pipeline`); a frontend that takes Triton's KServe v2 HTTP requests under
+other paths (SageMaker's ``/invocations``, Vertex AI's predict route) hands them to
+:meth:`ServerHandle.kserve_http` (:class:`KServeHTTP`). An :class:`AiohttpFrontend` listens
+behind the HTTP port's connection limits (``--http-max-connections``, the header and idle
+deadlines, the TLS handshake bounds). An aiohttp frontend subclasses :class:`AiohttpFrontend` and
 writes only its routes::
 
     import tritonx
@@ -40,7 +44,7 @@ import asyncio
 import socket
 import ssl
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -110,7 +114,10 @@ class AiohttpFrontend(Frontend):
         raise NotImplementedError
 
     async def start(self, address: str, port: int, ssl_context: ssl.SSLContext | None) -> str:
-        from aiohttp import web  # here: importing the plugin interface loads no aiohttp
+        # here: importing the plugin interface loads no aiohttp
+        from aiohttp import web
+
+        from tritonx._transports.http.listener import HTTPLimits, LimitedSite
 
         host = address or "0.0.0.0"
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
@@ -122,12 +129,20 @@ class AiohttpFrontend(Frontend):
         except OSError:
             sock.close()
             raise
+        limits = HTTPLimits.from_settings(self.settings)
+        handler_kwargs: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": limits.handler_keepalive,
+        }
         runner = web.AppRunner(
-            self.make_app(), access_log=None, handle_signals=False, shutdown_timeout=0
+            self.make_app(), handle_signals=False, shutdown_timeout=0, **handler_kwargs
         )
         await runner.setup()
         try:
-            await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+            site = LimitedSite(
+                runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
+            )
+            await site.start()
         except BaseException:
             await runner.cleanup()
             sock.close()
@@ -150,4 +165,51 @@ class AiohttpFrontend(Frontend):
         await runner.cleanup()
 
 
-__all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend"]
+class KServeHTTP:
+    """Triton's KServe v2 HTTP endpoints for a frontend's own routes
+    (:meth:`tritonx.handle.ServerHandle.kserve_http`).
+
+    :meth:`handle` serves a request that arrived at the frontend as if it had arrived at the
+    HTTP port under another path: the same handlers, JSON and binary bodies, validation,
+    limits (``--http-max-input-size``, the body deadline), statistics, traces, and Triton's
+    error bodies and status codes. It is how Triton's SageMaker and Vertex AI servers answer
+    (they are its HTTP server with other routes). The HTTP port need not be open.
+    ``--http-restricted-api`` is not applied: the frontend decides what it exposes.
+    """
+
+    __slots__ = ("_app",)
+
+    def __init__(self, app: web.Application) -> None:
+        self._app = app
+
+    async def handle(
+        self, request: web.Request, path: str, *, headers: Mapping[str, str] | None = None
+    ) -> web.StreamResponse:
+        """Serve ``request`` (its method, query string, body and headers, with ``headers``
+        added or replacing) at ``path``, a KServe v2 path such as ``/v2/models/m/infer``.
+
+        Returns the response, not yet sent unless it streams (``generate_stream``), so the
+        caller may still change its headers. A path no endpoint serves answers 404 as the
+        HTTP port does. Call it before reading the request's body.
+        """
+        from tritonx._transports.http.keys import SERVING_APP
+        from tritonx._transports.http.routes import dispatch
+
+        if not path.startswith("/"):
+            raise ValueError(f"KServeHTTP.handle: path must start with '/', got {path!r}")
+        query = request.query_string
+        target = path + ("?" + query if query else "")
+        if headers:
+            from multidict import CIMultiDict
+
+            merged = CIMultiDict(request.headers)
+            for key, value in headers.items():
+                merged[key] = value
+            handed = request.clone(rel_url=target, headers=merged)
+        else:
+            handed = request.clone(rel_url=target)
+        handed[SERVING_APP] = self._app
+        return await dispatch(handed)
+
+
+__all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend", "KServeHTTP"]

@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from tritonx.config import ModelConfig
+from tritonx.config import ModelConfig, ServerSettings
 from tritonx.pipeline import DataPlaneView, Pipeline
 from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata, RepositoryEntry
+
+if TYPE_CHECKING:
+    from tritonx.frontend import KServeHTTP
 
 T = TypeVar("T")
 
@@ -29,6 +33,8 @@ class DataPlaneCalls(DataPlaneView, Protocol):
 
     #: the Prometheus registry served on ``/metrics``
     metrics_registry: CollectorRegistry
+    #: the server's settings
+    settings: ServerSettings
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
 
@@ -43,6 +49,12 @@ class DataPlaneCalls(DataPlaneView, Protocol):
     async def load_model(self, name: str, parameters: dict[str, object] | None = None) -> None: ...
 
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None: ...
+
+    async def register_model_repository(
+        self, path: str, mapping: Mapping[str, str] | None = None
+    ) -> None: ...
+
+    async def unregister_model_repository(self, path: str) -> None: ...
 
 
 class InProcessAPI:
@@ -114,6 +126,33 @@ class InProcessAPI:
         """Unload ``name``; allowed only in explicit model control mode."""
         await self._plane().unload_model(name, unload_dependents)
 
+    async def register_model_repository(
+        self, path: str, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Add a model repository, as Triton's ``TRITONSERVER_ServerRegisterModelRepository``;
+        allowed only in explicit model control mode (else UNSUPPORTED).
+
+        Its models can then be loaded by name (:meth:`load_model`) and appear in the
+        repository index. ``mapping`` maps a subfolder of ``path`` to the name it is served
+        under (the subfolder's own name is then not served from this repository; the model's
+        config takes the mapped name).
+
+        :raises tritonx.TritonXError: ALREADY_EXISTS when ``path`` is a repository already or
+            a mapped name is mapped by another registered repository; INVALID_ARG when
+            ``path`` is not a readable folder or two subfolders map to one name.
+        """
+        await self._plane().register_model_repository(path, mapping)
+
+    async def unregister_model_repository(self, path: str) -> None:
+        """Remove a model repository (a registered one or a ``--model-repository`` one) and
+        its mappings, as Triton's ``TRITONSERVER_ServerUnregisterModelRepository``; explicit
+        mode only (else UNSUPPORTED). Models loaded from it stay loaded (unload them with
+        :meth:`unload_model`); they can no longer be loaded from it.
+
+        :raises tritonx.TritonXError: INVALID_ARG when ``path`` is no repository.
+        """
+        await self._plane().unregister_model_repository(path)
+
 
 class ServerHandle(InProcessAPI):
     """Inference, readiness, metadata and repository calls on the running server.
@@ -122,11 +161,12 @@ class ServerHandle(InProcessAPI):
     worker thread submit them with :meth:`run_threadsafe`.
     """
 
-    __slots__ = ("_dataplane", "_loop")
+    __slots__ = ("_dataplane", "_kserve", "_loop")
 
     def __init__(self, dataplane: DataPlaneCalls, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane
         self._loop = loop
+        self._kserve: KServeHTTP | None = None
 
     def _plane(self) -> DataPlaneCalls:
         return self._dataplane
@@ -148,6 +188,19 @@ class ServerHandle(InProcessAPI):
             timestamps the requests get.
         """
         return Pipeline(self._dataplane, protocol)
+
+    def kserve_http(self) -> KServeHTTP:
+        """Triton's KServe v2 HTTP endpoints, to serve a frontend's request under another
+        path (:class:`tritonx.frontend.KServeHTTP`); one per server."""
+        if self._kserve is None:
+            from tritonx._transports.http.app import make_app
+            from tritonx.frontend import KServeHTTP
+
+            # the restricted APIs are the frontend's to decide (KServeHTTP's docstring)
+            settings = replace(self._dataplane.settings, http_restricted_api={})
+            app = make_app(self._dataplane, settings)  # type: ignore[arg-type]
+            self._kserve = KServeHTTP(app)
+        return self._kserve
 
 
 def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:

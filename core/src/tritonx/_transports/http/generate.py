@@ -68,7 +68,7 @@ from tritonx._transports.http.json_tensor import (
     is_uint,
     json_data,
 )
-from tritonx._transports.http.keys import DATAPLANE_KEY, PIPELINE_KEY, SETTINGS_KEY
+from tritonx._transports.http.keys import DATAPLANE_KEY, PIPELINE_KEY, SETTINGS_KEY, serving_app
 from tritonx._transports.http.orca import FORMAT_HEADER, REPORT_HEADER, load_report
 from tritonx.config import ModelConfig
 from tritonx.datatypes import DataType
@@ -412,7 +412,7 @@ def load_report_headers(request: web.Request) -> tuple[tuple[str, str], ...]:
     fmt = request.headers.get(FORMAT_HEADER)
     if fmt is None:
         return ()
-    report = load_report(fmt, request.app[DATAPLANE_KEY].metrics_registry)
+    report = load_report(fmt, serving_app(request)[DATAPLANE_KEY].metrics_registry)
     return () if report is None else ((REPORT_HEADER, report),)
 
 
@@ -446,8 +446,8 @@ async def generate(
     if request.method != "POST":
         return method_not_allowed()
     recv_start = time.perf_counter_ns()
-    pipeline = request.app[PIPELINE_KEY]
-    settings = request.app[SETTINGS_KEY]
+    pipeline = serving_app(request)[PIPELINE_KEY]
+    settings = serving_app(request)[SETTINGS_KEY]
     served, version = await pipeline.resolve_loaded(model, version_str, streaming=True)
     if request.headers.get("Content-Encoding", "") not in ("", "identity"):
         raise invalid_arg("Unsupported content-encoding, only 'identity' is supported.")

@@ -41,7 +41,13 @@ from tritonx._transports.http.errors import (
 )
 from tritonx._transports.http.exchange import RequestHeaders, send_traced
 from tritonx._transports.http.generate import generate
-from tritonx._transports.http.keys import DATAPLANE_KEY, FORWARD_KEY, PIPELINE_KEY, SETTINGS_KEY
+from tritonx._transports.http.keys import (
+    DATAPLANE_KEY,
+    FORWARD_KEY,
+    PIPELINE_KEY,
+    SETTINGS_KEY,
+    serving_app,
+)
 from tritonx._transports.http.observability import log_settings, trace_setting
 from tritonx._transports.http.shared_memory import shared_memory_route
 from tritonx.errors import Code, TritonXError, invalid_arg, unsupported
@@ -212,7 +218,7 @@ def _close_unread(request: web.Request, response: web.StreamResponse) -> None:
 
 
 def _dataplane(request: web.Request) -> DataPlane:
-    return request.app[DATAPLANE_KEY]
+    return serving_app(request)[DATAPLANE_KEY]
 
 
 def _json(obj: Any, status: int = 200) -> web.Response:
@@ -221,7 +227,7 @@ def _json(obj: Any, status: int = 200) -> web.Response:
 
 async def _read_json(request: web.Request) -> Any:
     """A JSON control body (repository APIs); None when the body is empty."""
-    settings = request.app[SETTINGS_KEY]
+    settings = serving_app(request)[SETTINGS_KEY]
     limit = settings.http_max_input_size
     if request.content_length is not None and request.content_length > limit:
         raise BodyError(
@@ -241,7 +247,7 @@ async def _read_json_body(request: web.Request) -> Any:
     shared-memory register, trace and log settings updates)."""
     doc = await _read_json(request)
     if doc is None:
-        parse_json_header(b"", 0, request.app[SETTINGS_KEY].http_max_input_size)
+        parse_json_header(b"", 0, serving_app(request)[SETTINGS_KEY].http_max_input_size)
     return doc
 
 
@@ -338,7 +344,7 @@ async def _model_route(request: web.Request, match: re.Match[str]) -> web.Stream
             return web.Response(status=200)
         return error_response("Model version not ready", 400)
     version = parse_version(version_str)
-    pipeline = request.app[PIPELINE_KEY]
+    pipeline = serving_app(request)[PIPELINE_KEY]
     if action is None:
         md = await pipeline.loaded(lambda: dp.model_metadata(model, version))
         return _json(
@@ -409,7 +415,7 @@ async def infer(request: web.Request, model: str, version_str: str) -> web.Strea
     if request.method != "POST":
         return method_not_allowed()
     recv_start = time.perf_counter_ns()
-    app = request.app
+    app = serving_app(request)
     pipeline = app[PIPELINE_KEY]
     settings = app[SETTINGS_KEY]
     limit = settings.http_max_input_size
