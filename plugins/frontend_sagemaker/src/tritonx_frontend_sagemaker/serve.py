@@ -31,6 +31,17 @@ from collections.abc import Mapping, Sequence
 
 from tritonx_frontend_sagemaker.contract import INFERENCE_TYPES, PING_MODES
 
+#: Whether ``tritonx serve`` has Triton's SageMaker flags (``--allow-sagemaker``,
+#: ``--sagemaker-port``, ``--sagemaker-thread-count``, ``--sagemaker-safe-port-range``);
+#: without them the frontend is started with ``--frontend-config sagemaker,...`` and a safe
+#: port range cannot be checked (refused).
+CORE_SAGEMAKER_FLAGS = False
+
+#: Whether ``tritonx serve`` implements ``--model-namespacing=true``, which Triton's script
+#: passes unless SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING says otherwise. Until it does,
+#: the script's default is not passed (a value set in the environment is, as given).
+CORE_NAMESPACING = False
+
 SINGLE_MODEL_DIR = "/opt/ml/model"
 MULTI_MODEL_REPOSITORY = "/tmp/sagemaker"
 
@@ -139,14 +150,19 @@ def serve_command(
             f'Triton is running in SageMaker MME mode. Using Triton ping mode: "{ping_mode}"'
         )
 
-    frontend: list[str] = ["allow=true"]
+    frontend: dict[str, str] = {"allow": "true"}
     args = [f"--model-repository={repository}"]
-    args.append(
-        f"--model-namespacing={env.get('SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING') or 'true'}"
-    )
+    namespacing = env.get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING")
+    if namespacing or CORE_NAMESPACING:
+        args.append(f"--model-namespacing={namespacing or 'true'}")
     if env.get("SAGEMAKER_BIND_TO_PORT"):
-        frontend.append(f"port={env['SAGEMAKER_BIND_TO_PORT']}")
+        frontend["port"] = env["SAGEMAKER_BIND_TO_PORT"]
     if env.get("SAGEMAKER_SAFE_PORT_RANGE"):
+        if not CORE_SAGEMAKER_FLAGS:
+            raise ServeError(
+                "ERROR: SAGEMAKER_SAFE_PORT_RANGE is not supported by this tritonx "
+                "(tritonx serve has no --sagemaker-safe-port-range to check it)"
+            )
         args.append(f"--sagemaker-safe-port-range={env['SAGEMAKER_SAFE_PORT_RANGE']}")
     args.append(f"--allow-grpc={env.get('SAGEMAKER_TRITON_ALLOW_GRPC') or 'false'}")
     args.append(f"--allow-metrics={env.get('SAGEMAKER_TRITON_ALLOW_METRICS') or 'false'}")
@@ -154,7 +170,7 @@ def serve_command(
         if env.get(name):
             args.append(f"{FLAG_VARIABLES[name]}={env[name]}")
     if env.get("SAGEMAKER_TRITON_THREAD_COUNT"):
-        frontend.append(f"thread_count={env['SAGEMAKER_TRITON_THREAD_COUNT']}")
+        frontend["thread_count"] = env["SAGEMAKER_TRITON_THREAD_COUNT"]
     args.append(f"--log-verbose={env.get('SAGEMAKER_TRITON_LOG_VERBOSE') or 'true'}")
     for name in ("SAGEMAKER_TRITON_LOG_INFO", "SAGEMAKER_TRITON_LOG_WARNING"):
         if env.get(name):
@@ -209,20 +225,24 @@ def serve_command(
         env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = folders[0]
         args.append(f"--load-model={folders[0]}")
     if models_root is not None:
-        frontend.append(f"models_root={models_root}")
+        frontend["models_root"] = models_root
 
-    command = [
-        sys.executable,
-        "-m",
-        "tritonx",
-        "serve",
-        "--allow-http=false",
-        "--model-control-mode=explicit",
-        *(f"--frontend-config=sagemaker,{setting}" for setting in frontend),
-        *args,
-        *additional,
-    ]
+    command = [sys.executable, "-m", "tritonx", "serve", *_frontend_flags(frontend)]
+    command += ["--allow-http=false", "--model-control-mode=explicit", *args, *additional]
     return command, env, notes
+
+
+def _frontend_flags(settings: Mapping[str, str]) -> list[str]:
+    """The frontend's settings as ``tritonx serve`` flags: Triton's SageMaker flags where the
+    core has them, ``--frontend-config sagemaker,<key>=<value>`` otherwise."""
+    if not CORE_SAGEMAKER_FLAGS:
+        return [f"--frontend-config=sagemaker,{key}={value}" for key, value in settings.items()]
+    names = {"allow": "--allow-sagemaker", "port": "--sagemaker-port"}
+    names["thread_count"] = "--sagemaker-thread-count"
+    return [
+        f"{names[key]}={value}" if key in names else f"--frontend-config=sagemaker,{key}={value}"
+        for key, value in settings.items()
+    ]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
