@@ -35,13 +35,12 @@ With ``--model-load-on-demand`` a lookup (:meth:`ModelManager.get`) of a model t
 loaded raises :class:`~tritonx.errors.NotLoaded`, and ``_core.residency`` loads it, within
 the budgets it keeps (least-recently-used unloads, idle unloads).
 
-The pieces live beside this module: the entries (``_core.entries``), what the repositories
-list (``_core.repository_listing``), steps 1-4 of a load (``_core.load_pipeline``), steps 5-6
-(``_core.version_swap``), the ensembles' dependency graph (``_core.dependencies``), the unload
-of a version (``_core.unloading``), what is reported (``_core.status``) and loads on demand
-(``_core.residency``). This module keeps :class:`ModelManager`, which decides what to load and
-when, and unloads. Every name other modules import from here stays importable here
-(``__all__``).
+Beside this module: the entries (``_core.entries``), the repositories and what they list
+(``_core.repository_listing``, ``_core.registration``), steps 1-4 of a load
+(``_core.load_pipeline``), 5-6 (``_core.version_swap``), the ensembles' dependency graph
+(``_core.dependencies``), the unload of a version (``_core.unloading``), what is reported
+(``_core.status``), loads on demand (``_core.residency``). :class:`ModelManager` decides what
+to load and when, and unloads; names others import from here stay here (``__all__``).
 """
 
 from __future__ import annotations
@@ -75,6 +74,7 @@ from tritonx._core.load_request import (
     remove_override_dir,
     write_override_dir,
 )
+from tritonx._core.registration import renamed
 from tritonx._core.reloader import Reloader, watched_folder
 from tritonx._core.repository_listing import RepositoryListing
 from tritonx._core.residency import Residency
@@ -133,9 +133,10 @@ class ModelManager:
         self.registries = registries
         self.server = server
         self.models: dict[str, ModelEntry] = {}
-        self.repositories = [open_repository(url, registries) for url in settings.model_repository]
-        #: what the repositories list (:meth:`scan`, :meth:`listed`)
-        self.listing = RepositoryListing(self.repositories, settings.unknown_model_rescan_secs)
+        repositories = [open_repository(url, registries) for url in settings.model_repository]
+        #: the repositories and what they list (:meth:`scan`, :meth:`listed`)
+        self.listing = RepositoryListing(repositories, settings.unknown_model_rescan_secs)
+        self._explicit = settings.model_control_mode == "explicit"
         self.pipeline = LoadPipeline(
             settings, registries, server=server, cache_enabled=cache_enabled
         )
@@ -230,15 +231,22 @@ class ModelManager:
     # ------------------------------------------------------------------ repositories
 
     def scan(self, strict: bool = False) -> tuple[dict[str, Repository], dict[str, list[str]]]:
-        """The models of every repository: those found once (with their repository), and the
-        names found in two or more (with their URLs), which Triton refuses to serve
-        (:meth:`RepositoryListing.scan`; ``strict``: raise when a repository cannot be
-        read)."""
+        """The models of every repository found once, and the names found in two or more
+        (:meth:`RepositoryListing.scan`)."""
         return self.listing.scan(strict)
 
     def relist(self) -> None:
         """The next :meth:`listed` reads the repositories again (an unload API call)."""
         self.listing.relist()
+
+    async def register_repository(self, path: str, mapping: Mapping[str, str] | None) -> None:
+        """Add a model repository (:meth:`RepositoryListing.register`)."""
+        opener = functools.partial(open_repository, registries=self.registries)
+        await self.listing.register(path, mapping, explicit=self._explicit, opener=opener)
+
+    def unregister_repository(self, path: str) -> None:
+        """Remove a model repository (:meth:`RepositoryListing.unregister`)."""
+        self.listing.unregister(path, explicit=self._explicit)
 
     async def listed(self, name: str) -> bool:
         """Whether a repository lists ``name``, as their last read found it (read again
@@ -478,6 +486,7 @@ class ModelManager:
                     override_dir,
                     request.config if request is not None else None,
                     lambda ensemble, config: self._link_ensemble(ensemble, config, session),
+                    rename=override_dir is None and renamed(repo, name),
                 )
             except TritonXError as exc:
                 remove_override_dir(override_dir)

@@ -124,10 +124,15 @@ class LoadPipeline:
         override_dir: Path | None,
         override: Any,
         link: LinkEnsemble,
+        *,
+        rename: bool = False,
     ) -> tuple[Prepared, tuple[Repository, Path] | None]:
         """Steps 1-4 of a load: localize, read the raw config, run the agents' LOAD actions,
         complete and validate the config on the folder the agents returned; an ensemble is
-        then linked to its composing models (``link``)."""
+        then linked to its composing models (``link``).
+
+        :param rename: the model is served under a name its repository maps to its folder
+            (``_core.registration``): its config gets that name, as Triton renames it."""
         if override_dir is not None:
             return await self._prepare_in(name, override_dir, override, link), None
         assert repo is not None
@@ -140,16 +145,17 @@ class LoadPipeline:
                 f"failed to localize model '{name}': {exc or type(exc).__name__}", Code.INTERNAL
             ) from exc
         try:
-            prepared = await self._prepare_in(name, folder, override, link)
+            prepared = await self._prepare_in(name, folder, override, link, rename)
         except BaseException:  # nothing will serve from the localized copy
             await asyncio.to_thread(repo.release, name, folder)
             raise
         return prepared, (repo, folder)
 
     async def _prepare_in(
-        self, name: str, folder: Path, override: Any, link: LinkEnsemble
+        self, name: str, folder: Path, override: Any, link: LinkEnsemble, rename: bool = False
     ) -> Prepared:
-        """Steps 2-4 on the localized (or override) ``folder``."""
+        """Steps 2-4 on the localized (or override) ``folder`` (``rename``: as
+        :meth:`prepare`)."""
         raw = await asyncio.to_thread(self.read_config, name, folder, override)
         agents = AgentChain.resolve(name, raw, self.registries.repoagents)
         loaded_from = await agents.load(folder) if agents else folder
@@ -159,6 +165,8 @@ class LoadPipeline:
                     raw = await asyncio.to_thread(self.read_config, name, loaded_from, None)
                     agents.config = raw
                 folder = loaded_from
+            if rename:
+                raw.name = name
             prepared = await asyncio.to_thread(self.complete, name, raw, folder)
             if is_ensemble(prepared.config):
                 prepared.composing = await link(name, prepared.config)

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tritonx._core.registration import opened, renamed, with_repository, without_repository
 from tritonx.errors import TritonXError
 from tritonx.repository import Repository
 
@@ -48,7 +50,8 @@ class RepositoryListing:
 
     def scan(self, strict: bool = False) -> tuple[dict[str, Repository], dict[str, list[str]]]:
         """The models of every repository: those found once (with their repository), and the
-        names found in two or more (with their URLs), which Triton refuses to serve.
+        names found in two or more (with their URLs), which Triton refuses to serve (a
+        name a registered repository maps is found there only: ``_core.registration``).
 
         :param strict: raise when a repository cannot be read (start-up, as Triton); else
             log it and go on with the others.
@@ -67,6 +70,10 @@ class RepositoryListing:
                 continue
             for name in names:
                 found.setdefault(name, []).append(repo)
+        for name, repos in found.items():
+            mapped = [repo for repo in repos if renamed(repo, name)]
+            if mapped and len(repos) > 1:
+                repos[:] = mapped[:1]  # a mapped name wins over folders of that name
         models = {name: repos[0] for name, repos in found.items() if len(repos) == 1}
         duplicates = {
             name: [r.url for r in repos] for name, repos in found.items() if len(repos) > 1
@@ -76,6 +83,28 @@ class RepositoryListing:
             if began >= self._relisted and (self._listed_at is None or began >= self._listed_at):
                 self._listed, self._listed_at = frozenset(found), began
         return models, duplicates
+
+    async def register(
+        self,
+        path: str | os.PathLike[str],
+        mapping: Mapping[str, str] | None,
+        *,
+        explicit: bool,
+        opener: Callable[[str], Repository],
+    ) -> None:
+        """Add the repository at ``path`` (``mapping``: ``{subfolder: served name}``) with
+        Triton's checks and errors (``_core.registration``); the next :meth:`listed` reads
+        the repositories again."""
+        repo = await opened(path, mapping, explicit=explicit, opener=opener)
+        # no await from the checks to the change; a new list: a scan under way reads the old
+        self.repositories = with_repository(self.repositories, repo)
+        self.relist()
+
+    def unregister(self, path: str | os.PathLike[str], *, explicit: bool) -> None:
+        """Remove the repository at ``path`` and its mappings (Triton's errors:
+        ``_core.registration``)."""
+        self.repositories = without_repository(self.repositories, path, explicit=explicit)
+        self.relist()
 
     def relist(self) -> None:
         """The next :meth:`listed` reads the repositories again (an unload API call)."""

@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, Callable, Iterator
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TypeVar, cast
@@ -553,6 +553,16 @@ class DataPlane:
     async def unload_model(self, name: str, unload_dependents: bool = False) -> None:
         """Unload ``name`` (explicit mode), waiting for its in-flight requests."""
         await self._models.unload(name, unload_dependents)
+
+    async def register_model_repository(
+        self, path: str, mapping: Mapping[str, str] | None = None
+    ) -> None:
+        """Add a model repository (explicit mode); ``mapping``: ``{subfolder: name}``."""
+        await self._models.register_repository(path, mapping)
+
+    async def unregister_model_repository(self, path: str) -> None:
+        """Remove a registered model repository (explicit mode)."""
+        self._models.unregister_repository(path)
 
 
 def _config(entry: VersionEntry) -> ModelConfig:
