@@ -10,14 +10,18 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from tritonx.config import ModelConfig
+from tritonx.config import ModelConfig, ServerSettings
 from tritonx.pipeline import DataPlaneView, Pipeline
 from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata, RepositoryEntry
+
+if TYPE_CHECKING:
+    from tritonx.frontend import KServeHTTP
 
 T = TypeVar("T")
 
@@ -29,6 +33,8 @@ class DataPlaneCalls(DataPlaneView, Protocol):
 
     #: the Prometheus registry served on ``/metrics``
     metrics_registry: CollectorRegistry
+    #: the server's settings
+    settings: ServerSettings
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
 
@@ -155,11 +161,12 @@ class ServerHandle(InProcessAPI):
     worker thread submit them with :meth:`run_threadsafe`.
     """
 
-    __slots__ = ("_dataplane", "_loop")
+    __slots__ = ("_dataplane", "_kserve", "_loop")
 
     def __init__(self, dataplane: DataPlaneCalls, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane
         self._loop = loop
+        self._kserve: KServeHTTP | None = None
 
     def _plane(self) -> DataPlaneCalls:
         return self._dataplane
@@ -181,6 +188,19 @@ class ServerHandle(InProcessAPI):
             timestamps the requests get.
         """
         return Pipeline(self._dataplane, protocol)
+
+    def kserve_http(self) -> KServeHTTP:
+        """Triton's KServe v2 HTTP endpoints, to serve a frontend's request under another
+        path (:class:`tritonx.frontend.KServeHTTP`); one per server."""
+        if self._kserve is None:
+            from tritonx._transports.http.app import make_app
+            from tritonx.frontend import KServeHTTP
+
+            # the restricted APIs are the frontend's to decide (KServeHTTP's docstring)
+            settings = replace(self._dataplane.settings, http_restricted_api={})
+            app = make_app(self._dataplane, settings)  # type: ignore[arg-type]
+            self._kserve = KServeHTTP(app)
+        return self._kserve
 
 
 def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:
