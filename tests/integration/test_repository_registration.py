@@ -275,3 +275,28 @@ async def test_server_handle(tmp_path: Path, plugin_manager: pluggy.PluginManage
             Code.INVALID_ARG,
             f"failed to unregister '{extra.root}', repository not found",
         )
+
+
+async def test_load_on_demand_reads_a_registered_repository(
+    tmp_path: Path, plugin_manager: pluggy.PluginManager
+) -> None:
+    # --model-load-on-demand answers "is it in a repository?" from the last read of the
+    # repositories: a registration makes the next lookup read them again
+    start = repo(tmp_path / "start", "base")
+    extra = repo(tmp_path / "extra", "sub")
+    settings = loopback_settings(
+        start.root,
+        model_control_mode="explicit",
+        model_load_on_demand=True,
+        unknown_model_rescan_secs=3600.0,
+        **NO_LISTENERS,
+    )
+    async with Server(settings, plugin_manager=plugin_manager) as server:
+        with pytest.raises(TritonXError) as info:
+            await echo(server, "demand")
+        assert info.value.code is Code.NOT_FOUND
+        await server.register_model_repository(str(extra.root), {"sub": "demand"})
+        assert await echo(server, "demand", 4) == 4
+        assert server.model_ready("demand")
+        await server.unregister_model_repository(str(extra.root))
+        assert await echo(server, "demand", 5) == 5  # still loaded

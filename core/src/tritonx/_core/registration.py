@@ -9,6 +9,10 @@ repository, the model's config gets the mapped name (Triton's rename, so a confi
 folder loads), and a mapped name wins over a folder of that name in another repository.
 Unregistering forgets the repository and its mappings; the models loaded from it stay
 loaded, as in Triton (unload them with the repository API).
+
+Beyond Triton, a mapping's subfolder and name must each be one plain path component (Triton
+would join any text to the path, and fail the load of a name with a ``/``), and ``--reload``
+watches only the ``--model-repository`` folders, not registered ones.
 """
 
 from __future__ import annotations
