@@ -278,7 +278,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.environ,
             model_dir=options.model_dir,
             multi_model_repository=options.multi_model_repository,
-            models_root=options.models_root,
+            models_root=None
+            if options.models_root is None
+            else os.path.abspath(options.models_root),
         )
     except ServeError as exc:
         print(exc, file=sys.stderr)
