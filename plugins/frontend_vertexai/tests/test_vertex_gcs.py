@@ -30,7 +30,9 @@ pytest.importorskip("tritonx_repo_cloud")
 from tritonx.testing import echo_plugin_env, free_port
 
 BIN = Path(sys.executable).parent
-ECHO = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]}
+ECHO: dict[str, Any] = {
+    "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]
+}
 CONFIG = """name: "addsub"
 backend: "identity"
 max_batch_size: 0

@@ -177,7 +177,9 @@ def test_predict_body_is_bounded_by_http_max_input_size(vertex: Any) -> None:
 
 
 def test_bad_request_gets_the_servers_validation(vertex: Any) -> None:
-    body = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]}]}
+    body: dict[str, Any] = {
+        "inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 3], "data": [1, 2, 3]}]
+    }
     answer = requests.post(vertex.predict, json=body, timeout=30)
     assert answer.status_code == 400
     assert "unexpected shape for input 'INPUT0' for model 'echo'" in answer.json()["error"]

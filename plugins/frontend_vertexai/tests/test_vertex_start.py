@@ -17,7 +17,9 @@ from tritonx.errors import PluginError, TritonXError
 from tritonx.testing import ModelRepositoryBuilder
 
 REDIRECT = "X-Vertex-Ai-Triton-Redirect"
-ECHO = {"inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]}
+ECHO: dict[str, Any] = {
+    "inputs": [{"name": "INPUT0", "datatype": "FP32", "shape": [2], "data": [1.0, 2.0]}]
+}
 
 
 @pytest.fixture(scope="module")
