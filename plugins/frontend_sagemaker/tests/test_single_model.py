@@ -65,9 +65,12 @@ def test_ping_is_readiness(url: str) -> None:
 
 
 def test_json_invocation(url: str, http: requests.Session) -> None:
-    answer = http.post(f"{url}/invocations", json=infer_body())
+    """The answer is never compressed (requests asks for gzip; Triton's SageMaker server
+    answers identity bodies only)."""
+    answer = http.post(f"{url}/invocations", json=infer_body(), headers={"Accept-Encoding": "gzip"})
     assert answer.status_code == 200, answer.text
     assert answer.headers["Content-Type"] == "application/json"
+    assert "Content-Encoding" not in answer.headers
     result = answer.json()
     assert (result["model_name"], result["model_version"]) == ("sm_model", "1")
     assert result["outputs"][0]["data"] == DATA.ravel().tolist()
