@@ -277,3 +277,8 @@ def test_restricted_model_management(budgeted: str, root: Path) -> None:
             assert answer.json() == {"error": expected}
     assert requests.get(f"{budgeted}/models", headers={"X-SM-Auth": "secret"}).status_code == 200
     assert requests.get(f"{budgeted}/ping").status_code == 200
+
+
+def test_other_methods_are_400_before_the_restriction(budgeted: str) -> None:
+    answer = requests.put(f"{budgeted}/models")
+    assert (answer.status_code, answer.content) == (400, b"")

@@ -125,6 +125,8 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
         method = request.method
         if method == "POST" and action:
             return await self.invoke(request, name)
+        if method not in ("GET", "POST", "DELETE"):
+            return _unread(request, empty_response(400))
         refused = restriction_refusal(self.restrictions, "model-repository", request)
         if refused is not None:
             return _unread(request, refused)
@@ -132,9 +134,7 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
             return self.mme.get_model(name) if name else self.mme.list_models()
         if method == "POST":
             return _unread(request, await self.mme.load(request))
-        if method == "DELETE":
-            return _unread(request, await self.mme.unload(name))
-        return _unread(request, empty_response(400))
+        return _unread(request, await self.mme.unload(name))
 
     async def ping(self, request: web.Request) -> web.StreamResponse:
         """``/ping``: the server's readiness or liveness (``SAGEMAKER_TRITON_PING_MODE``)."""
