@@ -234,8 +234,9 @@ def test_other_methods(url: str) -> None:
 
 @pytest.fixture(scope="module")
 def budgeted(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An endpoint that holds one model at a time (``--max-loaded-models 1``) and whose
-    model management needs the header ``X-SM-Auth: secret``."""
+    """An endpoint that holds one model at a time (``--max-loaded-models 1``), whose model
+    management needs the header ``X-SM-Auth: secret``, and that waits 0.5 s at most for each
+    piece of a body (``--http-body-timeout-secs``)."""
     pinned = root / "pinned" / "model"
     add_identity(pinned.parent, "model", parameters={"tritonx_pinned": "true"})
     with serve(
@@ -245,6 +246,7 @@ def budgeted(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[s
         max_loaded_models=1,
         model_load_on_demand=True,
         http_restricted_api={"model-repository": ("X-SM-Auth", "secret")},
+        http_body_timeout_secs=0.5,
     ) as srv:
         yield url_of(srv)
 
@@ -282,3 +284,20 @@ def test_restricted_model_management(budgeted: str, root: Path) -> None:
 def test_other_methods_are_400_before_the_restriction(budgeted: str) -> None:
     answer = requests.put(f"{budgeted}/models")
     assert (answer.status_code, answer.content) == (400, b"")
+
+
+def test_a_load_body_that_stalls_past_the_body_timeout(budgeted: str) -> None:
+    """A client that sends half its declared body and waits: answered 400 once
+    --http-body-timeout-secs passes without a byte, the connection closed."""
+    host, port = budgeted.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            b"POST /models HTTP/1.1\r\nHost: x\r\nX-SM-Auth: secret\r\n"
+            b'Content-Length: 500\r\n\r\n{"mo'
+        )
+        answer = b""
+        while chunk := sock.recv(4096):  # (until the server closes the connection)
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400")
+    assert b"timed out reading the request body" in answer
+    assert requests.get(f"{budgeted}/ping").status_code == 200

@@ -226,8 +226,12 @@ def _error_message(response: web.StreamResponse) -> str:
 
 
 def _unread(request: web.Request, response: web.Response) -> web.Response:
-    """``response``, closing the connection after it when the request's body was not read:
-    a refused client's body is not read on (the next request could not be found in it)."""
+    """``response``, closing the connection after it when the request's body was not read
+    to its end: a refused client's body is not read on (nor waited for)."""
     if request.body_exists and not request.content.is_eof():
         response.force_close()
+        # tritonx's listener would otherwise drain the rest for aiohttp's lingering time
+        close_after_response = getattr(request.protocol, "close_after_response", None)
+        if close_after_response is not None:
+            close_after_response()
     return response

@@ -124,7 +124,9 @@ async def read_json_body(request: web.Request, limit: int, timeout: float) -> ob
             async with asyncio.timeout(timeout or None):
                 chunk = await request.content.readany()
         except TimeoutError:
-            raise _bad("timed out reading the request body") from None
+            refused = _bad("timed out reading the request body")
+            refused.response.force_close()  # (the rest of the body is not waited for)
+            raise refused from None
         if not chunk:
             break
         size += len(chunk)
