@@ -104,7 +104,11 @@ def test_flag_rules(tmp_path: Path, env: dict[str, str]) -> None:
         text=True,
         timeout=60,
     )
-    assert result.returncode == 2 and "same port" in result.stderr
+    assert result.returncode == 2
+    assert (
+        "The server cannot listen to HTTP requests and GRPC requests at the same address and "
+        "port 0.0.0.0:9000" in result.stderr
+    )
     result = subprocess.run(
         tritonx("serve", "--allow-http=maybe"), env=env, capture_output=True, text=True, timeout=60
     )
@@ -194,8 +198,8 @@ def test_a_comma_in_a_value_without_a_second_key_is_kept(
         ("--grpc-infer-thread-count", "4"),
         ("--pinned-memory-pool-byte-size", "0"),
         ("--backend-directory", "/opt/tritonserver/backends"),
-        ("--model-namespacing=true",),
-        ("--allow-sagemaker",),
+        ("--host-policy", "gpu0,numa-node=0"),
+        ("--cuda-memory-pool-byte-size", "0:0"),
     ],
 )
 def test_unimplemented_tritonserver_flags_are_refused(

@@ -48,11 +48,13 @@ class Events:
         ),
         (
             {"http_port": 9000, "grpc_port": 9000},
-            "The server cannot listen to HTTP, GRPC and metrics on the same port",
+            "The server cannot listen to HTTP requests and GRPC requests at the same address "
+            "and port 127.0.0.1:9000",
         ),
         (
             {"allow_grpc": False, "http_port": 9000, "metrics_port": 9000},
-            "The server cannot listen to HTTP, GRPC and metrics on the same port",
+            "The server cannot listen to HTTP requests and metrics requests at the same "
+            "address and port 127.0.0.1:9000",
         ),
         ({"http_max_input_size": 0}, "--http-max-input-size must be greater than 0."),
         # values the CLI's option types refuse (click ranges and choices)

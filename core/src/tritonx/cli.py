@@ -32,7 +32,11 @@ from tritonx._dataplane.trace_settings import (
 )
 from tritonx._runtime.cli_options import NOT_IMPLEMENTED_FLAGS, serve_options
 from tritonx._runtime.security import parse_restricted_option
-from tritonx._runtime.settings_check import SettingsError, validate_settings
+from tritonx._runtime.settings_check import (
+    SettingsError,
+    check_safe_port_range,
+    validate_settings,
+)
 from tritonx.config import EXAMPLE_REPOSITORY, ServerSettings
 from tritonx.errors import PluginError, TritonXError
 
@@ -154,6 +158,11 @@ def serve(**opts: Any) -> None:
     configure_logging(opts)
     strict_model_config_warnings(opts)
     settings = settings_from_options(opts, trace_config(opts))
+    if opts["allow_sagemaker"] and opts["sagemaker_safe_port_range"]:
+        try:
+            check_safe_port_range(settings, parse_port_range(opts["sagemaker_safe_port_range"]))
+        except SettingsError as exc:
+            raise click.UsageError(exc.message) from None
     if not settings.model_memory_budget:
         _tune_malloc()
     sys.exit(run_server(settings))
@@ -216,12 +225,79 @@ def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSet
         ].lower(),
         "metrics_config": parse_metrics_config(opts["metrics_config"]),
         "metric_sinks": parse_sinks(opts["metric_sink"]),
-        "frontend_config": parse_keyed_config(opts["frontend_config"], "--frontend-config"),
+        "frontend_config": cloud_frontends(
+            opts, parse_keyed_config(opts["frontend_config"], "--frontend-config")
+        ),
+        **cloud_listeners(opts),
         **restrictions(opts),
         **settings_fields(trace),
     }
     same = {name: opts[name] for name in FIELDS - set(parsed)}
     return ServerSettings(**same, **parsed)
+
+
+def _vertex_ai_environment() -> bool:
+    """Whether Vertex AI runs the server (``AIP_MODE=PREDICTION``, as tritonserver reads it)."""
+    return os.environ.get("AIP_MODE", "") == "PREDICTION"
+
+
+def cloud_listeners(opts: dict[str, Any]) -> dict[str, bool]:
+    """``allow_http`` and ``allow_grpc``: as given, else true, except under Vertex AI
+    (``AIP_MODE=PREDICTION``), where tritonserver serves only the Vertex AI port by default."""
+    default = not _vertex_ai_environment()
+    return {
+        name: default if opts[name] is None else opts[name] for name in ("allow_http", "allow_grpc")
+    }
+
+
+def cloud_frontends(
+    opts: dict[str, Any], frontend_config: dict[str, dict[str, str]]
+) -> dict[str, dict[str, str]]:
+    """``frontend_config`` with tritonserver's SageMaker and Vertex AI flags as the settings
+    of the ``sagemaker`` and ``vertex_ai`` frontend plugins (an explicit
+    ``--frontend-config sagemaker,...`` or ``vertex_ai,...`` setting wins over a flag's).
+
+    ``--allow-vertex-ai`` defaults to true under ``AIP_MODE=PREDICTION``, ``--vertex-ai-port``
+    to ``AIP_HTTP_PORT`` (else 8080), as in tritonserver. The other flags of a contract that
+    is not allowed are ignored, as tritonserver ignores them.
+    """
+    out = {name: dict(values) for name, values in frontend_config.items()}
+    if opts["allow_sagemaker"]:
+        flags = {
+            "allow": "true",
+            "port": str(opts["sagemaker_port"]),
+            "thread_count": str(opts["sagemaker_thread_count"]),
+        }
+        out["sagemaker"] = {**flags, **out.get("sagemaker", {})}
+    allow_vertex = opts["allow_vertex_ai"]
+    if allow_vertex is None:
+        allow_vertex = _vertex_ai_environment()
+    if allow_vertex:
+        port = opts["vertex_ai_port"]
+        if port is None:
+            port_text = os.environ.get("AIP_HTTP_PORT", "8080")
+            if not (port_text.isascii() and port_text.isdigit()):
+                raise click.UsageError(f"AIP_HTTP_PORT must be a port number, got '{port_text}'")
+            port = int(port_text)
+        flags = {
+            "allow": "true",
+            "port": str(port),
+            "thread_count": str(opts["vertex_ai_thread_count"]),
+        }
+        if opts["vertex_ai_default_model"]:
+            flags["default_model"] = opts["vertex_ai_default_model"]
+        out["vertex_ai"] = {**flags, **out.get("vertex_ai", {})}
+    return out
+
+
+def parse_port_range(text: str) -> tuple[int, int]:
+    """``--sagemaker-safe-port-range``'s ``<integer>-<integer>``."""
+    low, sep, high = text.partition("-")
+    if not sep or not all(p.isascii() and p.isdigit() and len(p) <= 5 for p in (low, high)):
+        raise click.BadParameter(
+            f"'{text}' is not <integer>-<integer>", param_hint="--sagemaker-safe-port-range"
+        )
+    return int(low), int(high)
 
 
 def _log_example_repository(path: str) -> None:

@@ -98,7 +98,11 @@ def listener(prefix: str, label: str, port: int) -> list[Decorator]:
     ``--reuse-<prefix>-port`` of the HTTP or gRPC listener (``label``)."""
     return [
         switch(
-            f"--allow-{prefix}", True, "Serve HTTP/REST." if prefix == "http" else "Serve gRPC."
+            f"--allow-{prefix}",
+            None,
+            ("Serve HTTP/REST" if prefix == "http" else "Serve gRPC")
+            + " [default: true; false when AIP_MODE=PREDICTION (Vertex AI)].",
+            show=False,
         ),
         value(f"--{prefix}-address", None, "0.0.0.0"),
         value(f"--{prefix}-port", int, port),
@@ -131,6 +135,7 @@ def tls(prefix: str, served: str, use_ssl: str, mutual: str) -> list[Decorator]:
 
 
 NON_NEGATIVE = click.FloatRange(min=0)
+POSITIVE = click.IntRange(min=1)
 TRITONX_ONLY = " (tritonx only)."
 
 # ---------------------------------------------------------------------------------- serve
@@ -552,6 +557,49 @@ SERVE_OPTIONS: list[Decorator] = [
         "place it (default: --http-address and its own port), the HTTP TLS flags apply to "
         "it; other keys are the frontend's own" + TRITONX_ONLY,
     ),
+    switch(
+        "--allow-sagemaker",
+        False,
+        "Serve Amazon SageMaker's hosting contract (/ping, /invocations, the multi-model "
+        "endpoint's /models) on its own port; needs the tritonx-frontend-sagemaker plugin.",
+    ),
+    value("--sagemaker-port", int, 8080),
+    click.option(
+        "--sagemaker-safe-port-range",
+        default="",
+        metavar="<integer>-<integer>",
+        help="The ports the other listeners on the SageMaker address may use.",
+    ),
+    value(
+        "--sagemaker-thread-count",
+        POSITIVE,
+        8,
+        "Accepted for compatibility: SageMaker requests are served on the event loop.",
+    ),
+    switch(
+        "--allow-vertex-ai",
+        None,
+        "Serve Google Vertex AI's prediction contract (AIP_PREDICT_ROUTE, AIP_HEALTH_ROUTE) "
+        "on its own port; needs the tritonx-frontend-vertexai plugin [default: true when "
+        "AIP_MODE=PREDICTION, else false].",
+        show=False,
+    ),
+    click.option(
+        "--vertex-ai-port",
+        type=int,
+        default=None,
+        help="The Vertex AI port [default: AIP_HTTP_PORT, else 8080].",
+    ),
+    value(
+        "--vertex-ai-thread-count",
+        POSITIVE,
+        8,
+        "Accepted for compatibility: Vertex AI requests are served on the event loop.",
+    ),
+    text(
+        "--vertex-ai-default-model",
+        "The model the Vertex AI predict route serves [default: the only model].",
+    ),
     value("--rate-limit", click.Choice(["off", "execution_count"]), "off"),
     many("--rate-limit-resource", "<name>:<count>[:<device>] (repeatable)."),
     value(
@@ -607,8 +655,6 @@ _PLUGINS = (
     "plugins are Python distributions found through entry points, not shared libraries in a "
     "folder ('tritonx plugins' lists them)"
 )
-_SAGEMAKER = "the SageMaker contract (/invocations, /ping) is not implemented yet"
-_VERTEX = "the Vertex AI contract is not implemented yet"
 
 #: tritonserver flags tritonx does not implement yet, each with why: recognised and refused
 #: with a message giving that reason (never accepted silently, never click's bare
@@ -632,14 +678,6 @@ NOT_IMPLEMENTED_FLAGS: dict[str, str] = {
     "--host-policy": "NUMA node and CPU core placement (host policies) is not implemented",
     "--model-load-gpu-limit": _NO_GPU + "GPU memory is not measured at load "
     "(--model-memory-budget bounds host memory)",
-    "--allow-sagemaker": _SAGEMAKER,
-    "--sagemaker-port": _SAGEMAKER,
-    "--sagemaker-safe-port-range": _SAGEMAKER,
-    "--sagemaker-thread-count": _SAGEMAKER,
-    "--allow-vertex-ai": _VERTEX,
-    "--vertex-ai-port": _VERTEX,
-    "--vertex-ai-thread-count": _VERTEX,
-    "--vertex-ai-default-model": _VERTEX,
     "--allow-poll-model-repository": "removed from tritonserver in 2020: use "
     "--model-control-mode=poll",
     "--allow-model-control": "removed from tritonserver in 2020: use --model-control-mode=explicit",

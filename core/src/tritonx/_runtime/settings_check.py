@@ -219,19 +219,70 @@ def check_ranges(settings: ServerSettings) -> None:
         )
 
 
+#: How tritonserver's port checks name the listeners of the frontends it has built in
+_FRONTEND_LISTENERS = {"sagemaker": "SageMaker", "vertex_ai": "Vertex AI"}
+
+
+def listener_ports(settings: ServerSettings) -> list[tuple[str, str, int]]:
+    """(name, address, port) of each listener the start opens on a given port (not 0), in
+    tritonserver's order: HTTP, GRPC, metrics, then each frontend ``--frontend-config``
+    starts with a ``port=`` (SageMaker and Vertex AI named as tritonserver names them)."""
+    out = [
+        (name, address, port)
+        for allowed, name, address, port in (
+            (settings.allow_http, "HTTP", settings.http_address, settings.http_port),
+            (settings.allow_grpc, "GRPC", settings.grpc_address, settings.grpc_port),
+            (
+                settings.allow_metrics,
+                "metrics",
+                settings.metrics_address or settings.http_address,
+                settings.metrics_port,
+            ),
+        )
+        if allowed
+    ]
+    for name, config in sorted(settings.frontend_config.items()):
+        if config.get("allow", "true").strip().lower() in ("false", "0", "off", "no"):
+            continue
+        port_text = config.get("port", "")
+        if port_text.isascii() and port_text.isdigit() and len(port_text) <= 5:
+            address = config.get("address", settings.http_address)
+            out.append((_FRONTEND_LISTENERS.get(name, name), address, int(port_text)))
+    return [listener for listener in out if listener[2] != 0]
+
+
+def check_port_collision(settings: ServerSettings) -> None:
+    """tritonserver's ``CheckPortCollision``: no two listeners on one address and port."""
+    listeners = listener_ports(settings)
+    for i, (name, address, port) in enumerate(listeners):
+        for other, other_address, other_port in listeners[i + 1 :]:
+            if address == other_address and port == other_port:
+                raise _usage(
+                    f"The server cannot listen to {name} requests and {other} requests at "
+                    f"the same address and port {address}:{port}"
+                )
+
+
+def check_safe_port_range(settings: ServerSettings, allowed: tuple[int, int]) -> None:
+    """``--sagemaker-safe-port-range``: every other listener on the SageMaker listener's
+    address uses a port in ``allowed`` (tritonserver's ``CheckPortCollision``)."""
+    listeners = listener_ports(settings)
+    sagemaker = [item for item in listeners if item[0] == "SageMaker"]
+    if not sagemaker:
+        return
+    _, address, _ = sagemaker[0]
+    low, high = allowed
+    for name, other_address, port in listeners:
+        if name != "SageMaker" and other_address == address and not low <= port <= high:
+            raise _usage(
+                f"The server cannot listen to {name} requests at port {port}, allowed port "
+                f"range is [{low}, {high}]"
+            )
+
+
 def check_listeners(settings: ServerSettings) -> None:
     """The enabled listeners: distinct ports, restrictions, header patterns, TLS files."""
-    ports = [
-        port
-        for allowed, port in (
-            (settings.allow_http, settings.http_port),
-            (settings.allow_grpc, settings.grpc_port),
-            (settings.allow_metrics, settings.metrics_port),
-        )
-        if allowed and port != 0
-    ]
-    if len(ports) != len(set(ports)):
-        raise _usage("The server cannot listen to HTTP, GRPC and metrics on the same port")
+    check_port_collision(settings)
     restricted = {"http": "http_restricted_api", "grpc": "grpc_restricted_protocol"}
     for prefix in ("http", "grpc"):
         if not getattr(settings, f"allow_{prefix}"):
