@@ -311,3 +311,10 @@ async def test_missing_family_writes_no_report(
         logger.removeHandler(caplog.handler)
     lines = _lines(caplog, FAMILY)
     assert len(lines) <= 1
+
+
+def test_python_family_is_found_by_name(llm_server: Server) -> None:
+    """The python backend registers each custom family in the server's registry under its
+    name, so the report's lookup by name reads that family alone (not every metric)."""
+    found = llm_server.metrics_registry.restricted_registry([FAMILY]).collect()
+    assert [metric.name for metric in found] == [FAMILY]

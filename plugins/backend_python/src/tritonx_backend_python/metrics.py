@@ -1,8 +1,10 @@
 """Custom metrics of python models (``pb_utils.MetricFamily``) on the server's ``/metrics``.
 
-One :class:`CustomMetrics` collector is registered per data plane registry. Families are
-shared by name across models and instances (as in Triton, where creating a family that exists
-returns it), and metrics by their label set. Workers send their updates as messages; in-process
+One :class:`CustomMetrics` holds them per data plane registry; each family is registered in
+that registry as a collector of its own that declares its name, so a lookup by name
+(``registry.restricted_registry([name])``, the HTTP frontend's ORCA load report) reads that
+family only. Families are shared by name across models and instances (as in Triton, where
+creating a family that exists returns it), and metrics by their label set. Workers send their updates as messages; in-process
 models call the collector directly.
 """
 
@@ -43,19 +45,47 @@ class _Family:
     metrics: dict[Labels, _Value] = field(default_factory=dict)
 
 
-class CustomMetrics:
-    """A prometheus collector holding every python model's custom metric families."""
+class _FamilyCollector:
+    """One family as a registry collector, declared by name (``describe``)."""
 
-    def __init__(self) -> None:
+    def __init__(self, owner: CustomMetrics, family: _Family) -> None:
+        self._owner = owner
+        self._family = family
+
+    def describe(self) -> list[Metric]:
+        family = self._family
+        return [Metric(family.name, family.description, _TYPES[family.kind])]
+
+    def collect(self) -> Iterator[Metric]:
+        return self._owner.collect(self._family.name)
+
+
+class CustomMetrics:
+    """Every python model's custom metric families.
+
+    :param registry: where each family is registered when it is created (``None``: nowhere;
+        :meth:`collect` still reads them).
+    """
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self._lock = threading.Lock()
         self._families: dict[str, _Family] = {}
+        self._registry = registry
 
     def family(self, name: str, description: str, kind: int) -> None:
         """Create the family ``name`` (or reuse it when kind and description agree)."""
         with self._lock:
             existing = self._families.get(name)
             if existing is None:
-                self._families[name] = _Family(name, description, kind)
+                family = _Family(name, description, kind)
+                if self._registry is not None:
+                    try:
+                        self._registry.register(_FamilyCollector(self, family))
+                    except ValueError:  # another collector of the server reports that name
+                        raise invalid_arg(
+                            f"Family name '{name}' already exists in the server's metrics"
+                        ) from None
+                self._families[name] = family
             elif existing.kind != kind:  # prometheus-cpp's registry's text, as Triton's
                 raise invalid_arg("Family name already exists with different type")
 
@@ -93,12 +123,18 @@ class CustomMetrics:
                 raise TritonXError(f"Unknown metric request kind '{op}'")
             return None
 
-    def collect(self) -> Iterator[Metric]:
-        """The families in Prometheus form (Triton's sample names: no ``_total`` suffix)."""
+    def collect(self, name: str | None = None) -> Iterator[Metric]:
+        """The families (or the one named ``name``) in Prometheus form (Triton's sample
+        names: no ``_total`` suffix)."""
         with self._lock:
+            chosen = (
+                self._families.values()
+                if name is None
+                else [f for f in (self._families.get(name),) if f is not None]
+            )
             families = [
                 (f.name, f.description, f.kind, [(dict(k), _copy(v)) for k, v in f.metrics.items()])
-                for f in self._families.values()
+                for f in chosen
             ]
         for name, description, kind, metrics in families:
             metric = Metric(name, description, _TYPES[kind])
@@ -132,14 +168,13 @@ _collectors_lock = threading.Lock()
 
 
 def collector_for(registry: CollectorRegistry | None) -> CustomMetrics:
-    """The collector registered with ``registry`` (created on first use)."""
+    """The custom metrics of ``registry`` (created on first use)."""
     if registry is None:
         return CustomMetrics()
     with _collectors_lock:
         collector = _collectors.get(registry)
         if collector is None:
-            collector = _collectors[registry] = CustomMetrics()
-            registry.register(collector)
+            collector = _collectors[registry] = CustomMetrics(registry)
         return collector
 
 

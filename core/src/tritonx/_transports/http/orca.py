@@ -24,9 +24,9 @@ Prometheus text with a pattern that matches only unsigned decimals).
 
 Triton renders its whole Prometheus text per request to find the family; here the family is
 read from the registry by name (``CollectorRegistry.restricted_registry``), which visits only
-the collectors that declare that name. A collector that declares no names is not indexed by
-the registry: only when no declared collector has the family are all collectors read (see
-:func:`kv_cache_blocks`).
+the collectors that declare that name (a prometheus_client ``Gauge``, a collector with
+``describe``, each python-model family), so a report costs the family's samples, whatever
+else the server holds.
 """
 
 from __future__ import annotations
@@ -132,17 +132,9 @@ def load_report(fmt: str, registry: CollectorRegistry) -> str | None:
 
 def kv_cache_blocks(registry: CollectorRegistry) -> tuple[float, float, float] | None:
     """``(tokens_per, used, max)`` from the registry's kv-cache block family, or ``None``
-    when one of them is missing (or negative, NaN or infinite).
-
-    The family is looked up by name: collectors declaring it (a prometheus_client
-    ``Gauge``, a collector with ``describe``) are the only ones read. When none declares it,
-    the collectors that declare no names (the python backend's custom metrics, whose
-    families come and go with the models) are read as well, which visits every metric the
-    registry holds.
-    """
+    when one of them is missing (or negative, NaN or infinite). Only the collectors that
+    declare the family's name are read."""
     found = _block_values(registry.restricted_registry([KV_CACHE_FAMILY]).collect())
-    if found is None:
-        found = _block_values(registry.collect())
     if found is None or min(found.values()) < 0:
         return None
     return found[TOKENS_PER], found[USED], found[MAX]
