@@ -71,14 +71,11 @@ def test_single_model_flags(model_dir: Path) -> None:
     ):
         assert flag in args
     frontend = [a for a in args if "sagemaker" in a]
-    assert frontend in (
-        [  # tritonx serve without Triton's SageMaker flags
-            "--frontend-config=sagemaker,allow=true",
-            "--frontend-config=sagemaker,port=8123",
-            "--frontend-config=sagemaker,thread_count=4",
-        ],
-        ["--allow-sagemaker=true", "--sagemaker-port=8123", "--sagemaker-thread-count=4"],
-    )
+    assert frontend == [
+        "--allow-sagemaker=true",
+        "--sagemaker-port=8123",
+        "--sagemaker-thread-count=4",
+    ]
     assert env["SAGEMAKER_TRITON_PING_MODE"] == "ready"
     assert env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] == "sm_model"
     assert "WARNING: No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided." in notes[0]
@@ -100,6 +97,7 @@ def test_settings_passed_on(model_dir: Path) -> None:
         "SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING": "false",
         "SAGEMAKER_TRITON_ADDITIONAL_ARGS": "--strict-readiness=false  --exit-timeout-secs=5",
         "SAGEMAKER_REGION": "eu-west-1",  # (the platform's: left alone)
+        "SAGEMAKER_SAFE_PORT_RANGE": "9000-9100",
     }
     args = command(env, model_dir)
     for flag in (
@@ -114,6 +112,7 @@ def test_settings_passed_on(model_dir: Path) -> None:
         "--backend-config=python,shm-default-byte-size=1024",
         "--backend-config=python,shm-growth-byte-size=2048",
         "--model-namespacing=false",
+        "--sagemaker-safe-port-range=9000-9100",
     ):
         assert flag in args
     assert args[-2:] == ["--strict-readiness=false", "--exit-timeout-secs=5"]
@@ -129,6 +128,7 @@ def test_multi_model_flags(tmp_path: Path) -> None:
     )
     assert repository.is_dir()
     assert f"--model-repository={repository}" in args
+    assert f"--frontend-config=sagemaker,models_root={tmp_path}" in args
     assert not any(a.startswith("--load-model") for a in args)
     assert env["SAGEMAKER_TRITON_PING_MODE"] == "live"
     assert notes == ['Triton is running in SageMaker MME mode. Using Triton ping mode: "live"']
@@ -239,3 +239,22 @@ def test_a_multi_model_endpoint(tmp_path: Path) -> None:
         assert answer.json()["outputs"] == EXPECTED["outputs"]
         assert requests.delete(f"{url}/models/sm_model").status_code == 200
     assert "Loading SageMaker TargetModel: sm_model" in (tmp_path / "serve.log").read_text()
+
+
+def test_a_listener_outside_the_safe_port_range(model_dir: Path) -> None:
+    """SAGEMAKER_SAFE_PORT_RANGE: tritonx serve refuses a gRPC port outside it, with
+    tritonserver's message."""
+    env = {
+        **os.environ,
+        "SAGEMAKER_SAFE_PORT_RANGE": "9000-9100",
+        "SAGEMAKER_TRITON_ALLOW_GRPC": "true",
+        "SAGEMAKER_TRITON_GRPC_PORT": "9200",
+    }
+    done = subprocess.run(
+        [SCRIPT, "--model-dir", str(model_dir)], env=env, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    assert (
+        "The server cannot listen to GRPC requests at port 9200, allowed port range is "
+        "[9000, 9100]" in done.stderr
+    )

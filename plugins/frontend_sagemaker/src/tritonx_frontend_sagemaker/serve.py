@@ -31,12 +31,6 @@ from collections.abc import Mapping, Sequence
 
 from tritonx_frontend_sagemaker.contract import INFERENCE_TYPES, PING_MODES
 
-#: Whether ``tritonx serve`` has Triton's SageMaker flags (``--allow-sagemaker``,
-#: ``--sagemaker-port``, ``--sagemaker-thread-count``, ``--sagemaker-safe-port-range``);
-#: without them the frontend is started with ``--frontend-config sagemaker,...`` and a safe
-#: port range cannot be checked (refused).
-CORE_SAGEMAKER_FLAGS = False
-
 #: Whether ``tritonx serve`` implements ``--model-namespacing=true``, which Triton's script
 #: passes unless SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING says otherwise. Until it does,
 #: the script's default is not passed (a value set in the environment is, as given).
@@ -158,11 +152,6 @@ def serve_command(
     if env.get("SAGEMAKER_BIND_TO_PORT"):
         frontend["port"] = env["SAGEMAKER_BIND_TO_PORT"]
     if env.get("SAGEMAKER_SAFE_PORT_RANGE"):
-        if not CORE_SAGEMAKER_FLAGS:
-            raise ServeError(
-                "ERROR: SAGEMAKER_SAFE_PORT_RANGE is not supported by this tritonx "
-                "(tritonx serve has no --sagemaker-safe-port-range to check it)"
-            )
         args.append(f"--sagemaker-safe-port-range={env['SAGEMAKER_SAFE_PORT_RANGE']}")
     args.append(f"--allow-grpc={env.get('SAGEMAKER_TRITON_ALLOW_GRPC') or 'false'}")
     args.append(f"--allow-metrics={env.get('SAGEMAKER_TRITON_ALLOW_METRICS') or 'false'}")
@@ -233,10 +222,8 @@ def serve_command(
 
 
 def _frontend_flags(settings: Mapping[str, str]) -> list[str]:
-    """The frontend's settings as ``tritonx serve`` flags: Triton's SageMaker flags where the
-    core has them, ``--frontend-config sagemaker,<key>=<value>`` otherwise."""
-    if not CORE_SAGEMAKER_FLAGS:
-        return [f"--frontend-config=sagemaker,{key}={value}" for key, value in settings.items()]
+    """The frontend's settings as ``tritonx serve`` flags: Triton's SageMaker flags, and
+    ``--frontend-config sagemaker,<key>=<value>`` for tritonx's own keys."""
     names = {"allow": "--allow-sagemaker", "port": "--sagemaker-port"}
     names["thread_count"] = "--sagemaker-thread-count"
     return [
