@@ -184,8 +184,11 @@ def place(url: str, root: str) -> Placement:
             if not entry.is_dir(follow_symlinks=False):
                 continue
             folders.append(entry.name)
+            config_path = os.path.join(entry.path, "config.pbtxt")
+            if not os.path.isfile(config_path):  # (a pipe or a device would block the read)
+                continue
             try:
-                with open(os.path.join(entry.path, "config.pbtxt"), "rb") as config:
+                with open(config_path, "rb") as config:
                     text = config.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
             except OSError:
                 continue
