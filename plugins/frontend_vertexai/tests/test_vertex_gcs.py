@@ -9,7 +9,6 @@ the model is written with Google's own client library."""
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -108,8 +107,9 @@ def storage_uri(gcs: str) -> str:
 @pytest.fixture(scope="module")
 def container(
     gcs: str, storage_uri: str, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[str]:
-    """``tritonx serve`` as a Vertex AI custom container runs it: its predict route's URL."""
+) -> Iterator[tuple[str, Path]]:
+    """``tritonx serve`` as a Vertex AI custom container runs it: its predict route's URL
+    and its log."""
     folder = tmp_path_factory.mktemp("container")
     env = echo_plugin_env(
         folder / "plugin", plugins=("backend_echo", "repo_cloud", "frontend_vertexai")
@@ -127,18 +127,15 @@ def container(
             "TRITON_GCS_MOUNT_DIRECTORY": str(folder / "mount"),
         }
     )
+    # the container's command, as for Triton: AIP_MODE=PREDICTION starts the Vertex AI
+    # endpoint on AIP_HTTP_PORT, and not the HTTP and gRPC ones
     command = [
         sys.executable,
         "-m",
         "tritonx",
         "serve",
         f"--model-repository={env['AIP_STORAGE_URI']}",
-        "--allow-http=false",
-        "--allow-grpc=false",
         "--allow-metrics=false",
-        "--frontend-config=vertex_ai,allow=true",
-        f"--frontend-config=vertex_ai,port={env['AIP_HTTP_PORT']}",
-        "--frontend-config=vertex_ai,address=127.0.0.1",
     ]
     log = folder / "server.log"
     with log.open("wb") as out:
@@ -157,30 +154,32 @@ def container(
             wait_until(healthy, proc, "tritonx serve")
         except AssertionError as exc:
             raise AssertionError(f"{exc}\n{log.read_text(errors='replace')[-4000:]}") from None
-        assert "Started Vertex AI HTTPService at 127.0.0.1:" in log.read_text()
-        yield base + env["AIP_PREDICT_ROUTE"]
+        assert f"Started Vertex AI HTTPService at 0.0.0.0:{port}" in log.read_text()
+        yield base + env["AIP_PREDICT_ROUTE"], log
     finally:
         stop(proc)
     assert proc.returncode == 0, log.read_text(errors="replace")[-4000:]
 
 
-def test_the_model_in_the_bucket_serves_on_the_predict_route(container: str) -> None:
-    answer = requests.post(container, json=ECHO, timeout=30)
+def test_the_model_in_the_bucket_serves_on_the_predict_route(
+    container: tuple[str, Path],
+) -> None:
+    answer = requests.post(container[0], json=ECHO, timeout=30)
     answer.raise_for_status()
     assert answer.json()["model_name"] == "addsub"
     assert answer.json()["outputs"][0]["data"] == [1.0, 2.0]
 
 
-def test_the_redirect_reads_the_index_of_the_bucket(container: str) -> None:
+def test_the_redirect_reads_the_index_of_the_bucket(container: tuple[str, Path]) -> None:
     answer = requests.post(
-        container, headers={"X-Vertex-Ai-Triton-Redirect": "v2/repository/index"}, timeout=30
+        container[0], headers={"X-Vertex-Ai-Triton-Redirect": "v2/repository/index"}, timeout=30
     )
     assert answer.json() == [{"name": "addsub", "version": "1", "state": "READY"}]
 
 
-def test_only_the_vertex_port_listens(container: str) -> None:
-    """``--allow-http=false --allow-grpc=false``: what Triton defaults to under
-    ``AIP_MODE=PREDICTION``."""
-    assert os.environ.get("AIP_MODE") is None  # the test process's own is untouched
-    answer = requests.post(container, json=ECHO, timeout=30)
-    assert answer.status_code == 200
+def test_only_the_vertex_port_listens(container: tuple[str, Path]) -> None:
+    """Under ``AIP_MODE=PREDICTION`` the HTTP and gRPC endpoints are off, as in Triton."""
+    log = container[1].read_text()
+    assert "Started Vertex AI HTTPService at " in log
+    assert "Started HTTPService" not in log
+    assert "Started GRPCInferenceService" not in log
