@@ -301,3 +301,14 @@ def test_a_load_body_that_stalls_past_the_body_timeout(budgeted: str) -> None:
     assert answer.startswith(b"HTTP/1.1 400")
     assert b"timed out reading the request body" in answer
     assert requests.get(f"{budgeted}/ping").status_code == 200
+
+
+def test_a_folder_with_too_many_entries(url: str, root: Path) -> None:
+    """The model folder is looked through for at most 4096 entries."""
+    crowded = root / "crowded" / "model"
+    crowded.mkdir(parents=True)
+    for i in range(4097):
+        (crowded / f"m{i}").mkdir()
+    answer = load(url, "crowded", str(crowded))
+    assert answer.status_code == 400
+    assert "holds more than 4096 entries" in answer.json()["error"]
