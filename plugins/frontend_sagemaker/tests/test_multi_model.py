@@ -312,3 +312,14 @@ def test_a_folder_with_too_many_entries(url: str, root: Path) -> None:
     answer = load(url, "crowded", str(crowded))
     assert answer.status_code == 400
     assert "holds more than 4096 entries" in answer.json()["error"]
+
+
+def test_concurrent_loads_of_one_name(url: str, root: Path) -> None:
+    """Eight loads of one name at once: one loads it, the others are 409."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    folder = str(root / "hash1" / "model")
+    with ThreadPoolExecutor(8) as pool:
+        codes = sorted(pool.map(lambda _: load(url, "same", folder).status_code, range(8)))
+    assert codes == [200] + [409] * 7
+    assert requests.delete(f"{url}/models/same").status_code == 200
