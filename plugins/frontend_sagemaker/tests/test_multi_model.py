@@ -30,6 +30,16 @@ from tritonx.testing import ModelRepositoryBuilder
 
 TARGET = "X-Amzn-SageMaker-Target-Model"
 
+#: a python model whose every answer is an out-of-memory error
+OUT_OF_MEMORY = """import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def execute(self, requests):
+        error = pb_utils.TritonError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return [pb_utils.InferenceResponse(error=error) for _ in requests]
+"""
+
 
 def write_models(root: Path) -> None:
     """SageMaker's folders: ``hash1/model`` is a model's own folder (config.pbtxt in it),
@@ -49,6 +59,13 @@ def write_models(root: Path) -> None:
             'input_map { key: "INPUT0" value: "IN" } '
             'output_map { key: "OUTPUT0" value: "OUT" } } ] }\n'
         ),
+    )
+    ModelRepositoryBuilder(root / "oom").add(
+        "model",
+        backend="python",
+        inputs=[("INPUT0", "INT32", [1, 16])],
+        outputs=[("OUTPUT0", "INT32", [1, 16])],
+        versions={1: {"model.py": OUT_OF_MEMORY}},
     )
     (root / "empty" / "model").mkdir(parents=True)
     (root / "proc" / "model").parent.mkdir(parents=True)
@@ -72,6 +89,7 @@ def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ser
         empty,
         {"models_root": str(root)},
         env={"SAGEMAKER_TRITON_PING_MODE": "live"},
+        plugins=("backend_python",),
         model_control_mode="explicit",
     ) as srv:
         yield srv
@@ -159,6 +177,16 @@ def test_inference_errors_are_400(url: str, root: Path) -> None:
         assert "unexpected shape" in answer.json()["error"]
     finally:
         assert requests.delete(f"{url}/models/e1").status_code == 200
+
+
+def test_an_out_of_memory_inference_is_507(url: str, root: Path) -> None:
+    assert load(url, "oom", str(root / "oom" / "model")).status_code == 200
+    try:
+        answer = requests.post(f"{url}/models/oom/invoke", json=infer_body())
+        assert answer.status_code == 507
+        assert "CUDA out of memory" in answer.json()["error"]
+    finally:
+        assert requests.delete(f"{url}/models/oom").status_code == 200
 
 
 @pytest.mark.parametrize(
