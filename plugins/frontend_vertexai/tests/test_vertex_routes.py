@@ -6,9 +6,12 @@ input, the server serving on after each."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import socket
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import numpy as np
 import pytest
@@ -18,6 +21,7 @@ import tritonclient.http as httpclient
 from tritonx.testing import ModelRepositoryBuilder
 
 REDIRECT = "X-Vertex-Ai-Triton-Redirect"
+PREDICT = "/predict"
 BINARY = "application/vnd.vertex-ai-triton.binary+json;json-header-size="
 MAX_INPUT = 4096
 DATA = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -376,4 +380,40 @@ def test_hostile_redirects_leave_the_server_serving(vertex: Any) -> None:
     # a header past aiohttp's own bound is refused before the frontend sees it
     answer = redirect(vertex, "v2/" + "a" * 20000)
     assert answer.status_code in (400, 431)
+    assert_serving(vertex)
+
+
+# ----------------------------------------------------------------------------- compression
+
+
+def test_a_compressed_prediction_is_inflated_and_the_answer_is_not_compressed(
+    vertex: Any,
+) -> None:
+    """As the HTTP port (Triton's Vertex AI port reads bodies as sent: a difference);
+    answers are never compressed, as Triton's."""
+    body = gzip.compress(echo_body()[0])
+    answer = requests.post(
+        vertex.predict,
+        data=body,
+        headers={"Content-Encoding": "gzip", "Accept-Encoding": "gzip"},
+        timeout=30,
+    )
+    assert "Content-Encoding" not in answer.headers
+    assert_echoed(answer)
+
+
+def test_a_refused_compressed_body_is_not_read(vertex: Any) -> None:
+    """A compressed body the frontend refuses (here a bad redirect) is neither read nor
+    inflated: the connection closes after the answer."""
+    with socket.create_connection(urlsplit(vertex.base).netloc.split(":"), timeout=30) as sock:
+        head = (
+            f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\n{REDIRECT}: v2/..\r\n"
+            "Content-Encoding: gzip\r\nContent-Length: 1000000\r\n\r\n"
+        )
+        sock.sendall(head.encode() + b"\x1f\x8b" + b"\0" * 1000)
+        answer = b""
+        while chunk := sock.recv(65536):  # the server closes: recv returns b""
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"Connection: close" in answer
     assert_serving(vertex)
