@@ -107,7 +107,11 @@ def load(url: str, name: str, folder: str, **headers: str) -> requests.Response:
 def test_load_list_get_invoke_unload(url: str, root: Path) -> None:
     one, two = str(root / "hash1" / "model"), str(root / "hash2" / "model")
     assert requests.get(f"{url}/ping").status_code == 200
-    assert requests.get(f"{url}/models").json() == {"models": []}
+    answer = requests.get(f"{url}/models")
+    assert (answer.content, answer.headers["Content-Type"]) == (
+        b'{"models":[]}',
+        "application/json",
+    )
 
     answer = load(url, "m1", one)
     assert (answer.status_code, answer.content) == (200, b"")

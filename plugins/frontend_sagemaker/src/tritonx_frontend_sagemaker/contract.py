@@ -8,11 +8,11 @@ and the multi-model endpoint (:mod:`tritonx_frontend_sagemaker.mme`) use it.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import orjson
 from aiohttp import web
 
 from tritonx.errors import Code, TritonXError, invalid_arg
@@ -76,9 +76,8 @@ def is_out_of_memory(error: TritonXError | str) -> bool:
 
 def error_response(message: str, status: int) -> web.Response:
     """Triton's error body, ``{"error": "<message>"}``, with ``status``."""
-    return web.Response(
-        body=orjson.dumps({"error": message}), status=status, content_type="application/json"
-    )
+    body = json.dumps({"error": message}, separators=(",", ":")).encode()
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 def empty_response(status: int) -> web.Response:

@@ -257,14 +257,14 @@ class MultiModelEndpoint:
             for m in self.models.values()
             if self.server.model_ready(m.served)
         ]
-        return web.json_response({"models": listed})
+        return _json({"models": listed})
 
     def get_model(self, name: str) -> web.Response:
         """``GET /models/<name>``."""
         model = self.models.get(name)
         if model is None:
             return empty_response(404)
-        return web.json_response({"modelName": model.name, "modelUrl": model.url})
+        return _json({"modelName": model.name, "modelUrl": model.url})
 
     def target(self, name: str) -> LoadedModel | None:
         """The model ``/models/<name>/invoke`` runs, or None when ``name`` is not loaded."""
@@ -349,15 +349,16 @@ class MultiModelEndpoint:
             self.busy.discard(name)
 
 
+def _json(document: object) -> web.Response:
+    """A 200 answer of compact JSON, as Triton writes it."""
+    return web.Response(
+        body=json.dumps(document, separators=(",", ":")).encode(), content_type="application/json"
+    )
+
+
 def invoke_path(model: LoadedModel) -> str:
     """The KServe v2 path of an inference on ``model``."""
     return f"/v2/models/{quote(model.served, safe='')}/infer"
-
-
-def sagemaker_status(message: str) -> int:
-    """The status of a failed multi-model endpoint inference: 507 for an out-of-memory error,
-    else 400 (Triton answers every other failure of ``/models/<m>/invoke`` so)."""
-    return 507 if is_out_of_memory(message) else 400
 
 
 __all__ = [
@@ -370,5 +371,4 @@ __all__ = [
     "invoke_path",
     "place",
     "read_json_body",
-    "sagemaker_status",
 ]
