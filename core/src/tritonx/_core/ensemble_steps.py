@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from tritonx._core.ensemble_config import dims_match
+from tritonx._core.namespaces import step_model
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
 from tritonx.types import SEQUENCE_END, SEQUENCE_START
@@ -170,7 +171,7 @@ def resolve_steps(
         resolved.append(
             Step(
                 index=index,
-                model=step.model_name,
+                model=step_model(step),  # (in its namespace, with --model-namespacing)
                 version=None if step.model_version < 0 else int(step.model_version),
                 inputs=inputs,
                 outputs=dict(step.output_map),

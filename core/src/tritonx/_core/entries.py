@@ -77,6 +77,8 @@ class VersionEntry:
 class ModelEntry:
     """A model the manager was asked to load, with its versions (or a model-level error)."""
 
+    #: the manager's key: the model's name, ``<namespace>::<name>`` with
+    #: ``--model-namespacing`` (Triton's ``ModelIdentifier::str``)
     name: str
     versions: dict[int, VersionEntry] = field(default_factory=dict)
     #: a failure that concerns the whole model (config error, duplicate, no versions)
@@ -105,6 +107,15 @@ class ModelEntry:
     #: its last load was a request's (``--model-load-on-demand``) and failed: the server's
     #: strict readiness ignores it (any client could make the server unready otherwise)
     demand_failed: bool = False
+    #: with ``--model-namespacing``: the repository the model comes from ("" without)
+    namespace: str = ""
+    #: the name it is served and reported under ("": ``name``)
+    model: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The name requests, the repository index and statistics use."""
+        return self.model or self.name
 
     @property
     def known(self) -> bool:

@@ -35,6 +35,12 @@ With ``--model-load-on-demand`` a lookup (:meth:`ModelManager.get`) of a model t
 loaded raises :class:`~tritonx.errors.NotLoaded`, and ``_core.residency`` loads it, within
 the budgets it keeps (least-recently-used unloads, idle unloads).
 
+With ``--model-namespacing`` each repository is a namespace: models are keyed
+``<repository>::<name>``, so several repositories may have a model of one name; the load and
+unload APIs act on every namespace's model of the name, a request finds the one model known
+under its name (``_core.queries``), and an ensemble's steps resolve in its own namespace first
+and again when that changes (``_core.namespaces``, Triton's rules).
+
 Beside this module: the entries (``_core.entries``), the repositories and what they list
 (``_core.repository_listing``, ``_core.registration``), steps 1-4 of a load
 (``_core.load_pipeline``), 5-6 (``_core.version_swap``), the ensembles' dependency graph
@@ -48,8 +54,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import time
-from collections.abc import Callable, Hashable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -74,27 +79,24 @@ from tritonx._core.load_request import (
     remove_override_dir,
     write_override_dir,
 )
+from tritonx._core.namespaces import Namespaces
+from tritonx._core.queries import ModelQueries
 from tritonx._core.registration import renamed
 from tritonx._core.reloader import Reloader, watched_folder
 from tritonx._core.repository_listing import RepositoryListing
 from tritonx._core.residency import Residency
 from tritonx._core.status import (
     DUPLICATE_REASON,
-    index_rows,
-    instances_down,
-    loaded_versions,
     raise_load_error,
-    status_rows,
-    strictly_ready,
 )
 from tritonx._core.unloading import Unloads
 from tritonx._core.version_swap import VersionSwap, keep_files, release_files
 from tritonx._dataplane.stats import LoadedVersion
 from tritonx._runtime.plugins import Registries
 from tritonx.config import ModelConfig, ServerSettings
-from tritonx.errors import Code, NotLoaded, TritonXError, invalid_arg, not_found, unavailable
+from tritonx.errors import Code, TritonXError, invalid_arg, unavailable
 from tritonx.repository import Repository
-from tritonx.types import ModelEvent, ModelState, RepositoryEntry
+from tritonx.types import ModelEvent, ModelState
 
 if TYPE_CHECKING:
     from tritonx.handle import ServerHandle
@@ -113,7 +115,7 @@ __all__ = [
 log = logging.getLogger("tritonx.lifecycle")
 
 
-class ModelManager:
+class ModelManager(ModelQueries):
     """Loads, reloads and unloads models from the configured repositories."""
 
     def __init__(
@@ -135,7 +137,11 @@ class ModelManager:
         self.models: dict[str, ModelEntry] = {}
         repositories = [open_repository(url, registries) for url in settings.model_repository]
         #: the repositories and what they list (:meth:`scan`, :meth:`listed`)
-        self.listing = RepositoryListing(repositories, settings.unknown_model_rescan_secs)
+        self.listing = RepositoryListing(
+            repositories, settings.unknown_model_rescan_secs, settings.model_namespacing
+        )
+        #: ``--model-namespacing``: models are keyed ``<repository>::<name>``
+        self.namespaces = Namespaces(self.listing.ids) if settings.model_namespacing else None
         self._explicit = settings.model_control_mode == "explicit"
         self.pipeline = LoadPipeline(
             settings, registries, server=server, cache_enabled=cache_enabled
@@ -164,7 +170,7 @@ class ModelManager:
         found = sorted(set(sources) | set(duplicates))
         if mode == "explicit":
             wanted = list(self.settings.load_model)
-            names = found if "*" in wanted else wanted
+            names = found if "*" in wanted else [k for n in wanted for k in self._keys(n, found)]
         else:
             names = found
         if self.residency is not None:
@@ -228,96 +234,6 @@ class ModelManager:
         await asyncio.gather(*(self._unload(n, deadline) for n in list(self.models)))
         self.pipeline.close()
 
-    # ------------------------------------------------------------------ repositories
-
-    def scan(self, strict: bool = False) -> tuple[dict[str, Repository], dict[str, list[str]]]:
-        """The models of every repository found once, and the names found in two or more
-        (:meth:`RepositoryListing.scan`)."""
-        return self.listing.scan(strict)
-
-    def relist(self) -> None:
-        """The next :meth:`listed` reads the repositories again (an unload API call)."""
-        self.listing.relist()
-
-    async def register_repository(self, path: str, mapping: Mapping[str, str] | None) -> None:
-        """Add a model repository (:meth:`RepositoryListing.register`)."""
-        opener = functools.partial(open_repository, registries=self.registries)
-        await self.listing.register(path, mapping, explicit=self._explicit, opener=opener)
-
-    def unregister_repository(self, path: str) -> None:
-        """Remove a model repository (:meth:`RepositoryListing.unregister`)."""
-        self.listing.unregister(path, explicit=self._explicit)
-
-    async def listed(self, name: str) -> bool:
-        """Whether a repository lists ``name``, as their last read found it (read again
-        once ``--unknown-model-rescan-secs`` old: :meth:`RepositoryListing.listed`)."""
-        return await self.listing.listed(name)
-
-    @property
-    def scans(self) -> int:
-        """Reads of every repository (``tritonx_model_repository_scans_total``)."""
-        return self.listing.scans
-
-    # ------------------------------------------------------------------ queries
-
-    def get(self, name: str, version: int | None) -> VersionEntry:
-        """The READY version to serve (the highest ready one when ``version`` is None).
-
-        Raises Triton's "Request for unknown model" errors.
-        """
-        entry = self.models.get(name)
-        if self.residency is not None:
-            if entry is None or not entry.resident:
-                raise NotLoaded(name)
-            entry.last_used = time.monotonic()
-        if entry is None or not entry.known:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        if version is None:
-            best: VersionEntry | None = None
-            for candidate in entry.versions.values():
-                if (best is None or candidate.version > best.version) and candidate.ready:
-                    best = candidate
-            if best is None:
-                down = instances_down(sorted(entry.versions.values(), key=lambda v: -v.version))
-                raise down or not_found(
-                    f"Request for unknown model: '{name}' has no available versions"
-                )
-            return best
-        ventry = entry.versions.get(version)
-        if ventry is None:
-            raise not_found(f"Request for unknown model: '{name}' version {version} is not found")
-        if not ventry.ready:
-            raise instances_down((ventry,)) or unavailable(
-                f"Request for unknown model: '{name}' version {version} is not at ready state"
-            )
-        return ventry
-
-    def find(self, name: str) -> ModelEntry:
-        """The entry for ``name`` whatever its state (NOT_FOUND if never seen)."""
-        entry = self.models.get(name)
-        if entry is None:
-            raise not_found(f"Request for unknown model: '{name}' is not found")
-        return entry
-
-    def all_ready(self) -> bool:
-        """Triton's strict readiness: every model has versions, each READY or unloaded
-        (:func:`~tritonx._core.status.strictly_ready`)."""
-        return strictly_ready(self.models, self._deps)
-
-    def index(self, ready_only: bool = False) -> list[RepositoryEntry]:
-        """The repository index: every model on disk or known, with version states."""
-        sources, duplicates = self.scan()
-        footprints = self.residency.footprints if self.residency is not None else None
-        return index_rows(set(sources), set(duplicates), self.models, ready_only, footprints)
-
-    def status_rows(self) -> list[tuple[str, str, str]]:
-        """(model, version, status) rows of the start-up table."""
-        return status_rows(self.models)
-
-    def loaded_versions(self) -> Iterator[LoadedVersion]:
-        """Every version with a running scheduler, by name then version."""
-        return loaded_versions(self.models)
-
     # ------------------------------------------------------------------ load / unload API
 
     async def load(self, name: str, parameters: Mapping[str, Any] | None = None) -> None:
@@ -334,7 +250,11 @@ class ModelManager:
             # Triton reads the load parameters while polling the model: the poll failure
             raise poll_failed(name, exc.message) from exc
         if self.residency is None:
-            await self._load_and_report(name, request)
+            keys = [name]  # (with namespacing: every namespace's model of that name)
+            if self.namespaces is not None and not request.files:
+                keys = self._keys(name, (await asyncio.to_thread(self.scan))[0])
+            for key in keys:
+                await self._load_and_report(key, request)
             return
         self.residency.forget_failure(name)
         entry = self.models.get(name)
@@ -365,10 +285,11 @@ class ModelManager:
         self._check_explicit()
         check_model_name(name)
         self.relist()
-        composing = self._deps.of(name)
-        await self._unload(name, None)
-        if unload_dependents:
-            await self._unload_composing(composing)
+        for key in self._keys(name, self.models):
+            composing = self._deps.of(key)
+            await self._unload(key, None)
+            if unload_dependents:
+                await self._unload_composing(composing)
         if self.residency is not None:
             for gone in [name, *composing]:
                 if not self._has_loaded(gone):
@@ -387,6 +308,10 @@ class ModelManager:
                 continue
             queue.extend(self._deps.of(name))
             await self._unload(name, None)
+
+    def _keys(self, name: str, found: Iterable[str]) -> list[str]:
+        """The keys of the models named ``name`` (every namespace's, with namespacing)."""
+        return self.namespaces.keys(name, found) if self.namespaces is not None else [name]
 
     def _check_explicit(self) -> None:
         if self.settings.model_control_mode != "explicit":
@@ -473,20 +398,21 @@ class ModelManager:
             entry = self.models.get(name)
             if entry is None:
                 entry = self.models[name] = ModelEntry(name)
+            shown = self.namespaces.adopt(entry) if self.namespaces is not None else name
             stamp: Hashable | None = None
             if override_dir is None and repo is not None:
-                stamp = await asyncio.to_thread(repo.stamp, name)
+                stamp = await asyncio.to_thread(repo.stamp, shown)
                 if not force and not overrides and await self._unchanged(entry, stamp, session):
                     entry.last_failures = []
                     return entry  # nothing changed: a load is a no-op
             try:
                 prepared, localized = await self.pipeline.prepare(
-                    name,
+                    shown,
                     repo,
                     override_dir,
                     request.config if request is not None else None,
-                    lambda ensemble, config: self._link_ensemble(ensemble, config, session),
-                    rename=override_dir is None and renamed(repo, name),
+                    lambda _, config: self._link_ensemble(name, config, session),
+                    rename=override_dir is None and renamed(repo, shown),
                 )
             except TritonXError as exc:
                 remove_override_dir(override_dir)
@@ -520,7 +446,16 @@ class ModelManager:
             and bool(entry.versions)
             and all(v.ready for v in entry.versions.values())
             and not await self._composing_changed(entry.name, session)
+            and not await self._steps_moved(entry)
         )
+
+    async def _steps_moved(self, entry: ModelEntry) -> bool:
+        """With namespacing: whether an ensemble's steps now resolve to other models (one
+        appeared in its namespace, or the one it used is gone): it is then loaded again."""
+        if self.namespaces is None or entry.name not in self._deps:
+            return False
+        found, _ = await asyncio.to_thread(self.scan)
+        return self.namespaces.moved(entry, found, self._deps.of(entry.name))
 
     async def _prepare_failed(self, entry: ModelEntry, exc: TritonXError) -> ModelEntry:
         """Steps 1-4 of ``entry``'s load failed: record it (a failed reload raises and leaves
@@ -574,13 +509,22 @@ class ModelManager:
     ) -> dict[str, ModelConfig]:
         """Load an ensemble's composing models (in ``session``), check them as Triton's
         dependency graph does and validate the ensemble against their completed configs."""
-        self._deps.link(name, composing_models(config))
-        others = [d for d in self._deps.of(name) if d != name]
+        steps = {d: d for d in composing_models(config)}  # step's model → its key
+        if self.namespaces is not None:
+            found, _ = await asyncio.to_thread(self.scan)
+            try:
+                steps = self.namespaces.steps(name, config, found)
+            except TritonXError as exc:
+                raise DependencyError(exc.message) from None
+            self.namespaces.stamp_steps(config, steps)
+        self._deps.link(name, tuple(dict.fromkeys(steps.values())))
+        others = {d: k for d, k in steps.items() if k != name}
         results = await asyncio.gather(
-            *(self._session_load(session, d) for d in others), return_exceptions=True
+            *(self._session_load(session, k) for k in others.values()), return_exceptions=True
         )
         self._deps.check_cycles(name)
-        return composing_configs(name, config, dict(zip(others, results, strict=True)), self.models)
+        models = {d: self.models[k] for d, k in others.items() if k in self.models}
+        return composing_configs(name, config, dict(zip(others, results, strict=True)), models)
 
     async def check(self, name: str, repo: Repository) -> Prepared:
         """Steps 1-4 of a load and no more (``tritonx check``, :meth:`LoadPipeline.check`)."""
@@ -595,6 +539,8 @@ class ModelManager:
                 return
             await self._unloads.unload_model(entry, deadline)
             self._deps.drop(name)
+            if self.namespaces is not None:
+                self.namespaces.known.discard(self.namespaces.id_of(name))
             await release_files(entry)
 
     # ------------------------------------------------------------------ residency

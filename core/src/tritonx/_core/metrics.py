@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.metrics_core import Metric
 
+from tritonx._core.namespaces import NAMESPACE_LABEL
 from tritonx._dataplane.stats import (
     Histogram,
     LatencyStats,
@@ -324,6 +325,8 @@ class TritonMetrics:
         out = []
         for v in self.loaded_versions():
             labels = [("model", v.name), ("version", str(v.version))]
+            if v.namespace:  # Triton's label, only with --model-namespacing
+                labels.append((NAMESPACE_LABEL, v.namespace))
             labels += [(f"_{k}", val) for k, val in v.metric_tags]
             # Triton's labels are a std::map: prometheus-cpp writes them sorted by name
             labels.sort()

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from tritonx._core.namespaces import ModelId
 from tritonx._core.registration import opened, renamed, with_repository, without_repository
 from tritonx.errors import TritonXError
 from tritonx.repository import Repository
@@ -32,9 +33,16 @@ class RepositoryListing:
     :param rescan_secs: ``--unknown-model-rescan-secs``.
     """
 
-    def __init__(self, repositories: Sequence[Repository], rescan_secs: float) -> None:
+    def __init__(
+        self, repositories: Sequence[Repository], rescan_secs: float, namespacing: bool = False
+    ) -> None:
         self.repositories = repositories
         self.rescan_secs = rescan_secs
+        #: ``--model-namespacing``: each repository is a namespace, a model is listed under
+        #: its key ``<repository>::<name>`` (:attr:`ids`)
+        self.namespacing = namespacing
+        #: every key a read listed with namespacing on → its identifier
+        self.ids: dict[str, ModelId] = {}
         #: the model names the last read of every repository listed (duplicates included),
         #: and when that read began (``time.monotonic()``; None: to be read again):
         #: :meth:`listed` answers from them, every :meth:`scan` renews them
@@ -69,6 +77,10 @@ class RepositoryListing:
                 log.exception("failed to read model repository %s", repo.url)
                 continue
             for name in names:
+                if self.namespacing:
+                    mid = ModelId(repo.url, name)
+                    name = str(mid)
+                    self.ids.setdefault(name, mid)
                 found.setdefault(name, []).append(repo)
         for name, repos in found.items():
             mapped = [repo for repo in repos if renamed(repo, name)]

@@ -5,7 +5,7 @@ version whose instances are down (:func:`instances_down`)."""
 
 from __future__ import annotations
 
-from collections.abc import Container, Iterable, Iterator, Mapping
+from collections.abc import Callable, Container, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from tritonx._core.ensemble_config import is_ensemble
@@ -35,13 +35,18 @@ def index_rows(
     models: Mapping[str, ModelEntry],
     ready_only: bool = False,
     footprints: Mapping[str, int] | None = None,
+    shown: Callable[[str], str] = str,
 ) -> list[RepositoryEntry]:
     """The repository index: every model on disk or known, with version states (and the
-    measured ``footprints`` of loaded models, by name, on their loaded versions)."""
+    measured ``footprints`` of loaded models, by name, on their loaded versions).
+
+    The models are the manager's keys; ``shown`` gives each one's name (with
+    ``--model-namespacing`` two rows may have one name: Triton lists both)."""
     rows: list[RepositoryEntry] = []
-    for name in sorted(on_disk | duplicates | set(models)):
-        entry = models.get(name)
-        if name in duplicates and (entry is None or not entry.versions):
+    for key in sorted(on_disk | duplicates | set(models)):
+        entry = models.get(key)
+        name = shown(key)
+        if key in duplicates and (entry is None or not entry.versions):
             if not ready_only:
                 rows.append(RepositoryEntry(name, None, ModelState.UNAVAILABLE, DUPLICATE_REASON))
             continue
@@ -58,7 +63,7 @@ def index_rows(
             if not ready_only or state is ModelState.READY:
                 memory = None
                 if footprints is not None and entry.versions[version].scheduler is not None:
-                    memory = footprints.get(name)
+                    memory = footprints.get(key)
                 rows.append(RepositoryEntry(name, version, state, reason, memory))
     return rows
 
@@ -143,7 +148,7 @@ def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]
             if v.scheduler is not None:
                 s = v.scheduler
                 yield LoadedVersion(
-                    name,
+                    entry.shown,
                     version,
                     tags,
                     s.stats,
@@ -151,10 +156,19 @@ def loaded_versions(models: Mapping[str, ModelEntry]) -> Iterator[LoadedVersion]
                     v.load_seconds,
                     v.cached,
                     s.restarts(),
+                    namespace=entry.namespace,
                 )
             elif v.kept_stats is not None:
                 yield LoadedVersion(
-                    name, version, tags, v.kept_stats, 0, v.load_seconds, v.cached, resident=False
+                    entry.shown,
+                    version,
+                    tags,
+                    v.kept_stats,
+                    0,
+                    v.load_seconds,
+                    v.cached,
+                    resident=False,
+                    namespace=entry.namespace,
                 )
 
 

@@ -343,9 +343,9 @@ class DataPlane:
                 raise invalid_arg(f"requested model '{name}' is not available")
             return [(name, v, _stats(entry.versions[v])) for v in versions]
         out: list[tuple[str, int, ModelStats]] = []
-        for model_name in sorted(self._models.models):
-            entry = self._models.models[model_name]
-            out.extend((model_name, v, _stats(entry.versions[v])) for v in entry.ready_versions())
+        for key in sorted(self._models.models):
+            entry = self._models.models[key]  # (two of one name with --model-namespacing)
+            out.extend((entry.shown, v, _stats(entry.versions[v])) for v in entry.ready_versions())
         return out
 
     # ------------------------------------------------------------------ inference

@@ -189,6 +189,8 @@ class LoadedVersion:
     :param restarts: how many times its instances restarted since it loaded.
     :param resident: False for a version the residency policy unloaded (evicted, idle):
         its counters are reported on, with no gauges.
+    :param namespace: with ``--model-namespacing``, the model's namespace (its repository):
+        its metrics get Triton's ``namespace`` label.
     """
 
     name: str
@@ -200,3 +202,4 @@ class LoadedVersion:
     cached: bool = False
     restarts: int = 0
     resident: bool = True
+    namespace: str = ""

@@ -144,9 +144,10 @@ def check_trace(settings: ServerSettings) -> None:
 
 def check_model_control(settings: ServerSettings) -> None:
     """``--load-model`` needs explicit mode; ``--model-config-name`` is a file name."""
-    if settings.model_namespacing:
-        # TODO(#49): removed when the repository manager namespaces models
-        raise _usage("--model-namespacing is not implemented yet")
+    if settings.model_namespacing and (settings.model_load_on_demand or settings.reload):
+        raise _usage(
+            "--model-namespacing is not implemented with --model-load-on-demand or --reload"
+        )
     if settings.load_model and settings.model_control_mode != "explicit":
         raise _usage("--load-model requires --model-control-mode=explicit")
     check_config_name(settings.model_config_name)
