@@ -43,8 +43,8 @@ from __future__ import annotations
 import asyncio
 import socket
 import ssl
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 if TYPE_CHECKING:
     from aiohttp import web
@@ -114,11 +114,6 @@ class AiohttpFrontend(Frontend):
         raise NotImplementedError
 
     async def start(self, address: str, port: int, ssl_context: ssl.SSLContext | None) -> str:
-        # here: importing the plugin interface loads no aiohttp
-        from aiohttp import web
-
-        from tritonx._transports.http.listener import HTTPLimits, LimitedSite
-
         host = address or "0.0.0.0"
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
         try:
@@ -129,22 +124,9 @@ class AiohttpFrontend(Frontend):
         except OSError:
             sock.close()
             raise
-        limits = HTTPLimits.from_settings(self.settings)
-        handler_kwargs: dict[str, Any] = {
-            "access_log": None,
-            "keepalive_timeout": limits.handler_keepalive,
-        }
-        runner = web.AppRunner(
-            self.make_app(), handle_signals=False, shutdown_timeout=0, **handler_kwargs
-        )
-        await runner.setup()
         try:
-            site = LimitedSite(
-                runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
-            )
-            await site.start()
+            runner = await self.server.listen_http(self.make_app(), sock, ssl_context)
         except BaseException:
-            await runner.cleanup()
             sock.close()
             raise
         self._runner = runner
@@ -175,12 +157,15 @@ class KServeHTTP:
     error bodies and status codes. It is how Triton's SageMaker and Vertex AI servers answer
     (they are its HTTP server with other routes). The HTTP port need not be open.
     ``--http-restricted-api`` is not applied: the frontend decides what it exposes.
+
+    :param serve: serves a request at the path it carries, as the HTTP port's routes do
+        (the server makes it).
     """
 
-    __slots__ = ("_app",)
+    __slots__ = ("_serve",)
 
-    def __init__(self, app: web.Application) -> None:
-        self._app = app
+    def __init__(self, serve: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> None:
+        self._serve = serve
 
     async def handle(
         self, request: web.Request, path: str, *, headers: Mapping[str, str] | None = None
@@ -192,9 +177,6 @@ class KServeHTTP:
         caller may still change its headers. A path no endpoint serves answers 404 as the
         HTTP port does. Call it before reading the request's body.
         """
-        from tritonx._transports.http.keys import SERVING_APP
-        from tritonx._transports.http.routes import dispatch
-
         if not path.startswith("/"):
             raise ValueError(f"KServeHTTP.handle: path must start with '/', got {path!r}")
         query = request.query_string
@@ -205,11 +187,24 @@ class KServeHTTP:
             merged = CIMultiDict(request.headers)
             for key, value in headers.items():
                 merged[key] = value
-            handed = request.clone(rel_url=target, headers=merged)
-        else:
-            handed = request.clone(rel_url=target)
-        handed[SERVING_APP] = self._app
-        return await dispatch(handed)
+            return await self._serve(request.clone(rel_url=target, headers=merged))
+        return await self._serve(request.clone(rel_url=target))
 
 
-__all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend", "KServeHTTP"]
+class FrontendHTTP(Protocol):
+    """What the server lends frontends for HTTP (:meth:`ServerHandle.kserve_http`,
+    :meth:`ServerHandle.listen_http`); the server makes it at start."""
+
+    def kserve(self) -> KServeHTTP:
+        """Triton's KServe v2 HTTP endpoints for frontends."""
+        ...
+
+    async def listen(
+        self, app: web.Application, sock: socket.socket, ssl_context: ssl.SSLContext | None
+    ) -> web.AppRunner:
+        """Serve ``app`` on the bound socket ``sock`` behind the HTTP port's limits; the
+        runner to clean up at stop."""
+        ...
+
+
+__all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend", "FrontendHTTP", "KServeHTTP"]

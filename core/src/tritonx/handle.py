@@ -10,18 +10,22 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Coroutine, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from prometheus_client import CollectorRegistry
 
-from tritonx.config import ModelConfig, ServerSettings
+from tritonx.config import ModelConfig
 from tritonx.pipeline import DataPlaneView, Pipeline
 from tritonx.types import InferenceRequest, InferenceResponse, ModelMetadata, RepositoryEntry
 
 if TYPE_CHECKING:
-    from tritonx.frontend import KServeHTTP
+    import socket
+    import ssl
+
+    from aiohttp import web
+
+    from tritonx.frontend import FrontendHTTP, KServeHTTP
 
 T = TypeVar("T")
 
@@ -33,8 +37,8 @@ class DataPlaneCalls(DataPlaneView, Protocol):
 
     #: the Prometheus registry served on ``/metrics``
     metrics_registry: CollectorRegistry
-    #: the server's settings
-    settings: ServerSettings
+    #: what the server lends frontends for HTTP (set when it starts)
+    frontend_http: FrontendHTTP | None
 
     def repository_index(self, ready_only: bool = False) -> list[RepositoryEntry]: ...
 
@@ -161,12 +165,11 @@ class ServerHandle(InProcessAPI):
     worker thread submit them with :meth:`run_threadsafe`.
     """
 
-    __slots__ = ("_dataplane", "_kserve", "_loop")
+    __slots__ = ("_dataplane", "_loop")
 
     def __init__(self, dataplane: DataPlaneCalls, loop: asyncio.AbstractEventLoop) -> None:
         self._dataplane = dataplane
         self._loop = loop
-        self._kserve: KServeHTTP | None = None
 
     def _plane(self) -> DataPlaneCalls:
         return self._dataplane
@@ -191,16 +194,29 @@ class ServerHandle(InProcessAPI):
 
     def kserve_http(self) -> KServeHTTP:
         """Triton's KServe v2 HTTP endpoints, to serve a frontend's request under another
-        path (:class:`tritonx.frontend.KServeHTTP`); one per server."""
-        if self._kserve is None:
-            from tritonx._transports.http.app import make_app
-            from tritonx.frontend import KServeHTTP
+        path (:class:`tritonx.frontend.KServeHTTP`).
 
-            # the restricted APIs are the frontend's to decide (KServeHTTP's docstring)
-            settings = replace(self._dataplane.settings, http_restricted_api={})
-            app = make_app(self._dataplane, settings)  # type: ignore[arg-type]
-            self._kserve = KServeHTTP(app)
-        return self._kserve
+        :raises RuntimeError: before the server has started.
+        """
+        return self._frontend_http().kserve()
+
+    async def listen_http(
+        self, app: web.Application, sock: socket.socket, ssl_context: ssl.SSLContext | None
+    ) -> web.AppRunner:
+        """Serve the aiohttp application ``app`` on ``sock`` (bound) behind the HTTP port's
+        connection limits (``--http-max-connections``, the header and idle deadlines, the TLS
+        handshake bounds), as :class:`tritonx.AiohttpFrontend` does; returns the runner
+        (``shutdown()`` and ``cleanup()`` it at stop).
+
+        :raises RuntimeError: before the server has started.
+        """
+        return await self._frontend_http().listen(app, sock, ssl_context)
+
+    def _frontend_http(self) -> FrontendHTTP:
+        services = self._dataplane.frontend_http
+        if services is None:
+            raise RuntimeError("the server lends frontends its HTTP services once it starts")
+        return services
 
 
 def _link(request: InferenceRequest, parent: InferenceRequest | None) -> None:

@@ -148,6 +148,9 @@ class Server(InProcessAPI):
             pm.hook.tritonx_model_event(event=event)
 
         dataplane = self._dataplane = DataPlane(self.settings, registries, on_event, cache)
+        from tritonx._transports.http.frontend_http import ServerFrontendHTTP
+
+        dataplane.frontend_http = ServerFrontendHTTP(dataplane, self.settings)
         self._frontends = build_frontends(registries, self.settings, dataplane.handle)
         try:  # before the models load: a taken port is told at once, not after every load
             check_ports_free(self._listeners())

@@ -39,6 +39,7 @@ from tritonx.errors import (
     unavailable,
     unsupported,
 )
+from tritonx.frontend import FrontendHTTP
 from tritonx.handle import ServerHandle
 from tritonx.pipeline import DECOUPLED_MESSAGES, ServedModel
 from tritonx.types import (
@@ -126,6 +127,9 @@ class DataPlane:
         cache: ResponseCache | None = None,
     ) -> None:
         self.settings = settings
+        #: What the server lends frontends for HTTP (``ServerHandle.kserve_http``,
+        #: ``listen_http``): set by the server when it starts.
+        self.frontend_http: FrontendHTTP | None = None
         #: The narrow view of this server handed to backends (BLS) and schedulers.
         self.handle = ServerHandle(self, asyncio.get_running_loop())
         self._cache = CacheFront(cache) if cache is not None else None

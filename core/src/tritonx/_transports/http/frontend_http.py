@@ -1,0 +1,69 @@
+"""What the server lends frontend plugins for HTTP (:class:`tritonx.frontend.FrontendHTTP`):
+Triton's KServe v2 endpoints under a frontend's own paths, and listeners with the HTTP port's
+limits. Made by :class:`tritonx.server.Server` when it starts (the one module that imports
+this), so that the public modules import no transport."""
+
+from __future__ import annotations
+
+import socket
+import ssl
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from tritonx._dataplane.dataplane import DataPlane
+from tritonx._transports.http.app import make_app
+from tritonx._transports.http.keys import SERVING_APP
+from tritonx._transports.http.listener import HTTPLimits, LimitedSite
+from tritonx._transports.http.routes import dispatch
+from tritonx.config import ServerSettings
+from tritonx.frontend import KServeHTTP
+
+
+class ServerFrontendHTTP:
+    """:class:`tritonx.frontend.FrontendHTTP` over the server's data plane and settings."""
+
+    __slots__ = ("_dataplane", "_kserve", "_settings")
+
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+        self._dataplane = dataplane
+        self._settings = settings
+        self._kserve: KServeHTTP | None = None
+
+    def kserve(self) -> KServeHTTP:
+        """One :class:`KServeHTTP` per server, over an application of the HTTP port's routes
+        without ``--http-restricted-api`` (the frontend decides what it exposes)."""
+        if self._kserve is None:
+            app = make_app(self._dataplane, replace(self._settings, http_restricted_api={}))
+
+            async def serve(request: web.Request) -> web.StreamResponse:
+                request[SERVING_APP] = app
+                return await dispatch(request)
+
+            self._kserve = KServeHTTP(serve)
+        return self._kserve
+
+    async def listen(
+        self, app: web.Application, sock: socket.socket, ssl_context: ssl.SSLContext | None
+    ) -> web.AppRunner:
+        """Serve ``app`` on ``sock`` behind the HTTP port's limits (:class:`LimitedSite`)."""
+        limits = HTTPLimits.from_settings(self._settings)
+        handler_kwargs: dict[str, Any] = {
+            "access_log": None,
+            "keepalive_timeout": limits.handler_keepalive,
+        }
+        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0, **handler_kwargs)
+        await runner.setup()
+        try:
+            site = LimitedSite(
+                runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
+            )
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        return runner
+
+
+__all__ = ["ServerFrontendHTTP"]
