@@ -124,9 +124,10 @@ def test_aip_mode_prediction_serves_vertex_ai_alone(
     model_repository: ModelRepositoryBuilder, env: dict[str, str]
 ) -> None:
     """Under Vertex AI tritonserver opens the Vertex AI port (AIP_HTTP_PORT) and not HTTP or
-    gRPC, unless asked."""
+    gRPC, unless asked, and serves AIP_STORAGE_URI when no --model-repository is given."""
     model_repository.add_identity("m")
     environ = {
+        "AIP_STORAGE_URI": str(model_repository.root),
         "AIP_MODE": "PREDICTION",
         "AIP_HTTP_PORT": "0",
         "AIP_HEALTH_ROUTE": "/health",
@@ -141,6 +142,7 @@ def test_aip_mode_prediction_serves_vertex_ai_alone(
         assert set(urls) == {"Vertex AI frontend"}
         with urllib.request.urlopen(urls["Vertex AI frontend"] + "/health", timeout=30) as r:
             assert r.status == 200
+        assert "| m     | 1       | READY  |" in log()
         assert "Started HTTPService" not in log()
         assert "Started GRPCInferenceService" not in log()
 
@@ -169,10 +171,11 @@ class _serving:
     (frontends start last): (the log so far, {title: url}); SIGTERM at exit."""
 
     def __init__(
-        self, repo: Path, env: dict[str, str], args: Sequence[str], expect: set[str]
+        self, repo: Path | None, env: dict[str, str], args: Sequence[str], expect: set[str]
     ) -> None:
+        where = () if repo is None else ("--model-repository", str(repo))
         self.proc = subprocess.Popen(
-            tritonx("--model-repository", str(repo), *args),
+            tritonx(*where, *args),
             env=env,
             stderr=subprocess.PIPE,
             text=True,

@@ -205,6 +205,8 @@ def settings_from_options(opts: dict[str, Any], trace: TraceConfig) -> ServerSet
     mode = opts["model_control_mode"].lower()
     repos = tuple(opts["model_repository"])
     exit_on_error = opts["exit_on_error"]
+    if not repos and allow_vertex_ai(opts) and os.environ.get("AIP_STORAGE_URI"):
+        repos = (os.environ["AIP_STORAGE_URI"],)  # as tritonserver: Vertex AI's artifacts
     if not repos:
         repos = (str(EXAMPLE_REPOSITORY),)
         _log_example_repository(repos[0])
@@ -241,6 +243,12 @@ def _vertex_ai_environment() -> bool:
     return os.environ.get("AIP_MODE", "") == "PREDICTION"
 
 
+def allow_vertex_ai(opts: dict[str, Any]) -> bool:
+    """``--allow-vertex-ai``: as given, else whether Vertex AI runs the server."""
+    allowed: bool | None = opts["allow_vertex_ai"]
+    return _vertex_ai_environment() if allowed is None else allowed
+
+
 def cloud_listeners(opts: dict[str, Any]) -> dict[str, bool]:
     """``allow_http`` and ``allow_grpc``: as given, else true, except under Vertex AI
     (``AIP_MODE=PREDICTION``), where tritonserver serves only the Vertex AI port by default."""
@@ -269,10 +277,7 @@ def cloud_frontends(
             "thread_count": str(opts["sagemaker_thread_count"]),
         }
         out["sagemaker"] = {**flags, **out.get("sagemaker", {})}
-    allow_vertex = opts["allow_vertex_ai"]
-    if allow_vertex is None:
-        allow_vertex = _vertex_ai_environment()
-    if allow_vertex:
+    if allow_vertex_ai(opts):
         port = opts["vertex_ai_port"]
         if port is None:
             port_text = os.environ.get("AIP_HTTP_PORT", "8080")

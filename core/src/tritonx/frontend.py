@@ -206,5 +206,9 @@ class FrontendHTTP(Protocol):
         runner to clean up at stop."""
         ...
 
+    def metrics_text(self) -> str:
+        """The Prometheus text ``GET /metrics`` answers on the metrics port."""
+        ...
+
 
 __all__ = ["COMMON_KEYS", "AiohttpFrontend", "Frontend", "FrontendHTTP", "KServeHTTP"]

@@ -212,6 +212,15 @@ class ServerHandle(InProcessAPI):
         """
         return await self._frontend_http().listen(app, sock, ssl_context)
 
+    def metrics_text(self) -> str:
+        """The Prometheus text ``GET /metrics`` answers on the metrics port: Triton's
+        ``nv_*`` families and every collector of :attr:`metrics_registry` (whether or not the
+        metrics port is open).
+
+        :raises RuntimeError: before the server has started.
+        """
+        return self._frontend_http().metrics_text()
+
     def _frontend_http(self) -> FrontendHTTP:
         services = self._dataplane.frontend_http
         if services is None:

@@ -150,7 +150,7 @@ class Server(InProcessAPI):
         dataplane = self._dataplane = DataPlane(self.settings, registries, on_event, cache)
         from tritonx._transports.http.frontend_http import ServerFrontendHTTP
 
-        dataplane.frontend_http = ServerFrontendHTTP(dataplane, self.settings)
+        dataplane.frontend_http = frontend_http = ServerFrontendHTTP(dataplane, self.settings)
         self._frontends = build_frontends(registries, self.settings, dataplane.handle)
         try:  # before the models load: a taken port is told at once, not after every load
             check_ports_free(self._listeners())
@@ -161,6 +161,7 @@ class Server(InProcessAPI):
             for collector in sink.collectors():
                 dataplane.metrics_registry.register(collector)
         triton = TritonMetrics(self.settings, dataplane.loaded_versions)
+        frontend_http.metrics_source(triton, dataplane.metrics_registry)
         if sinks:
             self._exporter = SinkExporter(
                 sinks,

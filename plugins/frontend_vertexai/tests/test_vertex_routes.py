@@ -285,11 +285,6 @@ def test_redirect_metrics(vertex: Any) -> None:
     assert "# TYPE " in answer.text
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Triton's nv_* families are rendered by the metrics listener only; the frontend "
-    "needs a public ServerHandle call for the /metrics text",
-)
 def test_redirect_metrics_has_tritons_families(vertex: Any) -> None:
     assert "nv_inference_request_success" in redirect(vertex, "metrics").text
 

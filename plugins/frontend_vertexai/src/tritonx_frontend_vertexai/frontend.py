@@ -244,14 +244,13 @@ class VertexAIFrontend(tritonx.AiohttpFrontend):
         return self._refuse(request, error_json(message, 403))
 
     def _metrics(self) -> web.Response:
-        """The Prometheus text of the server's metrics registry (Triton's ``metrics``
-        redirect answers 400 when metrics are off)."""
+        """What the metrics port's ``GET /metrics`` answers: Triton's ``nv_*`` families and
+        every registered collector (Triton's ``metrics`` redirect answers 400 when metrics
+        are off)."""
         if not self.settings.allow_metrics:
             return web.Response(status=400)
-        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-        body = generate_latest(self.server.metrics_registry)
-        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+        body = self.server.metrics_text().encode()
+        return web.Response(body=body, headers={"Content-Type": "text/plain; charset=utf-8"})
 
     @staticmethod
     def _refuse(request: web.Request, response: web.Response) -> web.Response:

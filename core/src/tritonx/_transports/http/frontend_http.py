@@ -11,7 +11,9 @@ from dataclasses import replace
 from typing import Any
 
 from aiohttp import web
+from prometheus_client import CollectorRegistry
 
+from tritonx._core.metrics import TritonMetrics, render_registry
 from tritonx._dataplane.dataplane import DataPlane
 from tritonx._transports.http.app import make_app
 from tritonx._transports.http.keys import SERVING_APP
@@ -24,12 +26,24 @@ from tritonx.frontend import KServeHTTP
 class ServerFrontendHTTP:
     """:class:`tritonx.frontend.FrontendHTTP` over the server's data plane and settings."""
 
-    __slots__ = ("_dataplane", "_kserve", "_settings")
+    __slots__ = ("_dataplane", "_kserve", "_metrics", "_settings")
 
     def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
         self._dataplane = dataplane
         self._settings = settings
         self._kserve: KServeHTTP | None = None
+        self._metrics: tuple[TritonMetrics, CollectorRegistry] | None = None
+
+    def metrics_source(self, triton: TritonMetrics, registry: CollectorRegistry) -> None:
+        """What :meth:`metrics_text` renders (the server sets it once it has made them)."""
+        self._metrics = (triton, registry)
+
+    def metrics_text(self) -> str:
+        """The Prometheus text ``GET /metrics`` answers on the metrics port."""
+        if self._metrics is None:
+            raise RuntimeError("the server's metrics are made when it starts")
+        triton, registry = self._metrics
+        return triton.render() + render_registry(registry)
 
     def kserve(self) -> KServeHTTP:
         """One :class:`KServeHTTP` per server, over an application of the HTTP port's routes
