@@ -156,7 +156,8 @@ class KServeHTTP:
     limits (``--http-max-input-size``, the body deadline), statistics, traces, and Triton's
     error bodies and status codes. It is how Triton's SageMaker and Vertex AI servers answer
     (they are its HTTP server with other routes). The HTTP port need not be open.
-    ``--http-restricted-api`` is not applied: the frontend decides what it exposes.
+    ``--http-restricted-api`` is not applied: the frontend decides what it exposes; nor is
+    ``--http-header-forward-pattern``: no header reaches the model, as in those servers.
 
     :param serve: serves a request at the path it carries, as the HTTP port's routes do
         (the server makes it).

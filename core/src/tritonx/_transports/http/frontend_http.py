@@ -47,9 +47,14 @@ class ServerFrontendHTTP:
 
     def kserve(self) -> KServeHTTP:
         """One :class:`KServeHTTP` per server, over an application of the HTTP port's routes
-        without ``--http-restricted-api`` (the frontend decides what it exposes)."""
+        without ``--http-restricted-api`` (the frontend decides what it exposes) and without
+        ``--http-header-forward-pattern`` (Triton's SageMaker and Vertex AI servers forward
+        no headers)."""
         if self._kserve is None:
-            app = make_app(self._dataplane, replace(self._settings, http_restricted_api={}))
+            settings = replace(
+                self._settings, http_restricted_api={}, http_header_forward_pattern=""
+            )
+            app = make_app(self._dataplane, settings)
 
             async def serve(request: web.Request) -> web.StreamResponse:
                 request[SERVING_APP] = app
