@@ -21,10 +21,16 @@ PAGES = [
     "response-cache",
     "reloading-and-stopping",
     "health",
+    "sagemaker",
+    "vertex-ai",
 ]
 #: modules every guide's server needs, and those of some pages
 NEEDS = ["tritonx_backend_onnx", "tritonx_backend_python"]
-PAGE_NEEDS = {"openai": ["tritonx_frontend_openai", "openai"]}
+PAGE_NEEDS = {
+    "openai": ["tritonx_frontend_openai", "openai"],
+    "sagemaker": ["tritonx_frontend_sagemaker"],
+    "vertex-ai": ["tritonx_frontend_vertexai"],
+}
 
 
 def page_path(page: str) -> Path:

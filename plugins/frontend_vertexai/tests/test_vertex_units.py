@@ -5,6 +5,8 @@
 from __future__ import annotations
 
 import pytest
+
+from tritonx.errors import Code, TritonXError
 from tritonx_frontend_vertexai.binary import BINARY_CONTENT_TYPE, json_header_size
 from tritonx_frontend_vertexai.frontend import choose_default_model
 from tritonx_frontend_vertexai.redirect import (
@@ -13,8 +15,6 @@ from tritonx_frontend_vertexai.redirect import (
     RedirectRefused,
     route_redirect,
 )
-
-from tritonx.errors import Code, TritonXError
 
 
 @pytest.mark.parametrize(
