@@ -65,6 +65,7 @@ def test_single_model_flags(model_dir: Path) -> None:
         "--model-control-mode=explicit",
         f"--model-repository={model_dir}",
         "--load-model=sm_model",
+        "--model-namespacing=true",
         "--log-verbose=true",
         "--backend-config=python,shm-default-byte-size=16777216",
         "--backend-config=python,shm-growth-byte-size=1048576",

@@ -31,11 +31,6 @@ from collections.abc import Mapping, Sequence
 
 from tritonx_frontend_sagemaker.contract import INFERENCE_TYPES, PING_MODES
 
-#: Whether ``tritonx serve`` implements ``--model-namespacing=true``, which Triton's script
-#: passes unless SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING says otherwise. Until it does,
-#: the script's default is not passed (a value set in the environment is, as given).
-CORE_NAMESPACING = False
-
 SINGLE_MODEL_DIR = "/opt/ml/model"
 MULTI_MODEL_REPOSITORY = "/tmp/sagemaker"
 
@@ -146,9 +141,9 @@ def serve_command(
 
     frontend: dict[str, str] = {"allow": "true"}
     args = [f"--model-repository={repository}"]
-    namespacing = env.get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING")
-    if namespacing or CORE_NAMESPACING:
-        args.append(f"--model-namespacing={namespacing or 'true'}")
+    # (Triton's script passes the variable's value as --model-namespacing's, despite its name)
+    namespacing = env.get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING") or "true"
+    args.append(f"--model-namespacing={namespacing}")
     if env.get("SAGEMAKER_BIND_TO_PORT"):
         frontend["port"] = env["SAGEMAKER_BIND_TO_PORT"]
     if env.get("SAGEMAKER_SAFE_PORT_RANGE"):
