@@ -178,7 +178,7 @@ def test_unspecified_default_model(tmp_path: Path) -> None:
     model, which is not found."""
     with serve(tmp_path, env={"SAGEMAKER_TRITON_DEFAULT_MODEL_NAME": None}) as srv:
         answer = requests.post(f"{url_of(srv)}/invocations", data=b"dummy")
-    assert answer.status_code != 200
+    assert answer.status_code == 404
     assert (
         "Request for unknown model: 'unspecified_SAGEMAKER_TRITON_DEFAULT_MODEL_NAME' is not "
         "found" in answer.json()["error"]
