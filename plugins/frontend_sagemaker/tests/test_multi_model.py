@@ -5,6 +5,7 @@ bounds on what a client sends, and ``--http-restricted-api``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 from collections.abc import Iterator
@@ -355,3 +356,35 @@ def test_concurrent_loads_of_one_name(url: str, root: Path) -> None:
         codes = sorted(pool.map(lambda _: load(url, "same", folder).status_code, range(8)))
     assert codes == [200] + [409] * 7
     assert requests.delete(f"{url}/models/same").status_code == 200
+
+
+def chunked_load(url: str, chunks: int) -> bytes:
+    """POST /models with a body of ``chunks`` one-byte HTTP chunks (Triton's
+    sagemaker_request_many_chunks); the answer as sent."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=60) as sock:
+        sock.sendall(
+            b"POST /models HTTP/1.1\r\nHost: x\r\nX-Amzn-SageMaker-Target-Model: ZZZZZZZ\r\n"
+            b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+        )
+        with contextlib.suppress(OSError):  # (refused: the server may close first)
+            sock.sendall(b"1\r\nA\r\n" * chunks + b"0\r\n\r\n")
+        answer = b""
+        with contextlib.suppress(OSError):
+            while chunk := sock.recv(4096):
+                answer += chunk
+    return answer
+
+
+def test_chunked_load_bodies(url: str) -> None:
+    """At most 65536 non-empty chunks (Triton's limit and message); the server serves on."""
+    answer = chunked_load(url, 65536)
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"failed to parse the request JSON buffer" in answer
+    answer = chunked_load(url, 65537)
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert (
+        b"Chunked request body exceeds maximum of 65536 non-empty chunks. Send fewer or larger "
+        b"HTTP chunks." in answer
+    )
+    assert requests.get(f"{url}/ping").status_code == 200

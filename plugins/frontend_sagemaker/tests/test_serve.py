@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import requests
 from sagemaker_testing import add_add_sub
-from tritonx_frontend_sagemaker.serve import ServeError, serve_command
 
 from tritonx.testing import free_port
+from tritonx_frontend_sagemaker.serve import ServeError, serve_command
 
 SCRIPT = str(Path(sys.executable).with_name("tritonx-sagemaker-serve"))
 

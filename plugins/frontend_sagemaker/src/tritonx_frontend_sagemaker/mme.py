@@ -46,6 +46,10 @@ log = logging.getLogger("tritonx.frontend.sagemaker")
 #: Largest ``POST /models`` body: ``{"model_name": ..., "url": ...}`` is a few hundred bytes.
 MAX_LOAD_BODY = 64 * 1024
 
+#: Most non-empty HTTP chunks of a chunked ``POST /models`` body (Triton's
+#: ``kMaxChunkedChunks``, a limit of its HTTP server on every request).
+MAX_CHUNKS = 1 << 16
+
 #: Longest model name (SageMaker's TargetModel is at most 1024 characters).
 MAX_NAME_LENGTH = 1024
 
@@ -108,32 +112,38 @@ def check_name(value: object, what: str) -> str:
 
 
 async def read_json_body(request: web.Request, limit: int, timeout: float) -> object:
-    """The request's body as JSON, at most ``limit`` bytes, each chunk within ``timeout``
-    seconds (0: no limit).
+    """The request's body as JSON, at most ``limit`` bytes and (chunked) at most
+    :data:`MAX_CHUNKS` non-empty HTTP chunks, each piece within ``timeout`` seconds (0: no
+    limit).
 
-    :raises Refused: 400 for a body over ``limit`` (the connection is then closed: the rest
-        is not read), not JSON, or stalled.
+    :raises Refused: 400 for a body over either bound (the connection is then closed: the
+        rest is not read), not JSON, or stalled.
     """
     declared = request.content_length
     if declared is not None and declared > limit:
         raise _too_large(declared, limit)
-    chunks: list[bytes] = []
-    size = 0
+    pieces: list[bytes] = []
+    size = chunks = 0
     while True:
         try:
             async with asyncio.timeout(timeout or None):
-                chunk = await request.content.readany()
+                piece, chunk_end = await request.content.readchunk()
         except TimeoutError:
-            refused = _bad("timed out reading the request body")
-            refused.response.force_close()  # (the rest of the body is not waited for)
-            raise refused from None
-        if not chunk:
+            raise _closing("timed out reading the request body") from None
+        if chunk_end:
+            chunks += 1
+            if chunks > MAX_CHUNKS:
+                raise _closing(
+                    f"Chunked request body exceeds maximum of {MAX_CHUNKS} non-empty chunks. "
+                    "Send fewer or larger HTTP chunks."
+                )
+        elif not piece:
             break
-        size += len(chunk)
+        size += len(piece)
         if size > limit:
             raise _too_large(size, limit)
-        chunks.append(chunk)
-    body = b"".join(chunks)
+        pieces.append(piece)
+    body = b"".join(pieces)
     if not body:
         return {}
     try:
@@ -142,14 +152,17 @@ async def read_json_body(request: web.Request, limit: int, timeout: float) -> ob
         raise _bad(f"failed to parse the request JSON buffer: {exc}") from None
 
 
+def _closing(message: str) -> Refused:
+    """A 400 after which the connection is closed (the rest of the body is not read)."""
+    refused = _bad(message)
+    refused.response.force_close()
+    return refused
+
+
 def _too_large(size: int, limit: int) -> Refused:
-    response = error_response(
-        f"request JSON size of {size} bytes exceeds the maximum allowed input size of "
-        f"{limit} bytes",
-        400,
+    return _closing(
+        f"request JSON size of {size} bytes exceeds the maximum allowed input size of {limit} bytes"
     )
-    response.force_close()
-    return Refused(response)
 
 
 @dataclass(frozen=True)
