@@ -4,6 +4,7 @@ default listener; the ports are checked as tritonserver's ``CheckPortCollision``
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -205,3 +206,20 @@ class _serving:
         finally:
             if self.proc.poll() is None:
                 self.proc.kill()
+
+
+def test_tritonx_plugins_lists_both_frontends(env: dict[str, str]) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "tritonx", "plugins"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    frontends = {
+        name
+        for plugin in json.loads(result.stdout)
+        for name in plugin.get("registered", {}).get("frontends", [])
+    }
+    assert {"sagemaker", "vertex_ai"} <= frontends
