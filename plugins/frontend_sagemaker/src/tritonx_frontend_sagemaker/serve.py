@@ -103,6 +103,43 @@ def serve_command(
     """
     notes: list[str] = []
     env = dict(environ)
+    _check_variables(env)
+    is_mme = _is_multi_model(env)
+    ping_mode = env.get("SAGEMAKER_TRITON_OVERRIDE_PING_MODE") or ("live" if is_mme else "ready")
+    if ping_mode not in PING_MODES:
+        raise ServeError(
+            f"ERROR: invalid SAGEMAKER_TRITON_OVERRIDE_PING_MODE '{ping_mode}'. "
+            "Must be one of: ready, live"
+        )
+    env["SAGEMAKER_TRITON_PING_MODE"] = ping_mode
+    repository = model_dir
+    if is_mme:
+        os.makedirs(multi_model_repository, exist_ok=True)
+        repository = multi_model_repository
+        notes.append(
+            f'Triton is running in SageMaker MME mode. Using Triton ping mode: "{ping_mode}"'
+        )
+    frontend: dict[str, str] = {"allow": "true"}
+    args = [f"--model-repository={repository}", *_server_flags(env, frontend)]
+    additional = env.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", "").split()
+    inference_type = env.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "")
+    if inference_type and inference_type not in INFERENCE_TYPES:
+        raise ServeError(
+            f"ERROR: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE '{inference_type}'\n"
+            "       Must be one of: infer, generate, generate_stream"
+        )
+    if not is_mme:
+        args.append(f"--load-model={_single_model(repository, env, notes)}")
+    if models_root is not None:
+        frontend["models_root"] = models_root
+
+    command = [sys.executable, "-m", "tritonx", "serve", *_frontend_flags(frontend)]
+    command += ["--allow-http=false", "--model-control-mode=explicit", *args, *additional]
+    return command, env, notes
+
+
+def _check_variables(env: Mapping[str, str]) -> None:
+    """Refuse a ``SAGEMAKER_TRITON_*`` variable tritonx does not know or cannot honour."""
     unknown = sorted(
         name
         for name in env
@@ -120,30 +157,21 @@ def serve_command(
         if env.get(name):
             raise ServeError(f"ERROR: {name} is not supported by tritonx ({why})")
 
+
+def _is_multi_model(env: Mapping[str, str]) -> bool:
+    """``SAGEMAKER_MULTI_MODEL``: a multi-model endpoint (``true``) or not."""
     multi = env.get("SAGEMAKER_MULTI_MODEL", "")
     if multi not in ("", "true", "false"):
         raise ServeError(f"ERROR: SAGEMAKER_MULTI_MODEL must be true or false, got '{multi}'")
-    is_mme = multi == "true"
-    ping_mode = env.get("SAGEMAKER_TRITON_OVERRIDE_PING_MODE") or ("live" if is_mme else "ready")
-    if ping_mode not in PING_MODES:
-        raise ServeError(
-            f"ERROR: invalid SAGEMAKER_TRITON_OVERRIDE_PING_MODE '{ping_mode}'. "
-            "Must be one of: ready, live"
-        )
-    env["SAGEMAKER_TRITON_PING_MODE"] = ping_mode
-    repository = model_dir
-    if is_mme:
-        os.makedirs(multi_model_repository, exist_ok=True)
-        repository = multi_model_repository
-        notes.append(
-            f'Triton is running in SageMaker MME mode. Using Triton ping mode: "{ping_mode}"'
-        )
+    return multi == "true"
 
-    frontend: dict[str, str] = {"allow": "true"}
-    args = [f"--model-repository={repository}"]
+
+def _server_flags(env: Mapping[str, str], frontend: dict[str, str]) -> list[str]:
+    """The flags Triton's script passes from the environment (and the frontend's settings
+    it sets, into ``frontend``)."""
     # (Triton's script passes the variable's value as --model-namespacing's, despite its name)
     namespacing = env.get("SAGEMAKER_TRITON_DISABLE_MODEL_NAMESPACING") or "true"
-    args.append(f"--model-namespacing={namespacing}")
+    args = [f"--model-namespacing={namespacing}"]
     if env.get("SAGEMAKER_BIND_TO_PORT"):
         frontend["port"] = env["SAGEMAKER_BIND_TO_PORT"]
     if env.get("SAGEMAKER_SAFE_PORT_RANGE"):
@@ -170,50 +198,41 @@ def serve_command(
     if env.get("SAGEMAKER_TRITON_TENSORFLOW_VERSION"):
         version = env["SAGEMAKER_TRITON_TENSORFLOW_VERSION"]
         args.append(f"--backend-config=tensorflow,version={version}")
-    additional = env.get("SAGEMAKER_TRITON_ADDITIONAL_ARGS", "").split()
+    return args
 
-    if not is_mme and os.path.isfile(os.path.join(repository, "config.pbtxt")):
+
+def _single_model(repository: str, env: dict[str, str], notes: list[str]) -> str:
+    """The model a single-model endpoint loads (``SAGEMAKER_TRITON_DEFAULT_MODEL_NAME``, else
+    the repository's only folder, recorded in ``env`` with a warning in ``notes``)."""
+    if os.path.isfile(os.path.join(repository, "config.pbtxt")):
         raise ServeError(
             "ERROR: Incorrect directory structure.\n"
             "       Model directory needs to contain the top level folder"
         )
-    inference_type = env.get("SAGEMAKER_TRITON_INFERENCE_TYPE", "")
-    if inference_type and inference_type not in INFERENCE_TYPES:
-        raise ServeError(
-            f"ERROR: Invalid SAGEMAKER_TRITON_INFERENCE_TYPE '{inference_type}'\n"
-            "       Must be one of: infer, generate, generate_stream"
-        )
     default_model = env.get("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "")
-    if not is_mme and default_model:
+    if default_model:
         if not os.path.isdir(os.path.join(repository, default_model)):
             raise ServeError(
                 "ERROR: Directory with provided SAGEMAKER_TRITON_DEFAULT_MODEL_NAME "
                 f"{default_model} does not exist"
             )
-        args.append(f"--load-model={default_model}")
-    elif not is_mme:
-        folders = _model_folders(repository)
-        if not folders:
-            raise ServeError("ERROR: No model found in model repository")
-        if len(folders) > 1:
-            raise ServeError(
-                "ERROR: More than 1 model directory found in model repository.\n"
-                "       Either provide a single directory or set "
-                "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME to run the ensemble backend.\n"
-                f"       Directories found in model repository: {' '.join(folders)}"
-            )
-        notes.append(
-            "WARNING: No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided.\n"
-            f"         Starting with the only existing model directory {folders[0]}"
+        return default_model
+    folders = _model_folders(repository)
+    if not folders:
+        raise ServeError("ERROR: No model found in model repository")
+    if len(folders) > 1:
+        raise ServeError(
+            "ERROR: More than 1 model directory found in model repository.\n"
+            "       Either provide a single directory or set "
+            "SAGEMAKER_TRITON_DEFAULT_MODEL_NAME to run the ensemble backend.\n"
+            f"       Directories found in model repository: {' '.join(folders)}"
         )
-        env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = folders[0]
-        args.append(f"--load-model={folders[0]}")
-    if models_root is not None:
-        frontend["models_root"] = models_root
-
-    command = [sys.executable, "-m", "tritonx", "serve", *_frontend_flags(frontend)]
-    command += ["--allow-http=false", "--model-control-mode=explicit", *args, *additional]
-    return command, env, notes
+    notes.append(
+        "WARNING: No SAGEMAKER_TRITON_DEFAULT_MODEL_NAME provided.\n"
+        f"         Starting with the only existing model directory {folders[0]}"
+    )
+    env["SAGEMAKER_TRITON_DEFAULT_MODEL_NAME"] = folders[0]
+    return folders[0]
 
 
 def _frontend_flags(settings: Mapping[str, str]) -> list[str]:
