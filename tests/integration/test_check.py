@@ -43,6 +43,9 @@ identity.IdentityBackend.load = _traced
 def env(tmp_path: Path) -> dict[str, str]:
     environ = echo_plugin_env(tmp_path / "site", ECHO, plugins=("backend_echo", "backend_onnx"))
     environ["LOAD_TRACE"] = str(tmp_path / "trace")
+    # the table's width is the terminal's (COLUMNS first): pin it to the width off a terminal
+    # (500), so that an inherited COLUMNS (a narrow terminal, a CI runner) cuts no cell
+    environ["COLUMNS"] = "500"
     return environ
 
 

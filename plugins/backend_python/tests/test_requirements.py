@@ -134,7 +134,9 @@ def check(
     return subprocess.run(
         [sys.executable, "-m", "tritonx", "check", *args,
          "--backend-config", f"python,requirements-cache-dir={cache}", str(repo.root)],
-        env={**os.environ, "TRITONX_PLUGINS": "backend_python"},
+        # COLUMNS pinned: the table is as wide as the terminal, and an inherited narrow one
+        # would cut the cells this test reads
+        env={**os.environ, "TRITONX_PLUGINS": "backend_python", "COLUMNS": "500"},
         capture_output=True, text=True, timeout=120,
     )  # fmt: skip
 
