@@ -16,7 +16,11 @@ from tritonx._transports.http.decode import (
 )
 from tritonx._transports.http.encode import heavy_response
 from tritonx._transports.http.errors import MAX_ERROR_CHARS, bounded_message, error_response
-from tritonx._transports.http.json_header import _shallow_json, parse_json_header
+from tritonx._transports.http.json_header import (
+    MAX_SHALLOW_BRACKETS,
+    _shallow_json,
+    parse_json_header,
+)
 from tritonx._transports.http.json_tensor import ARRAY_SLICE, _array
 from tritonx.config import ModelConfig
 from tritonx.errors import Code, TritonXError
@@ -211,3 +215,16 @@ def test_listener_limits_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     assert limits.max_connections == 8
     assert limits.handler_keepalive > 10**8  # 0: no limit (aiohttp's 0 closes at once)
+
+
+def test_deep_json_with_too_many_brackets_is_refused_without_a_rescan() -> None:
+    """A body deeper than orjson reads is rescanned in Python only up to a bracket budget:
+    past it (a few kilobytes of gzip can inflate to megabytes of ``[``), Triton's parse error
+    at once, not seconds of CPU."""
+    deep = b"[" * (MAX_SHALLOW_BRACKETS + 1)
+    with pytest.raises(TritonXError) as info:
+        parse_json_header(deep, len(deep), LIMIT)
+    assert "failed to parse the request JSON buffer: nested deeper than 1024 levels" in (
+        info.value.message
+    )
+    assert f"with {MAX_SHALLOW_BRACKETS + 1} brackets" in info.value.message

@@ -4,7 +4,8 @@ errors (:func:`parse_json_header`).
 JSON nested deeper than orjson parses (1024 levels) is read as Triton reads it (rapidjson,
 no depth limit) with everything below :data:`KEPT_JSON_DEPTH` levels left out: deep ``data``
 still fails Triton's nesting check, other deep values fail their type checks
-(:func:`_shallow_json`).
+(:func:`_shallow_json`), as long as it holds at most :data:`MAX_SHALLOW_BRACKETS` brackets
+(the rescan is Python, CPU per bracket); more is refused.
 
 A worker thread (where the route decodes a heavy body) still holds the GIL for the whole of one
 C call, so a JSON header over :data:`PIECEWISE_JSON_BYTES` is parsed in pieces
@@ -33,6 +34,11 @@ KEPT_JSON_DEPTH = 2 * MAX_JSON_DEPTH
 #: a time.
 PIECEWISE_JSON_BYTES = 4 << 20
 JSON_PIECE_BYTES = 1 << 20
+
+#: JSON too deep for orjson is rescanned in Python (:func:`_shallow_json`, ~0.6 us per
+#: bracket) only when it holds at most this many brackets; a body with more is refused (a
+#: client must not buy seconds of CPU with a few kilobytes of gzip)
+MAX_SHALLOW_BRACKETS = 1 << 16
 
 _DEPTH_ERROR = "depth limit exceeded"
 _JSON_SPACE = b" \t\r\n"
@@ -63,8 +69,16 @@ def parse_json_header(body: Body, header_length: int, max_input_size: int) -> An
     except orjson.JSONDecodeError as exc:
         message = str(exc)
     if message.startswith(_DEPTH_ERROR):
+        text = bytes(view)
+        brackets = text.count(b"[") + text.count(b"{")  # (C speed: bounds the rescan below)
+        if brackets > MAX_SHALLOW_BRACKETS:
+            raise internal(
+                "failed to parse the request JSON buffer: nested deeper than 1024 levels, "
+                f"with {brackets} brackets (at most {MAX_SHALLOW_BRACKETS} are read past "
+                "that depth)"
+            )
         try:
-            return orjson.loads(_shallow_json(bytes(view)))
+            return orjson.loads(_shallow_json(text))
         except orjson.JSONDecodeError as exc:
             message = str(exc)
     raise internal(f"failed to parse the request JSON buffer: {message}")
