@@ -88,7 +88,7 @@ def process_tree(pid: int) -> list[int]:
     return tree
 
 
-def restarted(server: Serve, dead: int, timeout: float = 60.0) -> None:
+def restarted(server: Serve, dead: int, timeout: float = 180.0) -> None:
     """Wait until the server has replaced its dead worker ``dead``: a new worker (a process
     its forkserver forked) runs and the model is ready again (served by it: the server let go
     of the dead one before starting the next)."""
@@ -114,7 +114,7 @@ def parent(pid: int) -> int:
         return 0
 
 
-def wait_exit(pid: int, timeout: float = 30.0) -> bool:
+def wait_exit(pid: int, timeout: float = 120.0) -> bool:
     """Wait until process ``pid`` (not necessarily a child) has ended; False past
     ``timeout``."""
     try:
@@ -161,7 +161,9 @@ class Serve:
             stderr=subprocess.PIPE,
             text=True,
         )
-        urls, _ = listening(self.proc)
+        # a deadline for a hang, generous for a loaded machine (a server with the Python
+        # backend took over 60 s to start there)
+        urls, _ = listening(self.proc, timeout=180)
         self.http = httpclient.InferenceServerClient(urls["HTTPService"])
         self.grpc = grpcclient.InferenceServerClient(urls["GRPCInferenceService"])
 
