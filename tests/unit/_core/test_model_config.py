@@ -1,9 +1,11 @@
+import os
 from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
 
 from tritonx._core import model_config as cfg
+from tritonx._core.config_file import MAX_CONFIG_BYTES, read_config_file
 from tritonx.backend import Backend, LoadContext, ModelInstance
 from tritonx.config import config_to_json_dict
 from tritonx.errors import Code, TritonXError
@@ -143,7 +145,7 @@ def test_syntax_error_names_file_line_and_column(tmp_path: Path) -> None:
         'name: "m"\nmax_batch_size: 8\ninput [ { name: "I" data_type: TYPE_FP32 dims: [ 1 }\n'
     )
     with pytest.raises(TritonXError) as err:
-        cfg.read_config_file(path)
+        read_config_file(path)
     assert str(path) in err.value.message and "3:" in err.value.message
 
 
@@ -168,3 +170,23 @@ def test_config_override_json_errors() -> None:
     with pytest.raises(TritonXError, match="Invalid config override"):
         cfg.parse_config_json('{"max_batch_size": "nope"}')
     assert cfg.parse_config_json('{"max_batch_size": "16"}').max_batch_size == 16
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "oversized"])
+def test_only_a_bounded_regular_config_file_is_read(tmp_path: Path, kind: str) -> None:
+    """A FIFO would block the loading thread for ever and /dev/zero fill the memory: both
+    (and a file past the size bound) fail at once with a clear reason."""
+    path = tmp_path / "config.pbtxt"
+    if kind == "fifo":
+        os.mkfifo(path)  # nobody ever writes to it
+        reason = "not a regular file"
+    elif kind == "device":
+        path.symlink_to("/dev/zero")
+        reason = "not a regular file"
+    else:
+        with path.open("wb") as f:
+            f.truncate(MAX_CONFIG_BYTES + 1)  # sparse: no disk
+        reason = f"larger than {MAX_CONFIG_BYTES} bytes"
+    with pytest.raises(TritonXError) as err:
+        read_config_file(path)
+    assert err.value.message == f"failed to read model configuration '{path}': {reason}"

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from tritonx._core import model_config as cfg
 from tritonx._core.agents import AgentChain
+from tritonx._core.config_file import read_config_file
 from tritonx._core.ensemble_config import is_ensemble
 from tritonx._core.entries import Prepared, VersionEntry
 from tritonx._core.metrics import MetricsOptions
@@ -187,7 +188,7 @@ class LoadPipeline:
         path = cfg.config_path(folder, self.settings.model_config_name)
         with polling():
             if path.exists():
-                return cfg.read_config_file(path)
+                return read_config_file(path)
             if self.settings.disable_auto_complete_config:
                 raise TritonXError(
                     f"model configuration is not provided for model '{name}' (no {path})",

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from google.protobuf import json_format, text_format
+from google.protobuf import json_format
 
 from tritonx._core.devices import gpu_count
 from tritonx._core.ensemble_config import ENSEMBLE, validate_scheduling
@@ -65,22 +65,6 @@ PLATFORM_BACKENDS: dict[str, str] = {
     "tensorflow_savedmodel": "tensorflow",
     "tensorflow_graphdef": "tensorflow",
 }
-
-
-def read_config_file(path: Path) -> ModelConfigPb:
-    """Parse a ``config.pbtxt``; syntax errors name the file, line and column."""
-    config = model_config_pb2.ModelConfig()
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise invalid_arg(f"failed to read model configuration '{path}': {exc.strerror}") from exc
-    except UnicodeDecodeError as exc:
-        raise invalid_arg(f"failed to read model configuration '{path}': {exc}") from exc
-    try:
-        text_format.Parse(text, config)
-    except text_format.ParseError as exc:
-        raise invalid_arg(f"failed to parse model configuration {path}: line {exc}") from exc
-    return config
 
 
 def parse_config_json(text: str | bytes) -> ModelConfigPb:
