@@ -44,7 +44,13 @@ from tritonx_frontend_sagemaker.contract import (
     is_out_of_memory,
     restriction_refusal,
 )
-from tritonx_frontend_sagemaker.mme import DEFAULT_ROOT, MultiModelEndpoint, invoke_path
+from tritonx_frontend_sagemaker.mme import (
+    DEFAULT_MAX_MODEL_NAMES,
+    DEFAULT_MAX_MODELS,
+    DEFAULT_ROOT,
+    MultiModelEndpoint,
+    invoke_path,
+)
 
 log = logging.getLogger("tritonx.frontend.sagemaker")
 
@@ -61,7 +67,24 @@ CONFIG_KEYS: Mapping[str, str] = {
         "the folder the multi-model endpoint's model urls must be in, as "
         f"<models_root>/<hash>/model[/<subdir>] (default {DEFAULT_ROOT}, SageMaker's)"
     ),
+    "max_models": (
+        "the most models the multi-model endpoint holds (loaded or loading) at once; a load "
+        f"past it is answered 507 (default {DEFAULT_MAX_MODELS})"
+    ),
+    "max_model_names": (
+        "the most model names the multi-model endpoint makes over the server's life (the "
+        "server keeps an unloaded model's name in its repository index); a load bringing a "
+        f"new name past it is answered 507 (default {DEFAULT_MAX_MODEL_NAMES})"
+    ),
 }
+
+
+def _positive(config: Mapping[str, str], key: str, default: int) -> int:
+    """``--frontend-config sagemaker,<key>`` as a positive integer (``default`` unset)."""
+    text = config.get(key, str(default))
+    if not (text.isascii() and text.isdigit() and int(text) > 0):
+        raise invalid_arg(f"--frontend-config sagemaker,{key}={text}: expected a positive integer")
+    return int(text)
 
 
 class SageMakerFrontend(tritonx.AiohttpFrontend):
@@ -83,11 +106,9 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
         config: Mapping[str, str],
     ) -> None:
         super().__init__(server, settings, config)
-        threads = self.config.get("thread_count", "8")
-        if not (threads.isascii() and threads.isdigit() and int(threads) > 0):
-            raise invalid_arg(
-                f"--frontend-config sagemaker,thread_count={threads}: expected a positive integer"
-            )
+        _positive(self.config, "thread_count", 8)
+        max_models = _positive(self.config, "max_models", DEFAULT_MAX_MODELS)
+        max_names = _positive(self.config, "max_model_names", DEFAULT_MAX_MODEL_NAMES)
         root = self.config.get("models_root", DEFAULT_ROOT)
         if not root.startswith("/"):
             raise invalid_arg(
@@ -95,7 +116,9 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
             )
         self.environment = Environment.read()
         self.restrictions = dict(settings.http_restricted_api)
-        self.mme = MultiModelEndpoint(server, root, settings.http_body_timeout_secs)
+        self.mme = MultiModelEndpoint(
+            server, root, settings.http_body_timeout_secs, max_models, max_names
+        )
         self._kserve: tritonx.KServeHTTP | None = None
 
     @property
@@ -104,6 +127,13 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
         if self._kserve is None:
             self._kserve = self.server.kserve_http()
         return self._kserve
+
+    async def stop(self, timeout: float) -> None:
+        """Stop listening, then remove the multi-model endpoint's private folders."""
+        try:
+            await super().stop(timeout)
+        finally:
+            self.mme.close()
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=self.settings.http_max_input_size)

@@ -18,6 +18,23 @@ SageMaker downloads each model to ``/opt/ml/models/<hash>/model`` and asks the c
 The folder layout is Triton's: ``<url>/config.pbtxt`` (the url is the model's own folder), or
 model folders inside ``<url>`` (the ensemble among them is the one served, else the only
 one).
+
+A load's folder may come from someone the operator does not trust (a model archive), and its
+request from a client of the port; so, beyond Triton's checks:
+
+* the url must resolve (symbolic links followed) inside ``<models_root>/<hash>``; every file
+  and link in its folder is looked at (at most :data:`MAX_TREE_ENTRIES` entries): a link
+  that leads outside the folder, or anything but a regular file or a folder (a FIFO, a
+  device), is refused (400);
+* no name a load brings (the served name, and in the folder form the names of its other
+  model folders) may be one the server already knows (its repositories' models, another
+  load's): 409; so ``DELETE`` and ``invoke`` act only on what the load registered;
+* a model's own folder is registered through a private folder holding only a link to it,
+  so that its sibling folders are never served;
+* at most ``max_models`` models at once, and at most ``max_model_names`` names made over the
+  endpoint's life (the server keeps an unloaded model's name in its index): past either,
+  507 (no room);
+* a failed load unloads what it loaded and unregisters its repository.
 """
 
 from __future__ import annotations
@@ -27,7 +44,10 @@ import json
 import logging
 import os
 import re
-from dataclasses import dataclass
+import shutil
+import stat
+import tempfile
+from dataclasses import dataclass, field
 from urllib.parse import quote
 
 from aiohttp import web
@@ -63,10 +83,24 @@ MAX_FOLDER_ENTRIES = 4096
 #: Bytes of each ``config.pbtxt`` read when looking for the ensemble.
 MAX_CONFIG_BYTES = 1 << 20
 
+#: Bytes of all the ``config.pbtxt`` files read by one load when looking for the ensemble.
+MAX_PLACE_BYTES = 16 << 20
+
+#: Most entries (files, folders, links, at any depth) of a model's folder a load looks at
+#: before registering it.
+MAX_TREE_ENTRIES = 1 << 16
+
+#: Default most models loaded (or loading) through the endpoint at once (``max_models``).
+DEFAULT_MAX_MODELS = 1000
+
+#: Default most model names the endpoint may make over its life (``max_model_names``).
+DEFAULT_MAX_MODEL_NAMES = 4096
+
 #: The default root of the folders SageMaker gives (``<root>/<hash>/model``).
 DEFAULT_ROOT = "/opt/ml/models"
 
-_ENSEMBLE = re.compile(r'platform:(\s)*"ensemble"')
+_PLATFORM = b"platform:"
+_SPACE = re.compile(rb"\s*")
 _NAME_PART = r"[0-9A-Za-z._]+"
 
 
@@ -75,13 +109,20 @@ class LoadedModel:
     """A model loaded through ``POST /models``.
 
     :ivar name: the ``model_name`` of the load (the name in ``/models/<name>``).
-    :ivar url: the repository registered for it (Triton's ``modelUrl``).
+    :ivar url: Triton's ``modelUrl``: the repository Triton would register for it.
     :ivar served: the name the server serves it under (the load's target model).
+    :ivar repository: the repository registered for it.
+    :ivar names: every model name the registration brings (``served``, and the other model
+        folders of a folder-form load).
+    :ivar private: the private folder made for it (removed with it), or "".
     """
 
     name: str
     url: str
     served: str
+    repository: str = ""
+    names: frozenset[str] = field(default_factory=frozenset)
+    private: str = ""
 
 
 class Refused(Exception):
@@ -106,8 +147,12 @@ def check_name(value: object, what: str) -> str:
         raise _bad(f'"{what}" must be a non-empty string')
     if len(value) > MAX_NAME_LENGTH:
         raise _bad(f'"{what}" is longer than {MAX_NAME_LENGTH} characters')
-    if value in (".", "..") or any(c in "/\\" or ord(c) < 32 or ord(c) == 127 for c in value):
-        raise _bad(f"invalid {what} '{value}': '/', '\\' and control characters are not allowed")
+    if value in (".", "..") or not value.isprintable() or any(c in "/\\" for c in value):
+        # (not printable: control characters, lone surrogates of undecodable bytes, ...)
+        raise _bad(
+            f"invalid {what} '{value}': '/', '\\', control characters and other unprintable "
+            "characters are not allowed"
+        )
     return value
 
 
@@ -150,6 +195,8 @@ async def read_json_body(request: web.Request, limit: int, timeout: float) -> ob
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise _bad(f"failed to parse the request JSON buffer: {exc}") from None
+    except RecursionError:
+        raise _bad("failed to parse the request JSON buffer: nested too deeply") from None
 
 
 def _closing(message: str) -> Refused:
@@ -167,45 +214,89 @@ def _too_large(size: int, limit: int) -> Refused:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a model's folder is registered: the repository and the subfolder served."""
+    """Where a model's folder is registered: the repository and the subfolder served.
+
+    :ivar repository: the folder Triton registers (a model's own folder's parent, or the
+        url): Triton's ``modelUrl``.
+    :ivar subfolder: the model folder served.
+    :ivar own: whether the url is the model's own folder (``config.pbtxt`` in it).
+    :ivar folders: the model folders the repository holds (in the folder form).
+    """
 
     repository: str
     subfolder: str
+    own: bool = False
+    folders: tuple[str, ...] = ()
+
+
+def _is_ensemble(data: bytes) -> bool:
+    """Whether ``data`` holds ``platform:`` then white space then ``"ensemble"`` (Triton's
+    pattern), in one linear scan."""
+    at = data.find(_PLATFORM)
+    while at >= 0:
+        end = _SPACE.match(data, at + len(_PLATFORM)).end()  # type: ignore[union-attr]
+        if data.startswith(b'"ensemble"', end):
+            return True
+        at = data.find(_PLATFORM, end)
+    return False
+
+
+def _read_config(path: str, limit: int) -> bytes | None:
+    """Up to ``limit`` bytes of the regular file ``path`` (None when it is not one, or
+    cannot be read); a FIFO or a device is never opened for reading."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as config:
+            return config.read(limit)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def place(url: str, root: str) -> Placement:
     """Find the model in the folder ``url`` (absolute and normalized), as Triton does: a
     ``config.pbtxt`` in ``url`` makes ``url`` the model's own folder (the repository is its
     parent); else the model folders in it form the repository and the ensemble among them is
-    the one served (else the only one; of several, the first by name). Blocking: run it in a
-    worker thread.
+    the one served (else the only one; of several, the first by name). At most
+    :data:`MAX_CONFIG_BYTES` of each ``config.pbtxt`` and :data:`MAX_PLACE_BYTES` in all are
+    read. Blocking: run it in a worker thread.
 
-    :raises Refused: 400 when ``url`` is not a folder, has no model folder or too many
-        entries.
+    :raises Refused: 400 when ``url`` is not a folder, has no model folder, too many
+        entries, or more configuration bytes than the budget.
     """
     if not os.path.isdir(url):
         raise _bad(f"failed to register '{url}', repository not found")
     if os.path.isfile(os.path.join(url, "config.pbtxt")):
         parent, own = os.path.split(url)
-        return Placement(parent, own)
+        return Placement(parent, own, own=True, folders=(own,))
     folders: list[str] = []
     ensembles: list[str] = []
+    budget = MAX_PLACE_BYTES
     with os.scandir(url) as entries:
         for count, entry in enumerate(entries, 1):
             if count > MAX_FOLDER_ENTRIES:
                 raise _bad(f"'{url}' holds more than {MAX_FOLDER_ENTRIES} entries")
-            if not entry.is_dir(follow_symlinks=False):
+            if not entry.is_dir(follow_symlinks=False) or entry.name.startswith("."):
                 continue
             folders.append(entry.name)
-            config_path = os.path.join(entry.path, "config.pbtxt")
-            if not os.path.isfile(config_path):  # (a pipe or a device would block the read)
+            data = _read_config(os.path.join(entry.path, "config.pbtxt"), MAX_CONFIG_BYTES + 1)
+            if data is None:
                 continue
-            try:
-                with open(config_path, "rb") as config:
-                    text = config.read(MAX_CONFIG_BYTES).decode("utf-8", "replace")
-            except OSError:
-                continue
-            if _ENSEMBLE.search(text):
+            if len(data) > MAX_CONFIG_BYTES:
+                raise _bad(f"'{entry.path}/config.pbtxt' is larger than {MAX_CONFIG_BYTES} bytes")
+            budget -= len(data)
+            if budget < 0:
+                raise _bad(
+                    f"the model configurations in '{url}' are larger than {MAX_PLACE_BYTES} "
+                    "bytes in all"
+                )
+            if _is_ensemble(data):
                 log.info("SageMaker front-end detected an Ensemble config at path: %s", entry.path)
                 ensembles.append(entry.name)
     chosen = sorted(ensembles or folders)
@@ -213,7 +304,47 @@ def place(url: str, root: str) -> Placement:
         raise _bad(f"no model found in '{url}'")
     if len(chosen) > 1:
         log.warning("several model folders in '%s': serving '%s'", url, chosen[0])
-    return Placement(url, chosen[0])
+    return Placement(url, chosen[0], folders=tuple(sorted(folders)))
+
+
+def check_tree(folder: str, shown: str) -> None:
+    """Refuse a model folder (resolved: no links in its path) the load must not read:
+    anything in it (at most :data:`MAX_TREE_ENTRIES` entries, at any depth) that is not a
+    regular file, a folder or a link, or a link that leads outside ``folder`` or to
+    anything but a regular file or a folder. ``shown``: the folder as the client named it.
+    Blocking: run it in a worker thread.
+
+    :raises Refused: 400.
+    """
+    count = 0
+    pending = [folder]
+    while pending:
+        current = pending.pop()
+        try:
+            entries = list(os.scandir(current))
+        except OSError as exc:
+            raise _bad(f"failed to read '{shown}': {exc.strerror or exc}") from None
+        for entry in entries:
+            count += 1
+            if count > MAX_TREE_ENTRIES:
+                raise _bad(f"'{shown}' holds more than {MAX_TREE_ENTRIES} files and folders")
+            where = os.path.join(shown, os.path.relpath(entry.path, folder))
+            mode = entry.stat(follow_symlinks=False).st_mode
+            if stat.S_ISDIR(mode):
+                pending.append(entry.path)
+                continue
+            if stat.S_ISLNK(mode):
+                target = os.path.realpath(entry.path)
+                if os.path.commonpath((target, folder)) != folder:
+                    raise _bad(f"'{where}' is a symbolic link that leads outside of '{shown}'")
+                try:
+                    mode = os.stat(target).st_mode
+                except OSError:
+                    continue  # (a dangling link: reading it fails as a missing file)
+                if stat.S_ISDIR(mode):
+                    continue  # (inside the folder: walked there)
+            if not stat.S_ISREG(mode):
+                raise _bad(f"'{where}' is not a regular file or a folder")
 
 
 def check_url(value: object, root: str) -> str:
@@ -226,6 +357,8 @@ def check_url(value: object, root: str) -> str:
         raise _bad('"url" must be a non-empty string')
     if len(value) > MAX_URL_LENGTH or "\0" in value:
         raise _bad(f'Invalid "url": longer than {MAX_URL_LENGTH} bytes or holding a NUL')
+    if not value.isprintable():
+        raise _bad('Invalid "url": it holds unprintable characters')
     path = os.path.abspath(value)  # (normalized: no '.', '..' or repeated '/')
     real = os.path.realpath(path)
     for candidate in (path, real):
@@ -247,21 +380,72 @@ def check_url(value: object, root: str) -> str:
     return path
 
 
+def resolve_url(path: str, root: str) -> str:
+    """The folder ``path`` (a :func:`check_url` result) resolves to, which must be inside
+    ``<root>/<hash>`` (``root`` resolved, ``<hash>`` the path's own, not a link). Blocking
+    (it reads the file system).
+
+    :raises Refused: 400 when a link leads elsewhere.
+    """
+    real_root = os.path.realpath(root)
+    relative = os.path.relpath(path, os.path.abspath(root))
+    base = os.path.join(real_root, relative.split(os.sep, 1)[0])
+    real = os.path.realpath(path)
+    if os.path.commonpath((real, base)) != base or real == base:
+        raise _bad(
+            f"Invalid \"url\" '{path}': it resolves to '{real}', outside of "
+            f"{root.rstrip('/')}/<hash>/model"
+        )
+    return real
+
+
+def inspect(path: str, root: str) -> tuple[str, Placement]:
+    """The resolved folder of a load's url and its :class:`Placement`, once the folder is
+    checked (:func:`resolve_url`, :func:`check_tree`, :func:`place`). Blocking.
+
+    :raises Refused: 400.
+    """
+    real = resolve_url(path, root)
+    if os.path.isdir(real):
+        check_tree(real, path)
+    placement = place(real, root)
+    shown = os.path.dirname(path) if placement.own else path
+    return real, Placement(shown, placement.subfolder, placement.own, placement.folders)
+
+
 class MultiModelEndpoint:
     """The models loaded through ``POST /models`` and the handlers of the MME routes.
 
     :param server: the server's handle.
     :param root: the folder SageMaker's model folders are in (``/opt/ml/models``).
     :param body_timeout: seconds a load's body may stall (``--http-body-timeout-secs``).
+    :param max_models: most models loaded or loading at once (507 past it).
+    :param max_names: most model names made over the endpoint's life (507 past it).
     """
 
-    def __init__(self, server: tritonx.ServerHandle, root: str, body_timeout: float) -> None:
+    def __init__(
+        self,
+        server: tritonx.ServerHandle,
+        root: str,
+        body_timeout: float,
+        max_models: int = DEFAULT_MAX_MODELS,
+        max_names: int = DEFAULT_MAX_MODEL_NAMES,
+    ) -> None:
         self.server = server
         self.root = root
         self.body_timeout = body_timeout
+        self.max_models = max_models
+        self.max_names = max_names
         self.models: dict[str, LoadedModel] = {}
         #: names being loaded or unloaded (a second load of one is 409, an unload 404)
         self.busy: set[str] = set()
+        #: model names of the loaded models and of the loads under way
+        self.in_use: set[str] = set()
+        #: every model name the endpoint brought into the server (the server keeps them)
+        self.made: set[str] = set()
+        self.loading = 0
+        self._placing = asyncio.Lock()
+        self._private_root = ""
 
     def list_models(self) -> web.Response:
         """``GET /models``: the loaded models that are ready."""
@@ -298,29 +482,86 @@ class MultiModelEndpoint:
         log.info("Loading SageMaker TargetModel: %s", served)
         if name in self.models or name in self.busy:
             return error_response(f"model '{name}' is already loaded", 409)
+        if len(self.models) + self.loading >= self.max_models:
+            return error_response(
+                f"no room for model '{name}': the multi-model endpoint holds its most models "
+                f"(max_models={self.max_models})",
+                507,
+            )
         self.busy.add(name)
+        self.loading += 1
         try:
             return await self._load(name, url, served)
         finally:
+            self.loading -= 1
             self.busy.discard(name)
+
+    def _claim(
+        self, served: str, placement: Placement
+    ) -> tuple[frozenset[str], web.Response | None]:
+        """The names a load brings, claimed for it; or an answer refusing it: 409 when one is
+        served already (by the server's repositories or another load), 507 when the endpoint
+        has made its most names."""
+        names = {served} | {f for f in placement.folders if f != placement.subfolder}
+        for other in sorted(names & self.in_use):
+            return frozenset(), error_response(
+                f"model '{other}' is already served by another load of the multi-model endpoint",
+                409,
+            )
+        known = {row.name for row in self.server.repository_index()}
+        for other in sorted((names & known) - self.made):
+            return frozenset(), error_response(
+                f"model '{other}' is already served by this server: a load may not replace it",
+                409,
+            )
+        new = names - self.made
+        if len(self.made) + len(new) > self.max_names:
+            return frozenset(), error_response(
+                f"no room for model '{served}': the multi-model endpoint made its most model "
+                f"names (max_model_names={self.max_names})",
+                507,
+            )
+        self.made |= new
+        self.in_use |= names
+        return frozenset(names), None
+
+    def _private_folder(self, real: str, subfolder: str) -> str:
+        """A new private folder holding only a link ``subfolder`` to ``real``."""
+        if not self._private_root:
+            self._private_root = tempfile.mkdtemp(prefix="tritonx-sagemaker-mme-")
+        private = tempfile.mkdtemp(dir=self._private_root)
+        os.symlink(real, os.path.join(private, subfolder))
+        return private
 
     async def _load(self, name: str, url: str, served: str) -> web.Response:
         try:
-            placement = await asyncio.to_thread(place, url, self.root)
+            async with self._placing:
+                real, placement = await asyncio.to_thread(inspect, url, self.root)
         except Refused as refused:
             return refused.response
         except OSError as exc:
             return error_response(f"failed to read '{url}': {exc.strerror or exc}", 400)
+        names, refusal = self._claim(served, placement)
+        if refusal is not None:
+            return refusal
+        model = LoadedModel(name, placement.repository, served, real, names)
+        registered = False
         try:
-            await self.server.register_model_repository(
-                placement.repository, {placement.subfolder: served}
-            )
-        except TritonXError as exc:
-            return error_response(exc.message, 409 if exc.code is Code.ALREADY_EXISTS else 400)
-        try:
+            if placement.own:
+                private = await asyncio.to_thread(self._private_folder, real, placement.subfolder)
+                model = LoadedModel(name, placement.repository, served, private, names, private)
+            try:
+                await self.server.register_model_repository(
+                    model.repository, {placement.subfolder: served}
+                )
+            except TritonXError as exc:
+                status = 409 if exc.code is Code.ALREADY_EXISTS else 400
+                await self._forget(model, registered=False)
+                return error_response(exc.message, status)
+            registered = True
             await self.server.load_model(served)
         except TritonXError as exc:
-            await self._unregister(placement.repository)
+            await self._forget(model, registered=registered)
             if exc.code is Code.ALREADY_EXISTS:
                 return error_response(exc.message, 409)
             if is_out_of_memory(exc):
@@ -328,10 +569,28 @@ class MultiModelEndpoint:
                 return error_response(exc.message, 507)
             return error_response(exc.message, 400)
         except BaseException:
-            await self._unregister(placement.repository)
+            await self._forget(model, registered=registered)
             raise
-        self.models[name] = LoadedModel(name, placement.repository, served)
+        self.models[name] = model
         return empty_response(200)
+
+    async def _forget(self, model: LoadedModel, registered: bool) -> None:
+        """Undo a load: unload every model its registration brought that is loaded,
+        unregister its repository (``registered``), remove its private folder, release its
+        names (the server keeps them in its index: they stay the endpoint's to reuse)."""
+        try:
+            if registered:
+                for other in sorted(model.names):
+                    if self.server.model_ready(other):
+                        try:
+                            await self.server.unload_model(other, unload_dependents=True)
+                        except TritonXError as exc:
+                            log.warning("could not unload model '%s': %s", other, exc)
+                await self._unregister(model.repository)
+        finally:
+            if model.private:
+                shutil.rmtree(model.private, ignore_errors=True)
+            self.in_use -= model.names
 
     async def _unregister(self, repository: str) -> None:
         try:
@@ -340,8 +599,8 @@ class MultiModelEndpoint:
             log.warning("could not unregister model repository '%s': %s", repository, exc)
 
     async def unload(self, name: str) -> web.Response:
-        """``DELETE /models/<name>``: unload the model with its dependents, unregister its
-        repository."""
+        """``DELETE /models/<name>``: unload the model with its dependents (and any other
+        model its registration brought), unregister its repository."""
         model = self.models.get(name)
         if model is None or name in self.busy:
             return empty_response(404)
@@ -353,13 +612,16 @@ class MultiModelEndpoint:
             except TritonXError as exc:
                 return error_response(exc.message, 400)
             del self.models[name]
-            try:
-                await self.server.unregister_model_repository(model.url)
-            except TritonXError as exc:
-                return error_response(exc.message, 400)
+            await self._forget(model, registered=True)
             return empty_response(200)
         finally:
             self.busy.discard(name)
+
+    def close(self) -> None:
+        """Remove the private folders (the server is stopping)."""
+        if self._private_root:
+            shutil.rmtree(self._private_root, ignore_errors=True)
+            self._private_root = ""
 
 
 def _json(document: object) -> web.Response:
@@ -380,8 +642,11 @@ __all__ = [
     "Placement",
     "Refused",
     "check_name",
+    "check_tree",
     "check_url",
+    "inspect",
     "invoke_path",
     "place",
     "read_json_body",
+    "resolve_url",
 ]
