@@ -21,6 +21,7 @@ category is checked before it is served.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -113,10 +114,13 @@ def choose_default_model(configured: str, ready: list[str]) -> str:
 
 
 def error_json(message: str, status: int) -> web.Response:
-    """Triton's error body: ``{"error": "<message>"}``."""
-    return web.Response(
-        body=orjson.dumps({"error": message}), status=status, content_type="application/json"
-    )
+    """Triton's error body: ``{"error": "<message>"}``. A message quoting undecodable bytes
+    of the request (lone surrogates) shows them escaped (``\\udcff``)."""
+    try:
+        body = orjson.dumps({"error": message})
+    except TypeError:  # (orjson refuses lone surrogates; json escapes them)
+        body = json.dumps({"error": message}, separators=(",", ":")).encode()
+    return web.Response(body=body, status=status, content_type="application/json")
 
 
 class VertexAIFrontend(tritonx.AiohttpFrontend):
