@@ -151,14 +151,9 @@ def _start(
     proc = subprocess.Popen(
         args, env={**env, **(extra_env or {})}, stderr=subprocess.PIPE, text=True
     )
-    # listening() checks its deadline between lines: a server that hangs before logging
-    # "Started" is killed at the deadline (its log then ends, and the failure carries it)
-    killer = threading.Timer(STARTUP_DEADLINE, proc.kill)
-    killer.start()
-    try:
-        addresses, lines = listening(proc, timeout=STARTUP_DEADLINE)
-    finally:
-        killer.cancel()
+    # a server that hangs before logging "Started" is killed at the deadline, and the
+    # failure carries its log
+    addresses, lines = listening(proc, timeout=STARTUP_DEADLINE)
     port = {name: int(address.rpartition(":")[2]) for name, address in addresses.items()}
     server = Tritonx(proc, port["HTTPService"], port["GRPCInferenceService"])
     server.log = lines

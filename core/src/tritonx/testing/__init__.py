@@ -35,7 +35,7 @@ import re
 import socket
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -111,26 +111,41 @@ _STARTED = re.compile(r"Started (HTTPService|GRPCInferenceService) at (\S+):(\d+
 def listening(
     proc: subprocess.Popen[str],
     services: Sequence[str] = ("HTTPService", "GRPCInferenceService"),
-    timeout: float = 60.0,
+    timeout: float = 180.0,
 ) -> tuple[dict[str, str], list[str]]:
     """Read ``proc``'s stderr (text) until each of ``services`` logged ``Started <service> at
-    <host>:<port>``; returns ``{service: "host:port"}`` and the lines read. Past ``timeout``,
-    or if the process ends first, it is killed and AssertionError carries its log."""
+    <host>:<port>``; returns ``{service: "host:port"}`` and the lines read. Past ``timeout``
+    (a deadline for a hang, generous for a loaded machine; it holds while no line comes), or
+    if the process ends first, it is killed and AssertionError carries its log."""
     assert proc.stderr is not None
     found: dict[str, str] = {}
     lines: list[str] = []
-    deadline = time.monotonic() + timeout
-    while not all(s in found for s in services) and time.monotonic() < deadline:
-        line = proc.stderr.readline()
-        if not line:
-            break
-        lines.append(line)
-        match = _STARTED.search(line)
-        if match:
-            found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
-    if not all(s in found for s in services):
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        proc.kill()  # ends a readline() waiting for a line that never comes
+
+    # the deadline holds while readline() waits too: a server that hangs, or logs no more
+    # lines without the ones awaited, is killed then, and its log ends
+    killer = threading.Timer(timeout, expire)
+    killer.daemon = True
+    killer.start()
+    try:
+        while not all(s in found for s in services):
+            line = proc.stderr.readline()
+            if not line:
+                break
+            lines.append(line)
+            match = _STARTED.search(line)
+            if match:
+                found[match.group(1)] = f"{match.group(2)}:{match.group(3)}"
+    finally:
+        killer.cancel()
+    if expired.is_set() or not all(s in found for s in services):
         proc.kill()
-        raise AssertionError("tritonx serve did not start:\n" + "".join(lines)[-4000:])
+        why = f"did not start within {timeout:g} s" if expired.is_set() else "did not start"
+        raise AssertionError(f"tritonx serve {why}:\n" + "".join(lines)[-4000:])
     return found, lines
 
 
