@@ -412,3 +412,25 @@ def test_a_refused_compressed_body_is_not_read(vertex: Any) -> None:
     assert answer.startswith(b"HTTP/1.1 400 ")
     assert b"Connection: close" in answer
     assert_serving(vertex)
+
+
+# ----------------------------------------------------------------------------- undecodable bytes
+
+
+def test_undecodable_header_bytes_are_400(vertex: Any) -> None:
+    """A binary content type whose size is not UTF-8 (``\\xff``): Triton's 400, the byte
+    shown escaped in the message (never a 500)."""
+    body = echo_body()[0]
+    with socket.create_connection(urlsplit(vertex.base).netloc.split(":"), timeout=30) as sock:
+        head = (
+            f"POST {PREDICT} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            f"Content-Length: {len(body)}\r\nContent-Type: "
+        ).encode()
+        sock.sendall(head + BINARY.encode() + b"\xff\r\n\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, payload = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 400 ")
+    assert json.loads(payload) == {"error": "Unable to parse inference header size, got: \udcff"}
+    assert_serving(vertex)
