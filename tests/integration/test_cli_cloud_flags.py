@@ -7,7 +7,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
 import signal
+import socket
 import subprocess
 import sys
 import urllib.request
@@ -167,19 +169,51 @@ def test_a_contract_whose_plugin_is_not_installed_is_refused(
 # ---------------------------------------------------------------------------------- helpers
 
 
+def _answered(sock: socket.socket, path: str) -> socket.socket:
+    """``sock`` once a ``GET path`` on it is answered (the server has accepted it); kept
+    open. A server out of descriptors never answers: the socket's timeout fails the test."""
+    sock.settimeout(30)
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, "closed before the answer"
+        data += chunk
+    head, body = data.split(b"\r\n\r\n", 1)
+    match = re.search(rb"(?i)content-length: *(\d+)", head)
+    length = int(match.group(1)) if match else 0
+    while len(body) < length:
+        chunk = sock.recv(4096)
+        assert chunk, "closed before the whole answer"
+        body += chunk
+    return sock
+
+
 class _serving:
     """A ``tritonx serve`` subprocess until each frontend of ``expect`` has logged its URL
     (frontends start last): (the log so far, {title: url}); SIGTERM at exit."""
 
     def __init__(
-        self, repo: Path | None, env: dict[str, str], args: Sequence[str], expect: set[str]
+        self,
+        repo: Path | None,
+        env: dict[str, str],
+        args: Sequence[str],
+        expect: set[str],
+        *,
+        nofile: int | None = None,
     ) -> None:
         where = () if repo is None else ("--model-repository", str(repo))
+
+        def limit() -> None:  # (in the child) an open-file limit of ``nofile``
+            if nofile is not None:
+                resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         self.proc = subprocess.Popen(
             tritonx(*where, *args),
             env=env,
             stderr=subprocess.PIPE,
             text=True,
+            preexec_fn=limit,
         )
         self.expect = expect
         self.lines: list[str] = []
@@ -223,3 +257,41 @@ def test_tritonx_plugins_lists_both_frontends(env: dict[str, str]) -> None:
         for name in plugin.get("registered", {}).get("frontends", [])
     }
     assert {"sagemaker", "vertex_ai"} <= frontends
+
+
+def test_idle_connections_on_the_frontends_leave_descriptors_for_the_http_port(
+    model_repository: ModelRepositoryBuilder, env: dict[str, str]
+) -> None:
+    """The HTTP listeners (the HTTP port, SageMaker, Vertex AI) share the process's
+    descriptors: a client holding idle connections on both frontend ports (more than either's
+    share) cannot starve the HTTP port, whose health answers at once."""
+    model_repository.add_identity("m")
+    environ = {"AIP_HEALTH_ROUTE": "/health", "AIP_PREDICT_ROUTE": "/predict", "AIP_HTTP_PORT": "0"}
+    args = (
+        "--allow-sagemaker=true",
+        "--sagemaker-port",
+        "0",
+        "--allow-vertex-ai=true",
+        "--allow-grpc=false",
+        "--allow-metrics=false",
+        "--http-port",
+        "0",
+    )
+    expect = {"Sagemaker HTTPService", "Vertex AI frontend"}
+    serving = _serving(model_repository.root, {**env, **environ}, args, expect, nofile=128)
+    with serving as (log, urls):
+        http = re.search(r"Started HTTPService at (\S+):(\d+)", log())
+        assert http is not None
+        held: list[socket.socket] = []
+        try:
+            for title, url in urls.items():
+                port = int(url.rsplit(":", 1)[1])
+                path = "/ping" if title.startswith("Sagemaker") else "/health"
+                for _ in range(60):  # each answered once (accepted), then held idle
+                    held.append(_answered(socket.create_connection(("127.0.0.1", port)), path))
+            health = f"http://127.0.0.1:{http.group(2)}/v2/health/ready"
+            with urllib.request.urlopen(health, timeout=30) as answer:
+                assert answer.status == 200
+        finally:
+            for sock in held:
+                sock.close()

@@ -152,6 +152,7 @@ class Server(InProcessAPI):
 
         dataplane.frontend_http = frontend_http = ServerFrontendHTTP(dataplane, self.settings)
         self._frontends = build_frontends(registries, self.settings, dataplane.handle)
+        frontend_http.listeners = self._http_listeners()
         try:  # before the models load: a taken port is told at once, not after every load
             check_ports_free(self._listeners())
         except BaseException:
@@ -237,6 +238,13 @@ class Server(InProcessAPI):
     async def serve_forever(self) -> None:
         """Block until cancelled (the CLI cancels on SIGINT/SIGTERM)."""
         await asyncio.Event().wait()
+
+    def _http_listeners(self) -> int:
+        """How many HTTP listeners the start opens (the HTTP and metrics ports, each
+        frontend): they share the descriptors left for connections
+        (:meth:`HTTPLimits.from_settings`)."""
+        s = self.settings
+        return int(s.allow_http) + int(s.allow_metrics) + len(self._frontends)
 
     def _listeners(self) -> list[tuple[str, int, bool, str]]:
         """(address, port, SO_REUSEPORT, error if taken) of each listener the start opens:
@@ -333,7 +341,7 @@ class Server(InProcessAPI):
         ``/infer`` requests itself (the inference app only: never the metrics listener)."""
         from tritonx._transports.http.listener import HTTPLimits, LimitedSite
 
-        limits = HTTPLimits.from_settings(self.settings)
+        limits = HTTPLimits.from_settings(self.settings, self._http_listeners())
         handler_kwargs: dict[str, Any] = {
             "access_log": None,
             "keepalive_timeout": limits.handler_keepalive,

@@ -26,11 +26,13 @@ from tritonx.frontend import KServeHTTP
 class ServerFrontendHTTP:
     """:class:`tritonx.frontend.FrontendHTTP` over the server's data plane and settings."""
 
-    __slots__ = ("_dataplane", "_kserve", "_metrics", "_settings")
+    __slots__ = ("_dataplane", "_kserve", "_metrics", "_settings", "listeners")
 
-    def __init__(self, dataplane: DataPlane, settings: ServerSettings) -> None:
+    def __init__(self, dataplane: DataPlane, settings: ServerSettings, listeners: int = 1) -> None:
         self._dataplane = dataplane
         self._settings = settings
+        #: the server's HTTP listeners (its own and the frontends'), which share descriptors
+        self.listeners = listeners
         self._kserve: KServeHTTP | None = None
         self._metrics: tuple[TritonMetrics, CollectorRegistry] | None = None
 
@@ -67,7 +69,7 @@ class ServerFrontendHTTP:
         self, app: web.Application, sock: socket.socket, ssl_context: ssl.SSLContext | None
     ) -> web.AppRunner:
         """Serve ``app`` on ``sock`` behind the HTTP port's limits (:class:`LimitedSite`)."""
-        limits = HTTPLimits.from_settings(self._settings)
+        limits = HTTPLimits.from_settings(self._settings, self.listeners)
         handler_kwargs: dict[str, Any] = {
             "access_log": None,
             "keepalive_timeout": limits.handler_keepalive,

@@ -6,7 +6,8 @@ descriptor forever, and at the open-file limit new clients are reset. Here (trit
 ``ServerSettings.http_*``):
 
 * **Connection cap** (``http_max_connections``; 0: derived from the open-file limit, see
-  :func:`default_max_connections`). Connections are accepted by :class:`LimitedSite`'s own
+  :func:`default_max_connections`, and shared equally by the server's HTTP listeners: its
+  HTTP and metrics ports and each frontend plugin's). Connections are accepted by :class:`LimitedSite`'s own
   loop: at the cap it stops accepting, so new clients wait in the listen backlog (not reset)
   until a connection closes. To make room it closes, oldest first, a connection that has
   been idle (opened or kept alive with no byte of a request) or still sending a request's
@@ -94,14 +95,18 @@ class HTTPLimits:
         return self.keepalive_timeout if self.keepalive_timeout > 0 else 1e9
 
     @classmethod
-    def from_settings(cls, settings: ServerSettings) -> HTTPLimits:
+    def from_settings(cls, settings: ServerSettings, listeners: int = 1) -> HTTPLimits:
+        """The limits of one of ``listeners`` HTTP listeners of a server: without
+        ``http_max_connections`` they share the descriptors :func:`default_max_connections`
+        leaves equally, so that clients holding connections on some listeners cannot take
+        the descriptors the others need."""
         return cls(
             header_timeout=settings.http_header_timeout_secs,
             body_timeout=settings.http_body_timeout_secs,
             keepalive_timeout=settings.http_keepalive_timeout_secs,
             max_connections=settings.http_max_connections
             if settings.http_max_connections > 0
-            else default_max_connections(),
+            else max(16, default_max_connections() // max(1, listeners)),
             raw_header_values=bool(settings.http_header_forward_pattern),
         )
 
