@@ -210,6 +210,8 @@ def test_listener_limits_from_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     limits = HTTPLimits.from_settings(ServerSettings())
     assert (limits.header_timeout, limits.body_timeout, limits.keepalive_timeout) == (60, 60, 620)
     assert limits.max_connections == 49152 and limits.handler_keepalive == 620
+    # three listeners (e.g. HTTP, metrics, a frontend) share the descriptors equally
+    assert HTTPLimits.from_settings(ServerSettings(), listeners=3).max_connections == 16384
     limits = HTTPLimits.from_settings(
         ServerSettings(http_max_connections=8, http_keepalive_timeout_secs=0)
     )

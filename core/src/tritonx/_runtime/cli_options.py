@@ -349,9 +349,10 @@ SERVE_OPTIONS: list[Decorator] = [
         "--http-max-connections",
         click.IntRange(min=0),
         0,
-        "Most open HTTP connections; beyond it new clients wait and the oldest idle or "
-        "incomplete connection (no request in progress) is closed to make room. 0: the "
-        "open-file limit less a quarter" + TRITONX_ONLY,
+        "Most open connections of each HTTP listener; beyond it new clients wait and the "
+        "oldest idle or incomplete connection (no request in progress) is closed to make "
+        "room. 0: the open-file limit less a quarter, shared equally by the HTTP, metrics "
+        "and frontend listeners" + TRITONX_ONLY,
     ),
     many(
         "--http-restricted-api",
