@@ -14,6 +14,7 @@ import signal
 import ssl
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -958,3 +959,35 @@ async def test_an_open_repository_api_off_loopback_is_logged_at_start(
     ]
     assert await warnings_of() == []  # loopback only
     assert await warnings_of(**everywhere, model_control_mode="none") == []
+
+
+def test_the_https_flags_apply_to_the_cloud_frontends(
+    repository: ModelRepositoryBuilder, pki: Pki, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SageMaker and Vertex AI listeners take the HTTP port's TLS settings (tritonx's
+    frontends all do): /invocations over HTTPS with the CA, plain HTTP refused."""
+    sagemaker = pytest.importorskip("tritonx_frontend_sagemaker")
+    settings = replace(
+        tls_settings(repository, pki, mutual=False),
+        frontend_config={"sagemaker": {"port": "0", "address": "127.0.0.1"}},
+    )
+    monkeypatch.setenv("SAGEMAKER_TRITON_DEFAULT_MODEL_NAME", "simple")
+    pm = make_plugin_manager(autoload=False, extra=[identity, sagemaker])
+    thread = ServerThread(Server(settings, plugin_manager=pm))
+    thread.start()
+    try:
+        url = thread.server.frontend_urls["sagemaker"]
+        assert url.startswith("https://")
+        context = ssl.create_default_context(cafile=pki.ca)
+        body = json.dumps(
+            {"inputs": [{"name": "INPUT0", "shape": [3], "datatype": "INT32", "data": [1, 2, 3]}]}
+        ).encode()
+        request = urllib.request.Request(
+            url + "/invocations", data=body, headers={"Content-Type": "application/json"}
+        )
+        with urllib.request.urlopen(request, context=context, timeout=30) as answer:
+            assert json.loads(answer.read())["outputs"][0]["data"] == [1, 2, 3]
+        with pytest.raises(OSError):  # plain HTTP to the TLS listener: no answer
+            urllib.request.urlopen(url.replace("https://", "http://") + "/ping", timeout=30)
+    finally:
+        thread.stop()
