@@ -281,3 +281,71 @@ def test_refused_with(flag: str, tmp_path: Path) -> None:
     with pytest.raises(SettingsError) as info:
         validate_settings(settings)
     assert "--model-namespacing" in info.value.message
+
+
+BLS_MODEL = '''
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    """Calls the model named by TARGET with INPUT0 and INPUT1 (BLS); answers its OUTPUT0."""
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            target = pb_utils.get_input_tensor_by_name(request, "TARGET").as_numpy()[0]
+            inputs = [pb_utils.get_input_tensor_by_name(request, n) for n in ("INPUT0", "INPUT1")]
+            answer = pb_utils.InferenceRequest(
+                model_name=target.decode(), requested_output_names=["OUTPUT0"], inputs=inputs
+            ).exec()
+            if answer.has_error():
+                error = pb_utils.TritonError(answer.error().message())
+                responses.append(pb_utils.InferenceResponse(error=error))
+            else:
+                output = pb_utils.get_output_tensor_by_name(answer, "OUTPUT0")
+                responses.append(pb_utils.InferenceResponse([output]))
+        return responses
+'''
+
+
+def test_bls_calls_resolve_names_as_requests_do(tmp_path: Path) -> None:
+    """A Python model's BLS call names a model without a namespace, as a client's request
+    does (Triton's request API has none): a name in one namespace reaches it, a name in two is
+    refused with Triton's "ambiguity" error."""
+    pytest.importorskip("tritonx_backend_python")
+    first = ModelRepositoryBuilder(tmp_path / "addsub_repo")
+    second = ModelRepositoryBuilder(tmp_path / "subadd_repo")
+    composing(first, "composing_model", crossed=False)
+    composing(second, "composing_model", crossed=True)
+    composing(second, "unique_subadd", crossed=True)
+    first.add(
+        "bls_caller",
+        backend="python",
+        inputs=[*TENSORS, ("TARGET", "BYTES", [1])],
+        outputs=[("OUTPUT0", "INT32", [16])],
+        versions={1: {"model.py": BLS_MODEL}},
+    )
+    settings = loopback_settings(
+        [str(first.root), str(second.root)], model_namespacing=True, allow_grpc=False
+    )
+    pm = make_plugin_manager(autoload=True, only=("backend_python",), extra=[identity])
+    thread = ServerThread(Server(settings, plugin_manager=pm))
+    server = thread.start()
+    try:
+        with httpclient.InferenceServerClient(f"127.0.0.1:{server.http_port}") as client:
+
+            def call(target: str) -> np.ndarray:
+                tensors = [httpclient.InferInput(n, s, d) for n, d, s in TENSORS]
+                tensors[0].set_data_from_numpy(INPUT0)
+                tensors[1].set_data_from_numpy(INPUT1)
+                name = httpclient.InferInput("TARGET", [1], "BYTES")
+                name.set_data_from_numpy(np.array([target.encode()], dtype=object))
+                return client.infer("bls_caller", [*tensors, name]).as_numpy("OUTPUT0")
+
+            np.testing.assert_array_equal(call("unique_subadd"), INPUT1)
+            with pytest.raises(InferenceServerException) as info:
+                call("composing_model")
+            assert "model namespace must be provided to resolve ambiguity" in info.value.message()
+    finally:
+        thread.stop()
