@@ -6,6 +6,7 @@ bounds on what a client sends, and ``--http-restricted-api``."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 from collections.abc import Iterator
@@ -83,15 +84,17 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def server(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """A multi-model endpoint as tritonx-sagemaker-serve starts one: an empty repository,
-    explicit model control, ``/ping`` liveness."""
-    empty = tmp_path_factory.mktemp("sagemaker")
+    """A multi-model endpoint as tritonx-sagemaker-serve starts one (explicit model control,
+    ``/ping`` liveness), whose repository holds the operator's model ``victim``, loaded."""
+    operator = tmp_path_factory.mktemp("sagemaker")
+    add_identity(operator, "victim")
     with serve(
-        empty,
+        operator,
         {"models_root": str(root)},
         env={"SAGEMAKER_TRITON_PING_MODE": "live"},
         plugins=("backend_python",),
         model_control_mode="explicit",
+        load_model=("victim",),
     ) as srv:
         yield srv
 
@@ -204,6 +207,8 @@ def test_an_out_of_memory_inference_is_507(url: str, root: Path) -> None:
         ({"model_name": "a/b", "url": "{root}/hash1/model"}, "invalid model_name 'a/b'"),
         ({"model_name": "..", "url": "{root}/hash1/model"}, "invalid model_name '..'"),
         ({"model_name": "a\nb", "url": "{root}/hash1/model"}, "control characters"),
+        ({"model_name": "\udcff", "url": "{root}/hash1/model"}, "unprintable characters"),
+        (b"[" * 60000, "failed to parse the request JSON buffer: nested too deeply"),
         ({"model_name": "x" * 1025, "url": "{root}/hash1/model"}, "longer than 1024"),
         ({"model_name": "m"}, '"url" must be a non-empty string'),
         ({"model_name": "m", "url": "/etc"}, "expected a path of the form {root}/<hash>/model"),
@@ -388,3 +393,209 @@ def test_chunked_load_bodies(url: str) -> None:
         b"HTTP chunks." in answer
     )
     assert requests.get(f"{url}/ping").status_code == 200
+
+
+# ------------------------------------------------------------------ hostile loads: names
+
+
+def test_a_load_may_not_take_the_name_of_a_served_model(
+    url: str, root: Path, server: Server
+) -> None:
+    """X-Amzn-SageMaker-Target-Model naming the operator's model, or another load's, is 409:
+    nothing is registered, the model serves on, DELETE and invoke reach only what the
+    endpoint loaded."""
+    folder = str(root / "hash1" / "model")
+    answer = load(url, "x", folder, **{TARGET: "victim"})
+    assert answer.status_code == 409
+    assert "model 'victim' is already served by this server" in answer.json()["error"]
+    assert requests.delete(f"{url}/models/x").status_code == 404
+    assert requests.post(f"{url}/models/x/invoke", json=infer_body()).status_code == 404
+    assert server.model_ready("victim")
+
+    assert load(url, "first", folder).status_code == 200
+    answer = load(url, "second", folder, **{TARGET: "first"})
+    assert answer.status_code == 409
+    assert "model 'first' is already served by another load" in answer.json()["error"]
+    answer = requests.post(f"{url}/models/first/invoke", json=infer_body())
+    assert (answer.status_code, answer.json()["model_name"]) == (200, "first")
+    assert requests.delete(f"{url}/models/first").status_code == 200
+    # the endpoint's own name, once free, is the endpoint's to use again
+    assert load(url, "second", folder, **{TARGET: "first"}).status_code == 200
+    assert requests.delete(f"{url}/models/second").status_code == 200
+    assert server.model_ready("victim")
+
+
+def test_a_folder_whose_other_model_has_a_served_name(url: str, root: Path, server: Server) -> None:
+    """A folder-form load brings its other model folders as names too: one named as the
+    operator's model is 409."""
+    add_identity(root / "clash" / "model", "a")
+    add_identity(root / "clash" / "model", "victim")
+    answer = load(url, "clash", str(root / "clash" / "model"))
+    assert answer.status_code == 409
+    assert "model 'victim' is already served by this server" in answer.json()["error"]
+    assert server.model_ready("victim")
+
+
+def test_a_subfolder_load_serves_only_its_model(url: str, root: Path, server: Server) -> None:
+    """``<root>/<hash>/model/<sub>`` with a config.pbtxt: only that model is served (its
+    sibling folders are not model names); modelUrl is Triton's."""
+    add_identity(root / "sib" / "model", "a")
+    add_identity(root / "sib" / "model", "extra")
+    assert load(url, "s", str(root / "sib" / "model" / "a")).status_code == 200
+    try:
+        names = {row.name for row in server.repository_index()}
+        assert "s" in names and not names & {"a", "extra"}
+        assert requests.get(f"{url}/models/s").json()["modelUrl"] == str(root / "sib" / "model")
+        assert requests.post(f"{url}/models/s/invoke", json=infer_body()).status_code == 200
+    finally:
+        assert requests.delete(f"{url}/models/s").status_code == 200
+
+
+def test_a_failed_load_leaves_nothing_behind(url: str, root: Path, server: Server) -> None:
+    """A model that fails to load: its repository is unregistered (the same folder loads
+    again, 400 not 409), no name stays claimed."""
+    ModelRepositoryBuilder(root / "bad" / "model").add(
+        "x", backend="not_installed", inputs=[("IN", "INT32", [1])], outputs=[("OUT", "INT32", [1])]
+    )
+    for name in ("f1", "f1", "f2"):
+        answer = load(url, name, str(root / "bad" / "model"))
+        assert answer.status_code == 400, answer.text
+    assert requests.get(f"{url}/models").json() == {"models": []}
+    assert "x" not in {row.name for row in server.repository_index()}
+    assert load(url, "f3", str(root / "hash1" / "model"), **{TARGET: "f1"}).status_code == 200
+    assert requests.delete(f"{url}/models/f3").status_code == 200
+
+
+def test_undecodable_target_model_bytes(url: str, root: Path) -> None:
+    """X-Amzn-SageMaker-Target-Model: \\xff is 400 (never a 500)."""
+    body = json.dumps({"model_name": "u", "url": str(root / "hash1" / "model")}).encode()
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(
+            b"POST /models HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+            b"X-Amzn-SageMaker-Target-Model: \xff\r\n"
+            + f"Content-Length: {len(body)}\r\n\r\n".encode()
+            + body
+        )
+        answer = b""
+        while chunk := sock.recv(4096):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert b"unprintable characters" in answer
+    assert requests.get(f"{url}/models").json() == {"models": []}
+
+
+# ------------------------------------------------------------------ hostile loads: folders
+
+
+def test_a_url_that_links_outside_of_its_hash(url: str, root: Path, tmp_path: Path) -> None:
+    """A url resolving outside ``<root>/<hash>`` (another repository, ``/``, another
+    load's folder) is 400."""
+    add_identity(tmp_path / "outside", "stolen")
+    (root / "esc1").mkdir()
+    os.symlink(tmp_path / "outside", root / "esc1" / "model")
+    (root / "esc2" / "model").mkdir(parents=True)
+    os.symlink("/", root / "esc2" / "model" / "sub")
+    (root / "esc3").mkdir()
+    os.symlink(root / "hash1" / "model", root / "esc3" / "model")
+    for folder in ("esc1/model", "esc2/model/sub", "esc3/model"):
+        answer = load(url, "esc", str(root / folder))
+        assert answer.status_code == 400, folder
+        assert "a symbolic link leads it outside of" in answer.json()["error"]
+        assert str(tmp_path) not in answer.text
+    assert requests.get(f"{url}/models").json() == {"models": []}
+
+
+def test_model_files_that_are_not_regular_or_lead_outside(
+    url: str, root: Path, tmp_path: Path
+) -> None:
+    """A config.pbtxt (or any file, at any depth) that is a FIFO, or a link out of the
+    url's folder (to a secret, to /dev/zero, a folder elsewhere) is 400 at once, its
+    contents never read nor quoted."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("sk_live_SECRET\n")
+    cases = {
+        "fifo": ("m/config.pbtxt", None),
+        "leak": ("m/config.pbtxt", secret),
+        "zero": ("m/config.pbtxt", Path("/dev/zero")),
+        "deep": ("m/1/model.py", secret),
+        "dir": ("m/1", tmp_path),
+    }
+    for case, (inside, target) in cases.items():
+        add_identity(root / case / "model", "m")
+        path = root / case / "model" / inside
+        if path.is_dir():
+            path.rmdir()
+        else:
+            path.unlink(missing_ok=True)
+        if target is None:
+            os.mkfifo(path)
+        else:
+            os.symlink(target, path)
+        answer = load(url, case, str(root / case / "model"))
+        assert answer.status_code == 400, case
+        message = answer.json()["error"]
+        expected = "is not a regular file" if target is None else "leads outside of"
+        assert expected in message and inside in message, case
+        assert "SECRET" not in message
+    assert requests.get(f"{url}/models").json() == {"models": []}
+
+
+def test_a_link_inside_the_folder_is_followed(url: str, root: Path) -> None:
+    own = root / "inlink" / "model"
+    add_identity(own.parent, "model")
+    (own / "config.pbtxt").rename(own / "real.pbtxt")
+    os.symlink("real.pbtxt", own / "config.pbtxt")
+    assert load(url, "inlink", str(own)).status_code == 200
+    assert requests.post(f"{url}/models/inlink/invoke", json=infer_body()).status_code == 200
+    assert requests.delete(f"{url}/models/inlink").status_code == 200
+
+
+def test_the_configurations_read_are_bounded(url: str, root: Path) -> None:
+    """Looking for the ensemble reads at most 1 MiB of each config.pbtxt and 4 MiB in all:
+    five crafted 1 MB configurations, or one of 1 MiB + 1, are 400."""
+    crafted = ("platform: " + " " * 1000 + "\n") * 1000  # (1,011,000 bytes)
+    for i in range(5):
+        (root / "big" / "model" / f"m{i}").mkdir(parents=True)
+        (root / "big" / "model" / f"m{i}" / "config.pbtxt").write_text(crafted)
+    answer = load(url, "big", str(root / "big" / "model"))
+    assert answer.status_code == 400
+    assert "are larger than 4194304 bytes in all" in answer.json()["error"]
+    (root / "huge" / "model" / "m").mkdir(parents=True)
+    (root / "huge" / "model" / "m" / "config.pbtxt").write_bytes(b" " * ((1 << 20) + 1))
+    answer = load(url, "huge", str(root / "huge" / "model"))
+    assert answer.status_code == 400
+    assert "config.pbtxt' is larger than 1048576 bytes" in answer.json()["error"]
+
+
+# ------------------------------------------------------------------ bounds
+
+
+@pytest.fixture(scope="module")
+def bounded(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """An endpoint that holds two models at once and makes three model names at most."""
+    with serve(
+        tmp_path_factory.mktemp("bounded"),
+        {"models_root": str(root), "max_models": "2", "max_model_names": "3"},
+        model_control_mode="explicit",
+    ) as srv:
+        yield url_of(srv)
+
+
+def test_the_endpoints_bounds_are_507(bounded: str, root: Path) -> None:
+    folder = str(root / "hash1" / "model")
+    assert load(bounded, "a", folder).status_code == 200
+    assert load(bounded, "b", folder).status_code == 200
+    answer = load(bounded, "c", folder)
+    assert answer.status_code == 507
+    assert "holds its most models (max_models=2)" in answer.json()["error"]
+    assert requests.delete(f"{bounded}/models/b").status_code == 200
+    assert load(bounded, "c", folder).status_code == 200
+    assert requests.delete(f"{bounded}/models/c").status_code == 200
+    answer = load(bounded, "d", folder)
+    assert answer.status_code == 507
+    assert "made its most model names (max_model_names=3)" in answer.json()["error"]
+    # a name the endpoint made is its to use again
+    assert load(bounded, "d", folder, **{TARGET: "b"}).status_code == 200
+    for name in ("a", "d"):
+        assert requests.delete(f"{bounded}/models/{name}").status_code == 200

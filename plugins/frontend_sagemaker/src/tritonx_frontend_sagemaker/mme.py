@@ -83,8 +83,9 @@ MAX_FOLDER_ENTRIES = 4096
 #: Bytes of each ``config.pbtxt`` read when looking for the ensemble.
 MAX_CONFIG_BYTES = 1 << 20
 
-#: Bytes of all the ``config.pbtxt`` files read by one load when looking for the ensemble.
-MAX_PLACE_BYTES = 16 << 20
+#: Bytes of all the ``config.pbtxt`` files read by one load when looking for the ensemble
+#: (a real one is kilobytes).
+MAX_PLACE_BYTES = 4 << 20
 
 #: Most entries (files, folders, links, at any depth) of a model's folder a load looks at
 #: before registering it.
@@ -99,8 +100,7 @@ DEFAULT_MAX_MODEL_NAMES = 4096
 #: The default root of the folders SageMaker gives (``<root>/<hash>/model``).
 DEFAULT_ROOT = "/opt/ml/models"
 
-_PLATFORM = b"platform:"
-_SPACE = re.compile(rb"\s*")
+_ENSEMBLE = re.compile(rb'platform:\s*"ensemble"')
 _NAME_PART = r"[0-9A-Za-z._]+"
 
 
@@ -231,14 +231,8 @@ class Placement:
 
 def _is_ensemble(data: bytes) -> bool:
     """Whether ``data`` holds ``platform:`` then white space then ``"ensemble"`` (Triton's
-    pattern), in one linear scan."""
-    at = data.find(_PLATFORM)
-    while at >= 0:
-        end = _SPACE.match(data, at + len(_PLATFORM)).end()  # type: ignore[union-attr]
-        if data.startswith(b'"ensemble"', end):
-            return True
-        at = data.find(_PLATFORM, end)
-    return False
+    pattern; without its capture group the search is linear, about 10 ms per MiB at worst)."""
+    return _ENSEMBLE.search(data) is not None
 
 
 def _read_config(path: str, limit: int) -> bytes | None:
@@ -393,8 +387,8 @@ def resolve_url(path: str, root: str) -> str:
     real = os.path.realpath(path)
     if os.path.commonpath((real, base)) != base or real == base:
         raise _bad(
-            f"Invalid \"url\" '{path}': it resolves to '{real}', outside of "
-            f"{root.rstrip('/')}/<hash>/model"
+            f"Invalid \"url\" '{path}': a symbolic link leads it outside of "
+            f"{root.rstrip('/')}/<hash>"
         )
     return real
 
