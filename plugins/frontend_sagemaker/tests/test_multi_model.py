@@ -573,10 +573,16 @@ def test_the_configurations_read_are_bounded(url: str, root: Path) -> None:
 
 @pytest.fixture(scope="module")
 def bounded(root: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """An endpoint that holds two models at once and makes three model names at most."""
+    """An endpoint that holds two models at once, makes three model names at most and looks
+    through 100 entries of a model's folder at most."""
     with serve(
         tmp_path_factory.mktemp("bounded"),
-        {"models_root": str(root), "max_models": "2", "max_model_names": "3"},
+        {
+            "models_root": str(root),
+            "max_models": "2",
+            "max_model_names": "3",
+            "max_model_files": "100",
+        },
         model_control_mode="explicit",
     ) as srv:
         yield url_of(srv)
@@ -599,3 +605,15 @@ def test_the_endpoints_bounds_are_507(bounded: str, root: Path) -> None:
     assert load(bounded, "d", folder, **{TARGET: "b"}).status_code == 200
     for name in ("a", "d"):
         assert requests.delete(f"{bounded}/models/{name}").status_code == 200
+
+
+def test_a_model_folder_with_too_many_files(bounded: str, root: Path) -> None:
+    """A model's folder is walked for at most max_model_files entries (at any depth)."""
+    many = root / "many" / "model" / "m" / "1"
+    many.mkdir(parents=True)
+    for i in range(100):
+        (many / f"f{i}").touch()
+    answer = load(bounded, "many", str(root / "many" / "model"))
+    assert answer.status_code == 400
+    assert "holds more than 100 files and folders" in answer.json()["error"]
+    assert requests.get(f"{bounded}/models").json() == {"models": []}

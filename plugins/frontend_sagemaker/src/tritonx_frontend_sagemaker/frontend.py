@@ -48,6 +48,7 @@ from tritonx_frontend_sagemaker.mme import (
     DEFAULT_MAX_MODEL_NAMES,
     DEFAULT_MAX_MODELS,
     DEFAULT_ROOT,
+    MAX_TREE_ENTRIES,
     MultiModelEndpoint,
     invoke_path,
 )
@@ -75,6 +76,10 @@ CONFIG_KEYS: Mapping[str, str] = {
         "the most model names the multi-model endpoint makes over the server's life (the "
         "server keeps an unloaded model's name in its repository index); a load bringing a "
         f"new name past it is answered 507 (default {DEFAULT_MAX_MODEL_NAMES})"
+    ),
+    "max_model_files": (
+        "the most files, folders and links (at any depth) of a model's folder a multi-model "
+        f"endpoint load looks through; a larger folder is refused, 400 (default {MAX_TREE_ENTRIES})"
     ),
 }
 
@@ -109,6 +114,7 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
         _positive(self.config, "thread_count", 8)
         max_models = _positive(self.config, "max_models", DEFAULT_MAX_MODELS)
         max_names = _positive(self.config, "max_model_names", DEFAULT_MAX_MODEL_NAMES)
+        max_files = _positive(self.config, "max_model_files", MAX_TREE_ENTRIES)
         root = self.config.get("models_root", DEFAULT_ROOT)
         if not root.startswith("/"):
             raise invalid_arg(
@@ -117,7 +123,7 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
         self.environment = Environment.read()
         self.restrictions = dict(settings.http_restricted_api)
         self.mme = MultiModelEndpoint(
-            server, root, settings.http_body_timeout_secs, max_models, max_names
+            server, root, settings.http_body_timeout_secs, max_models, max_names, max_files
         )
         self._kserve: tritonx.KServeHTTP | None = None
 

@@ -23,7 +23,7 @@ A load's folder may come from someone the operator does not trust (a model archi
 request from a client of the port; so, beyond Triton's checks:
 
 * the url must resolve (symbolic links followed) inside ``<models_root>/<hash>``; every file
-  and link in its folder is looked at (at most :data:`MAX_TREE_ENTRIES` entries): a link
+  and link in its folder is looked at (at most ``max_model_files`` entries): a link
   that leads outside the folder, or anything but a regular file or a folder (a FIFO, a
   device), is refused (400);
 * no name a load brings (the served name, and in the folder form the names of its other
@@ -87,8 +87,8 @@ MAX_CONFIG_BYTES = 1 << 20
 #: (a real one is kilobytes).
 MAX_PLACE_BYTES = 4 << 20
 
-#: Most entries (files, folders, links, at any depth) of a model's folder a load looks at
-#: before registering it.
+#: Default most entries (files, folders, links, at any depth) of a model's folder a load
+#: looks at before registering it (``max_model_files``).
 MAX_TREE_ENTRIES = 1 << 16
 
 #: Default most models loaded (or loading) through the endpoint at once (``max_models``).
@@ -237,9 +237,10 @@ def _is_ensemble(data: bytes) -> bool:
 
 def _read_config(path: str, limit: int) -> bytes | None:
     """Up to ``limit`` bytes of the regular file ``path`` (None when it is not one, or
-    cannot be read); a FIFO or a device is never opened for reading."""
+    cannot be read); a FIFO is opened without waiting, and neither it nor a device is read.
+    (:func:`check_tree` has checked that links stay inside the model's folder.)"""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -301,9 +302,9 @@ def place(url: str, root: str) -> Placement:
     return Placement(url, chosen[0], folders=tuple(sorted(folders)))
 
 
-def check_tree(folder: str, shown: str) -> None:
+def check_tree(folder: str, shown: str, limit: int = MAX_TREE_ENTRIES) -> None:
     """Refuse a model folder (resolved: no links in its path) the load must not read:
-    anything in it (at most :data:`MAX_TREE_ENTRIES` entries, at any depth) that is not a
+    anything in it (at most ``limit`` entries, at any depth: more is refused) that is not a
     regular file, a folder or a link, or a link that leads outside ``folder`` or to
     anything but a regular file or a folder. ``shown``: the folder as the client named it.
     Blocking: run it in a worker thread.
@@ -315,30 +316,36 @@ def check_tree(folder: str, shown: str) -> None:
     while pending:
         current = pending.pop()
         try:
-            entries = list(os.scandir(current))
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    count += 1
+                    if count > limit:
+                        raise _bad(f"'{shown}' holds more than {limit} files and folders")
+                    if _check_entry(entry, folder, shown):
+                        pending.append(entry.path)
         except OSError as exc:
             raise _bad(f"failed to read '{shown}': {exc.strerror or exc}") from None
-        for entry in entries:
-            count += 1
-            if count > MAX_TREE_ENTRIES:
-                raise _bad(f"'{shown}' holds more than {MAX_TREE_ENTRIES} files and folders")
-            where = os.path.join(shown, os.path.relpath(entry.path, folder))
-            mode = entry.stat(follow_symlinks=False).st_mode
-            if stat.S_ISDIR(mode):
-                pending.append(entry.path)
-                continue
-            if stat.S_ISLNK(mode):
-                target = os.path.realpath(entry.path)
-                if os.path.commonpath((target, folder)) != folder:
-                    raise _bad(f"'{where}' is a symbolic link that leads outside of '{shown}'")
-                try:
-                    mode = os.stat(target).st_mode
-                except OSError:
-                    continue  # (a dangling link: reading it fails as a missing file)
-                if stat.S_ISDIR(mode):
-                    continue  # (inside the folder: walked there)
-            if not stat.S_ISREG(mode):
-                raise _bad(f"'{where}' is not a regular file or a folder")
+
+
+def _check_entry(entry: os.DirEntry[str], folder: str, shown: str) -> bool:
+    """Whether ``entry`` (in the model folder ``folder``) is a folder to walk (False for a
+    regular file, or a link inside ``folder``). :raises Refused: see :func:`check_tree`."""
+    if entry.is_dir(follow_symlinks=False):
+        return True
+    if entry.is_file(follow_symlinks=False):
+        return False
+    where = os.path.join(shown, os.path.relpath(entry.path, folder))
+    if entry.is_symlink():
+        target = os.path.realpath(entry.path)
+        if os.path.commonpath((target, folder)) != folder:
+            raise _bad(f"'{where}' is a symbolic link that leads outside of '{shown}'")
+        try:
+            mode = os.stat(target).st_mode
+        except OSError:
+            return False  # (a dangling link: reading it fails as a missing file would)
+        if stat.S_ISDIR(mode) or stat.S_ISREG(mode):
+            return False  # (a folder inside this one is walked there)
+    raise _bad(f"'{where}' is not a regular file or a folder")
 
 
 def check_url(value: object, root: str) -> str:
@@ -393,15 +400,16 @@ def resolve_url(path: str, root: str) -> str:
     return real
 
 
-def inspect(path: str, root: str) -> tuple[str, Placement]:
+def inspect(path: str, root: str, limit: int = MAX_TREE_ENTRIES) -> tuple[str, Placement]:
     """The resolved folder of a load's url and its :class:`Placement`, once the folder is
-    checked (:func:`resolve_url`, :func:`check_tree`, :func:`place`). Blocking.
+    checked (:func:`resolve_url`, :func:`check_tree` with ``limit``, :func:`place`).
+    Blocking.
 
     :raises Refused: 400.
     """
     real = resolve_url(path, root)
     if os.path.isdir(real):
-        check_tree(real, path)
+        check_tree(real, path, limit)
     placement = place(real, root)
     shown = os.path.dirname(path) if placement.own else path
     return real, Placement(shown, placement.subfolder, placement.own, placement.folders)
@@ -415,6 +423,7 @@ class MultiModelEndpoint:
     :param body_timeout: seconds a load's body may stall (``--http-body-timeout-secs``).
     :param max_models: most models loaded or loading at once (507 past it).
     :param max_names: most model names made over the endpoint's life (507 past it).
+    :param max_files: most entries of a model's folder (400 past it).
     """
 
     def __init__(
@@ -424,12 +433,14 @@ class MultiModelEndpoint:
         body_timeout: float,
         max_models: int = DEFAULT_MAX_MODELS,
         max_names: int = DEFAULT_MAX_MODEL_NAMES,
+        max_files: int = MAX_TREE_ENTRIES,
     ) -> None:
         self.server = server
         self.root = root
         self.body_timeout = body_timeout
         self.max_models = max_models
         self.max_names = max_names
+        self.max_files = max_files
         self.models: dict[str, LoadedModel] = {}
         #: names being loaded or unloaded (a second load of one is 409, an unload 404)
         self.busy: set[str] = set()
@@ -530,7 +541,7 @@ class MultiModelEndpoint:
     async def _load(self, name: str, url: str, served: str) -> web.Response:
         try:
             async with self._placing:
-                real, placement = await asyncio.to_thread(inspect, url, self.root)
+                real, placement = await asyncio.to_thread(inspect, url, self.root, self.max_files)
         except Refused as refused:
             return refused.response
         except OSError as exc:
