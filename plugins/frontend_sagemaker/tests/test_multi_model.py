@@ -183,6 +183,11 @@ def test_inference_errors_are_400(url: str, root: Path) -> None:
         )
         assert answer.status_code == 400
         assert "unexpected shape" in answer.json()["error"]
+        # Triton's rule: any message holding an out-of-memory substring is 507, whatever
+        # it quotes (here the client's input name)
+        answer = requests.post(f"{url}/models/e1/invoke", json=infer_body(name="OOM"))
+        assert answer.status_code == 507
+        assert "unexpected inference input 'OOM'" in answer.json()["error"]
     finally:
         assert requests.delete(f"{url}/models/e1").status_code == 200
 

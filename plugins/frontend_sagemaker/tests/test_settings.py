@@ -21,6 +21,7 @@ from tritonx.errors import TritonXError
         ({"models_root": "opt/ml/models"}, {}, "models_root=opt/ml/models: expected an absolute"),
         ({"max_models": "0"}, {}, "max_models=0: expected a positive integer"),
         ({"max_model_names": "x"}, {}, "max_model_names=x: expected a positive integer"),
+        ({"max_model_files": "-1"}, {}, "max_model_files=-1: expected a positive integer"),
         ({"ping_mode": "live"}, {}, r"unknown key(s) ping_mode"),
         ({}, {"SAGEMAKER_TRITON_PING_MODE": "always"}, "invalid SAGEMAKER_TRITON_PING_MODE"),
         ({}, {"SAGEMAKER_TRITON_INFERENCE_TYPE": "x"}, "Invalid SAGEMAKER_TRITON_INFERENCE_TYPE"),

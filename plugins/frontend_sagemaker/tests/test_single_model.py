@@ -122,8 +122,9 @@ def test_malformed_binary_header(url: str, content_type: str, message: str) -> N
 
 
 def test_bad_bodies(url: str, http: requests.Session) -> None:
+    # the HTTP port's code, as Triton's /invocations (its JSON parser fails INTERNAL)
     answer = http.post(f"{url}/invocations", data=b"dummy")
-    assert answer.status_code == 400
+    assert answer.status_code == 500
     assert "failed to parse the request JSON buffer" in answer.json()["error"]
     wrong = infer_body(np.arange(8, dtype=np.int32).reshape(1, 8))
     answer = http.post(f"{url}/invocations", json=wrong)
@@ -204,3 +205,14 @@ def test_generate_and_generate_stream(tmp_path: Path) -> None:
     assert answer.status_code == 200, answer.text
     assert answer.headers["Content-Type"].startswith("text/event-stream")
     assert answer.text.startswith("data: ") and '"OUTPUT0":[4,5]' in answer.text
+
+
+def test_invocation_errors_are_the_http_ports(url: str) -> None:
+    """/invocations answers the HTTP port's codes, as Triton's (its HandleInfer): an input
+    named ``OOM`` is the 400 of an unexpected input, not 507 (only the multi-model endpoint
+    answers 507 for Triton's out-of-memory substrings)."""
+    answer = requests.post(f"{url}/invocations", json=infer_body(name="OOM"))
+    assert answer.status_code == 400
+    assert "unexpected inference input 'OOM'" in answer.json()["error"]
+    assert answer.headers["Content-Type"] == "application/json"
+    alive(url)

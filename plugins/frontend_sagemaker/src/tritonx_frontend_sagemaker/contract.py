@@ -36,7 +36,7 @@ INFERENCE_TYPES = ("infer", "generate", "generate_stream")
 
 #: Substrings of an error message that Triton answers 507 (SageMaker: "insufficient
 #: storage", load the model elsewhere) instead of 400, in its multi-model endpoint's loads
-#: and in inference responses.
+#: and invokes (``SageMakerMMECheckOOMError``: any error, whatever its message quotes).
 OOM_MESSAGES = (
     "CUDA out of memory",
     "CUDA_OUT_OF_MEMORY",

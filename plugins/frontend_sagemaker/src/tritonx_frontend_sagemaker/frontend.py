@@ -206,9 +206,10 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
     ) -> web.StreamResponse:
         """KServe v2 inference at ``path`` with SageMaker's content types and status codes.
 
-        ``multi_model``: every failure is 400 (or 507, out of memory), as Triton answers
-        ``/models/<m>/invoke``; otherwise the HTTP port's codes, but a failed inference
-        (500) is 400 and an out-of-memory one 507, as Triton answers ``/invocations``.
+        ``multi_model``: every failure is 400, or 507 when its message holds one of
+        Triton's out-of-memory substrings, as Triton answers ``/models/<m>/invoke``;
+        otherwise the HTTP port's codes, as Triton answers ``/invocations`` (its HTTP
+        server's ``HandleInfer`` with the HTTP port's response callback).
         """
         encoding = request.headers.get("Content-Encoding", "")
         if encoding.strip().lower() not in ("", "identity"):
@@ -239,11 +240,8 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
                 "application/json" if header is None else BINARY_MIME_TYPE + header
             )
             return response
-        message = _error_message(response)
-        if is_out_of_memory(message):
-            response.set_status(507)
-        elif multi_model or response.status == 500:
-            response.set_status(400)
+        if multi_model:
+            response.set_status(507 if is_out_of_memory(_error_message(response)) else 400)
         response.headers["Content-Type"] = "application/json"
         return response
 
