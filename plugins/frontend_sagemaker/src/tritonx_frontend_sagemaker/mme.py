@@ -573,6 +573,9 @@ class MultiModelEndpoint:
                 log.info("SageMaker: model '%s' does not fit: answering 507", served)
                 return error_response(exc.message, 507)
             return error_response(exc.message, 400)
+        except OSError as exc:  # (the private folder could not be made)
+            await self._forget(model, registered=registered)
+            return error_response(f"failed to register '{url}': {exc.strerror or exc}", 500)
         except BaseException:
             await self._forget(model, registered=registered)
             raise
