@@ -513,18 +513,22 @@ class MultiModelEndpoint:
                 f"model '{other}' is already served by another load of the multi-model endpoint",
                 409,
             )
-        known = {row.name for row in self.server.repository_index()}
-        for other in sorted((names & known) - self.made):
-            return frozenset(), error_response(
-                f"model '{other}' is already served by this server: a load may not replace it",
-                409,
-            )
         new = names - self.made
         if len(self.made) + len(new) > self.max_names:
             return frozenset(), error_response(
                 f"no room for model '{served}': the multi-model endpoint made its most model "
                 f"names (max_model_names={self.max_names})",
                 507,
+            )
+        # (the index is read only for names new to the endpoint: at most max_names times
+        # for loads that go on; a loaded model is found without it)
+        known = {n for n in new if self.server.model_ready(n)}
+        if new and not known:
+            known = {row.name for row in self.server.repository_index()} & new
+        for other in sorted(known):
+            return frozenset(), error_response(
+                f"model '{other}' is already served by this server: a load may not replace it",
+                409,
             )
         self.made |= new
         self.in_use |= names
