@@ -606,6 +606,8 @@ def test_the_endpoints_bounds_are_507(bounded: str, root: Path) -> None:
     answer = load(bounded, "d", folder)
     assert answer.status_code == 507
     assert "made its most model names (max_model_names=3)" in answer.json()["error"]
+    # refused before its folder is looked through
+    assert load(bounded, "e", str(root / "nothing" / "model")).status_code == 507
     # a name the endpoint made is its to use again
     assert load(bounded, "d", folder, **{TARGET: "b"}).status_code == 200
     for name in ("a", "d"):
@@ -618,7 +620,9 @@ def test_a_model_folder_with_too_many_files(bounded: str, root: Path) -> None:
     many.mkdir(parents=True)
     for i in range(100):
         (many / f"f{i}").touch()
-    answer = load(bounded, "many", str(root / "many" / "model"))
+    # (served as "a", a name test_the_endpoints_bounds_are_507 makes: in either order the
+    # load is not refused for its name first)
+    answer = load(bounded, "many", str(root / "many" / "model"), **{TARGET: "a"})
     assert answer.status_code == 400
     assert "holds more than 100 files and folders" in answer.json()["error"]
     assert requests.get(f"{bounded}/models").json() == {"models": []}

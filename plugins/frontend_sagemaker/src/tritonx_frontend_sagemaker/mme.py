@@ -493,6 +493,9 @@ class MultiModelEndpoint:
                 f"(max_models={self.max_models})",
                 507,
             )
+        early = self._refusal(served, {served})  # (before the folder is looked through)
+        if early is not None:
+            return early
         self.busy.add(name)
         self.loading += 1
         try:
@@ -508,18 +511,10 @@ class MultiModelEndpoint:
         served already (by the server's repositories or another load), 507 when the endpoint
         has made its most names."""
         names = {served} | {f for f in placement.folders if f != placement.subfolder}
-        for other in sorted(names & self.in_use):
-            return frozenset(), error_response(
-                f"model '{other}' is already served by another load of the multi-model endpoint",
-                409,
-            )
+        refusal = self._refusal(served, names)
+        if refusal is not None:
+            return frozenset(), refusal
         new = names - self.made
-        if len(self.made) + len(new) > self.max_names:
-            return frozenset(), error_response(
-                f"no room for model '{served}': the multi-model endpoint made its most model "
-                f"names (max_model_names={self.max_names})",
-                507,
-            )
         # (the index is read only for names new to the endpoint: at most max_names times
         # for loads that go on; a loaded model is found without it)
         known = {n for n in new if self.server.model_ready(n)}
@@ -533,6 +528,22 @@ class MultiModelEndpoint:
         self.made |= new
         self.in_use |= names
         return frozenset(names), None
+
+    def _refusal(self, served: str, names: set[str]) -> web.Response | None:
+        """409 when one of ``names`` is another load's, 507 when they would take the
+        endpoint past ``max_model_names``; None otherwise."""
+        for other in sorted(names & self.in_use):
+            return error_response(
+                f"model '{other}' is already served by another load of the multi-model endpoint",
+                409,
+            )
+        if len(self.made) + len(names - self.made) > self.max_names:
+            return error_response(
+                f"no room for model '{served}': the multi-model endpoint made its most model "
+                f"names (max_model_names={self.max_names})",
+                507,
+            )
+        return None
 
     def _private_folder(self, real: str, subfolder: str) -> str:
         """A new private folder holding only a link ``subfolder`` to ``real``."""
