@@ -339,18 +339,8 @@ class Server(InProcessAPI):
         (:mod:`tritonx._transports.http.listener`); returns the bound port. ``reuse_port``: bind with
         ``SO_REUSEPORT`` (``--reuse-http-port``); ``fast_infer``: the listener serves plain
         ``/infer`` requests itself (the inference app only: never the metrics listener)."""
-        from tritonx._transports.http.listener import HTTPLimits, LimitedSite
+        from tritonx._transports.http.listener import HTTPLimits, serve_limited
 
-        limits = HTTPLimits.from_settings(self.settings, self._http_listeners())
-        handler_kwargs: dict[str, Any] = {
-            "access_log": None,
-            "keepalive_timeout": limits.handler_keepalive,
-        }
-        # models are drained (up to --exit-timeout-secs) before listeners close, so handlers
-        # still running then only wait for work the exit timeout gave up on
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0.5, **handler_kwargs)
-        await runner.setup()
-        self._runners.append(runner)
         sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         if reuse_port:
@@ -374,15 +364,17 @@ class Server(InProcessAPI):
             from tritonx._transports.http.fast_infer import FastInfer
 
             fast = FastInfer(self.dataplane, self.settings)
-        site = LimitedSite(
-            runner,
-            sock,
-            limits=limits,
-            handler_kwargs=handler_kwargs,
-            ssl_context=ssl_context,
-            fast=fast,
-        )
-        await site.start()
+        limits = HTTPLimits.from_settings(self.settings, self._http_listeners())
+        # models are drained (up to --exit-timeout-secs) before listeners close, so handlers
+        # still running then only wait for work the exit timeout gave up on
+        try:
+            runner = await serve_limited(
+                app, sock, limits, ssl_context=ssl_context, fast=fast, shutdown_timeout=0.5
+            )
+        except BaseException:
+            sock.close()
+            raise
+        self._runners.append(runner)
         return int(sock.getsockname()[1])
 
     # ------------------------------------------------------------------ addresses

@@ -43,6 +43,12 @@ def export_registry(triton: TritonMetrics, registry: CollectorRegistry) -> Colle
     return out
 
 
+def metrics_text(triton: TritonMetrics, registry: CollectorRegistry) -> str:
+    """What ``GET /metrics`` answers: Triton's families, then every collector of
+    ``registry`` (also lent to frontends: ``ServerHandle.metrics_text``)."""
+    return triton.render() + render_registry(registry)
+
+
 def make_metrics_app(triton: TritonMetrics, registry: CollectorRegistry) -> web.Application:
     """An app serving Triton's metrics and ``registry`` at ``/metrics`` (and ``/metrics/``).
 
@@ -56,7 +62,7 @@ def make_metrics_app(triton: TritonMetrics, registry: CollectorRegistry) -> web.
             return web.json_response({"error": "Method Not Allowed"}, status=405)
         if request.path not in ("/metrics", "/metrics/"):
             return web.Response(body=b"")
-        body = (triton.render() + render_registry(request.app[REGISTRY_KEY])).encode()
+        body = metrics_text(triton, request.app[REGISTRY_KEY]).encode()
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE})
 
     app.router.add_route("*", "/{tail:.*}", metrics)

@@ -8,16 +8,16 @@ from __future__ import annotations
 import socket
 import ssl
 from dataclasses import replace
-from typing import Any
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from tritonx._core.metrics import TritonMetrics, render_registry
+from tritonx._core.metrics import TritonMetrics
+from tritonx._core.metrics_app import metrics_text
 from tritonx._dataplane.dataplane import DataPlane
 from tritonx._transports.http.app import make_app
 from tritonx._transports.http.keys import SERVING_APP
-from tritonx._transports.http.listener import HTTPLimits, LimitedSite
+from tritonx._transports.http.listener import HTTPLimits, serve_limited
 from tritonx._transports.http.routes import dispatch
 from tritonx.config import ServerSettings
 from tritonx.frontend import KServeHTTP
@@ -44,8 +44,7 @@ class ServerFrontendHTTP:
         """The Prometheus text ``GET /metrics`` answers on the metrics port."""
         if self._metrics is None:
             raise RuntimeError("the server's metrics are made when it starts")
-        triton, registry = self._metrics
-        return triton.render() + render_registry(registry)
+        return metrics_text(*self._metrics)
 
     def kserve(self) -> KServeHTTP:
         """One :class:`KServeHTTP` per server, over an application of the HTTP port's routes
@@ -68,23 +67,9 @@ class ServerFrontendHTTP:
     async def listen(
         self, app: web.Application, sock: socket.socket, ssl_context: ssl.SSLContext | None
     ) -> web.AppRunner:
-        """Serve ``app`` on ``sock`` behind the HTTP port's limits (:class:`LimitedSite`)."""
+        """Serve ``app`` on ``sock`` behind the HTTP port's limits (its share of them)."""
         limits = HTTPLimits.from_settings(self._settings, self.listeners)
-        handler_kwargs: dict[str, Any] = {
-            "access_log": None,
-            "keepalive_timeout": limits.handler_keepalive,
-        }
-        runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=0, **handler_kwargs)
-        await runner.setup()
-        try:
-            site = LimitedSite(
-                runner, sock, limits=limits, handler_kwargs=handler_kwargs, ssl_context=ssl_context
-            )
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        return runner
+        return await serve_limited(app, sock, limits, ssl_context=ssl_context)
 
 
 __all__ = ["ServerFrontendHTTP"]

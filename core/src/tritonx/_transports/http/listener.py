@@ -111,6 +111,42 @@ class HTTPLimits:
         )
 
 
+async def serve_limited(
+    app: web.Application,
+    sock: socket.socket,
+    limits: HTTPLimits,
+    *,
+    ssl_context: ssl.SSLContext | None = None,
+    fast: FastInfer | None = None,
+    shutdown_timeout: float = 0.0,
+) -> web.AppRunner:
+    """Serve ``app`` on the bound socket ``sock`` behind ``limits`` (a :class:`LimitedSite`);
+    returns its runner (``shutdown()`` and ``cleanup()`` it at stop). The HTTP and metrics
+    ports and every frontend plugin's listener are made here."""
+    handler_kwargs: dict[str, Any] = {
+        "access_log": None,
+        "keepalive_timeout": limits.handler_keepalive,
+    }
+    runner = web.AppRunner(
+        app, handle_signals=False, shutdown_timeout=shutdown_timeout, **handler_kwargs
+    )
+    await runner.setup()
+    try:
+        site = LimitedSite(
+            runner,
+            sock,
+            limits=limits,
+            handler_kwargs=handler_kwargs,
+            ssl_context=ssl_context,
+            fast=fast,
+        )
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        raise
+    return runner
+
+
 class LimitedSite(web.BaseSite):
     """An aiohttp site on a bound socket whose accept loop enforces :class:`HTTPLimits`.
 
