@@ -19,6 +19,7 @@ import requests
 import tritonclient.http as httpclient
 
 from tritonx.testing import ModelRepositoryBuilder
+from tritonx_frontend_vertexai.binary import BINARY_CONTENT_TYPE
 
 REDIRECT = "X-Vertex-Ai-Triton-Redirect"
 PREDICT = "/predict"
@@ -394,6 +395,30 @@ def test_a_compressed_prediction_is_inflated_and_the_answer_is_not_compressed(
         timeout=30,
     )
     assert "Content-Encoding" not in answer.headers
+    assert_echoed(answer)
+
+
+def test_a_compressed_binary_prediction_is_checked_against_the_inflated_body(
+    vertex: Any,
+) -> None:
+    """The header size in the content type counts inflated bytes: a binary request that
+    compresses below its JSON header's size is served, not refused."""
+    body, size = echo_body(binary_input=True)
+    # the JSON header padded with white space (still JSON): it compresses well below its size
+    padded = body[:size] + b" " * 1024 + body[size:]
+    size += 1024
+    compressed = gzip.compress(padded)
+    assert len(compressed) < size  # what the content type declares exceeds the sent bytes
+    answer = requests.post(
+        vertex.predict,
+        data=compressed,
+        headers={
+            "Content-Encoding": "gzip",
+            "Content-Type": f"{BINARY_CONTENT_TYPE}{size}",
+        },
+        timeout=30,
+    )
+    assert answer.status_code == 200, answer.text
     assert_echoed(answer)
 
 

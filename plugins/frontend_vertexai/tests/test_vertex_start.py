@@ -62,6 +62,9 @@ def test_a_route_that_is_no_regular_expression_stops_the_start(
 ) -> None:
     message = start_error(serve_vertex, single, environ={"AIP_HEALTH_ROUTE": "/health("})
     assert message.startswith("AIP_HEALTH_ROUTE '/health(' is not a valid regular expression")
+    # a repeat count past what re compiles (OverflowError, not re.error)
+    message = start_error(serve_vertex, single, environ={"AIP_HEALTH_ROUTE": "a{4294967296}"})
+    assert message.startswith("AIP_HEALTH_ROUTE 'a{4294967296}' is not a valid regular expression")
 
 
 def test_the_only_model_is_the_default(serve_vertex: Any, single: Path) -> None:

@@ -104,6 +104,8 @@ def test_the_longest_value_accepted() -> None:
         # std::stoi: leading white space and a sign, anything after the digits ignored
         (f"{BINARY_CONTENT_TYPE} \t+7; charset=x", 10, 7),
         (f"{BINARY_CONTENT_TYPE}007", 10, 7),
+        # leading zeros are not digits that count towards the 32 read
+        (f"{BINARY_CONTENT_TYPE}{'0' * 40}5", 10, 5),
         # a body of unknown length (chunked): the server checks the size as it reads
         (f"{BINARY_CONTENT_TYPE}12345", None, 12345),
     ],

@@ -101,9 +101,10 @@ def _stoi(text: str) -> int:
         i += 1
     if i == digits:
         raise ValueError(text)
-    if i - digits > 11:  # (more digits than any int32: no need to convert them)
+    significant = text[digits:i].lstrip("0")
+    if len(significant) > 11:  # (more digits than any int32: no need to convert them)
         raise OverflowError(text)
-    value = int(text[start:i])
+    value = int(text[start:digits] + (significant or "0"))
     if not -(2**31) <= value <= INT32_MAX:
         raise OverflowError(text)
     return value

@@ -59,19 +59,23 @@ def json_header_size(content_type: str | None, content_length: int | None) -> in
 
 def _leading_int(text: str) -> int | None:
     """The integer ``text`` starts with, as C++ ``std::stoi`` reads it (leading white space
-    and a sign allowed, anything after the digits ignored); None when there is none. At
-    most 32 digits are read: any longer number is out of range anyway."""
+    and a sign allowed, leading zeros skipped, anything after the digits ignored); None when
+    there is none. At most 32 significant digits are read: any longer number is out of range
+    anyway."""
     index = len(text) - len(text.lstrip(_C_SPACE))
     sign = 1
     if index < len(text) and text[index] in "+-":
         sign = -1 if text[index] == "-" else 1
         index += 1
+    start = index
+    while index < len(text) and text[index] == "0":
+        index += 1
     end = index
-    while end < len(text) and end - index <= 32 and "0" <= text[end] <= "9":
+    while end < len(text) and end - index < 32 and "0" <= text[end] <= "9":
         end += 1
-    if end == index:
+    if end == start:
         return None
-    return sign * int(text[index:end])
+    return sign * int(text[index:end] or "0")
 
 
 __all__ = ["BINARY_CONTENT_TYPE", "json_header_size"]

@@ -72,7 +72,7 @@ def route_pattern(variable: str, environ: Mapping[str, str]) -> re.Pattern[str]:
         raise TritonXError(f"{shown} is not defined for Vertex AI endpoint", Code.INVALID_ARG)
     try:
         return re.compile(value)
-    except re.error as exc:
+    except (re.error, OverflowError) as exc:
         raise TritonXError(
             f"{variable} '{value}' is not a valid regular expression: {exc}", Code.INVALID_ARG
         ) from None
@@ -128,7 +128,6 @@ class VertexAIFrontend(tritonx.AiohttpFrontend):
 
     :ivar predict_route: ``AIP_PREDICT_ROUTE``, compiled.
     :ivar health_route: ``AIP_HEALTH_ROUTE``, compiled.
-    :ivar thread_count: ``thread_count`` (checked, otherwise unused).
     :ivar default_model: the model the predict route infers (chosen at :meth:`start`).
     """
 
@@ -144,7 +143,7 @@ class VertexAIFrontend(tritonx.AiohttpFrontend):
         config: Mapping[str, str],
     ) -> None:
         super().__init__(server, settings, config)
-        self.thread_count = positive_int("thread_count", self.config.get("thread_count", "8"))
+        positive_int("thread_count", self.config.get("thread_count", "8"))  # checked only
         self.configured_model = self.config.get("default_model", "")
         self.predict_route = route_pattern("AIP_PREDICT_ROUTE", os.environ)
         self.health_route = route_pattern("AIP_HEALTH_ROUTE", os.environ)
@@ -208,7 +207,11 @@ class VertexAIFrontend(tritonx.AiohttpFrontend):
             return refused
         if request.method == "POST":
             try:
-                size = json_header_size(request.headers.get("Content-Type"), request.content_length)
+                # a compressed body's length is not the inflated one: the endpoint checks
+                # the size against the body it inflates
+                encoding = request.headers.get("Content-Encoding", "").strip().lower()
+                length = request.content_length if encoding in ("", "identity") else None
+                size = json_header_size(request.headers.get("Content-Type"), length)
             except TritonXError as exc:
                 return self._refuse(request, error_json(str(exc), 400))
         else:
@@ -258,9 +261,10 @@ class VertexAIFrontend(tritonx.AiohttpFrontend):
 
     @staticmethod
     def _refuse(request: web.Request, response: web.Response) -> web.Response:
-        """``response`` to a request whose body is not read. A plain body is drained after
-        it (bounded by aiohttp's lingering time), as the HTTP port does; a compressed one
-        closes the connection instead, so that nothing more of it is read or inflated."""
+        """``response`` to a request whose body is not read. aiohttp drains a plain body after
+        it (bounded by its lingering time), as on the HTTP port; for a compressed one the
+        connection is closed after the answer, so that nothing more of it is read or
+        inflated."""
         if request.body_exists and not request.content.is_eof():
             encoding = request.headers.get("Content-Encoding", "").strip().lower()
             if encoding not in ("", "identity"):

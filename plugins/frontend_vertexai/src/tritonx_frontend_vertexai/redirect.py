@@ -37,7 +37,7 @@ _MODEL = re.compile(
     r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
     r"(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
 )
-_HEALTH = re.compile(r"/v2(?:/health/(live|ready))?")
+_HEALTH = re.compile(r"/v2/health/(live|ready)")
 _SHARED_MEMORY = re.compile(
     r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)"
 )

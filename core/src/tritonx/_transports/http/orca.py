@@ -36,7 +36,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable
+import weakref
+from collections.abc import Callable, Iterable
 
 from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import Metric
@@ -83,14 +84,25 @@ class _Throttle:
             return held
 
 
-_bad_format = _Throttle()
-_missing = _Throttle()
+#: each server's throttles (by its registry): the bad-format line and the missing-metrics line
+_throttles: weakref.WeakKeyDictionary[CollectorRegistry, tuple[_Throttle, _Throttle]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
-def _log(throttle: _Throttle, message: str) -> None:
+def _throttles_of(registry: CollectorRegistry) -> tuple[_Throttle, _Throttle]:
+    pair = _throttles.get(registry)
+    if pair is None:
+        pair = _throttles[registry] = (_Throttle(), _Throttle())
+    return pair
+
+
+def _log(throttle: _Throttle, words: Callable[[], str]) -> None:
+    """Log the line ``words`` makes, unless ``throttle`` holds it (then it is not made)."""
     held = throttle.allow()
     if held is None:
         return
+    message = words()
     if held:
         message += f" ({held} more since the last such line)"
     log.error(message)
@@ -101,19 +113,23 @@ def load_report(fmt: str, registry: CollectorRegistry) -> str | None:
     ``None`` (an unknown format, or metrics missing: an error is logged, rate-limited)."""
     if fmt not in FORMATS:
         _log(
-            _bad_format,
-            f"{FORMAT_HEADER} request header is set to an invalid type "
-            f"{fmt[:_QUOTED]!a}{'...' if len(fmt) > _QUOTED else ''} (expected 'text' "
-            f"or 'json'), no {REPORT_HEADER} header written",
+            _throttles_of(registry)[0],
+            lambda: (
+                f"{FORMAT_HEADER} request header is set to an invalid type "
+                f"{fmt[:_QUOTED]!a}{'...' if len(fmt) > _QUOTED else ''} (expected 'text' "
+                f"or 'json'), no {REPORT_HEADER} header written"
+            ),
         )
         return None
     blocks = kv_cache_blocks(registry)
     if blocks is None:
         _log(
-            _missing,
-            f"{FORMAT_HEADER} request header is set but one or more of the kv metrics "
-            f"({KV_CACHE_FAMILY} with {BLOCK_TYPE_LABEL} {TOKENS_PER}, {USED} and {MAX}) was "
-            f"not found or invalid, no {REPORT_HEADER} header written",
+            _throttles_of(registry)[1],
+            lambda: (
+                f"{FORMAT_HEADER} request header is set but one or more of the kv metrics "
+                f"({KV_CACHE_FAMILY} with {BLOCK_TYPE_LABEL} {TOKENS_PER}, {USED} and {MAX}) was "
+                f"not found or invalid, no {REPORT_HEADER} header written"
+            ),
         )
         return None
     tokens_per, used, max_blocks = blocks
@@ -174,7 +190,7 @@ def to_string(value: float) -> str:
 def rapidjson_double(value: float) -> str:
     """A double as RapidJSON's ``Writer`` writes it (Triton's JSON): the shortest digits
     that read back the same, ``1.0`` for integers, exponents only outside
-    ``1e-7 < |value| < 1e21``, ``NaN``/``Infinity`` (Triton's writer allows them)."""
+    ``1e-6 <= |value| < 1e21``, ``NaN``/``Infinity`` (Triton's writer allows them)."""
     if math.isnan(value):
         return "NaN"
     if math.isinf(value):
@@ -183,7 +199,7 @@ def rapidjson_double(value: float) -> str:
     if value == 0:
         return sign + "0.0"
     digits_t = decimal.Decimal(repr(abs(value))).as_tuple()
-    digits = "".join(map(str, digits_t.digits)).lstrip("0")
+    digits = "".join(map(str, digits_t.digits))
     exponent = int(digits_t.exponent)
     stripped = digits.rstrip("0")
     exponent += len(digits) - len(stripped)
