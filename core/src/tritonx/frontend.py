@@ -169,10 +169,15 @@ class KServeHTTP:
         self._serve = serve
 
     async def handle(
-        self, request: web.Request, path: str, *, headers: Mapping[str, str] | None = None
+        self,
+        request: web.Request,
+        path: str,
+        *,
+        headers: Mapping[str, str | None] | None = None,
     ) -> web.StreamResponse:
         """Serve ``request`` (its method, query string, body and headers, with ``headers``
-        added or replacing) at ``path``, a KServe v2 path such as ``/v2/models/m/infer``.
+        added or replacing; a value ``None`` removes that header) at ``path``, a KServe v2
+        path such as ``/v2/models/m/infer``.
 
         Returns the response, not yet sent unless it streams (``generate_stream``), so the
         caller may still change its headers. A path no endpoint serves answers 404 as the
@@ -187,7 +192,10 @@ class KServeHTTP:
 
             merged = CIMultiDict(request.headers)
             for key, value in headers.items():
-                merged[key] = value
+                if value is None:
+                    merged.popall(key, None)
+                else:
+                    merged[key] = value
             return await self._serve(request.clone(rel_url=target, headers=merged))
         return await self._serve(request.clone(rel_url=target))
 

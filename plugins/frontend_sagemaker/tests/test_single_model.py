@@ -4,6 +4,7 @@ codes and messages while the server keeps serving, the bounds, and the generate 
 
 from __future__ import annotations
 
+import json
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,6 +76,20 @@ def test_json_invocation(url: str, http: requests.Session) -> None:
     assert (result["model_name"], result["model_version"]) == ("sm_model", "1")
     assert result["outputs"][0]["data"] == DATA.ravel().tolist()
     assert result["outputs"][0]["shape"] == [1, 16]
+
+
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_clients_inference_header_length_is_ignored(url: str, chunked: bool) -> None:
+    """SageMaker's JSON body is all JSON whatever ``Inference-Header-Content-Length`` says
+    (Triton's SageMaker server reads the size from the content type only), whether the
+    body's length is declared or not."""
+    body = json.dumps(infer_body()).encode()
+    data: bytes | Iterator[bytes] = iter([body[:10], body[10:]]) if chunked else body
+    answer = requests.post(
+        f"{url}/invocations", data=data, headers={"Inference-Header-Content-Length": "5"}
+    )
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"][0]["data"] == DATA.ravel().tolist()
 
 
 def test_binary_request_json_answer(url: str, http: requests.Session) -> None:

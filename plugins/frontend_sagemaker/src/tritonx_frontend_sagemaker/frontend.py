@@ -16,8 +16,8 @@ Routes (matched on the raw path, as Triton does; any other path answers 400 with
 
 Inference goes through the server's KServe v2 HTTP handlers (:class:`tritonx.KServeHTTP`):
 the same validation, limits (``--http-max-input-size``), statistics and traces as the HTTP
-port. Bodies are never compressed (Triton's SageMaker server reads and writes identity
-bodies only). ``--http-restricted-api`` applies as in Triton: ``/ping`` is ``health``,
+port. Inference bodies are never compressed (Triton's SageMaker server reads and writes
+identity bodies only); a ``POST /models`` body is read by aiohttp, bounded. ``--http-restricted-api`` applies as in Triton: ``/ping`` is ``health``,
 inference is ``inference``, the model management routes are ``model-repository``.
 """
 
@@ -221,7 +221,8 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
                     400,
                 ),
             )
-        headers = {"Accept-Encoding": "identity"}  # (SageMaker answers are not compressed)
+        # (SageMaker answers are not compressed)
+        headers: dict[str, str | None] = {"Accept-Encoding": "identity"}
         length = request.content_length
         try:
             size = binary_header_size(request.headers.get("Content-Type"), length)
@@ -229,8 +230,8 @@ class SageMakerFrontend(tritonx.AiohttpFrontend):
             return _unread(request, error_response(exc.message, 400))
         if size is not None:
             headers[HEADER_LENGTH] = str(size)
-        elif HEADER_LENGTH in request.headers and length is not None:
-            headers[HEADER_LENGTH] = str(length)  # (SageMaker's JSON body is all JSON)
+        elif HEADER_LENGTH in request.headers:
+            headers[HEADER_LENGTH] = None  # (ignored, as Triton: a JSON body is all JSON)
         response = await self.kserve.handle(request, path, headers=headers)
         if response.prepared:
             return response

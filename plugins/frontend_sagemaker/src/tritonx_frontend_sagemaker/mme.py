@@ -277,7 +277,9 @@ def place(url: str, root: str) -> Placement:
         for count, entry in enumerate(entries, 1):
             if count > MAX_FOLDER_ENTRIES:
                 raise _bad(f"'{url}' holds more than {MAX_FOLDER_ENTRIES} entries")
-            if not entry.is_dir(follow_symlinks=False) or entry.name.startswith("."):
+            # a link to a folder is a model too, as the repository lists it (check_tree has
+            # kept every link inside the folder)
+            if not entry.is_dir() or entry.name.startswith("."):
                 continue
             folders.append(entry.name)
             data = _read_config(os.path.join(entry.path, "config.pbtxt"), MAX_CONFIG_BYTES + 1)
@@ -361,17 +363,12 @@ def check_url(value: object, root: str) -> str:
     if not value.isprintable():
         raise _bad('Invalid "url": it holds unprintable characters')
     path = os.path.abspath(value)  # (normalized: no '.', '..' or repeated '/')
-    real = os.path.realpath(path)
-    for candidate in (path, real):
-        if candidate.startswith(("/dev/", "/proc/", "/sys/")) or candidate in (
-            "/dev",
-            "/proc",
-            "/sys",
-        ):
-            raise _bad(
-                f'Invalid URL: {value}. "url" property value cannot start with /dev/, /proc/, '
-                "or /sys/."
-            )
+    # lexical only, on the event loop: links are resolved in resolve_url, off the loop, and
+    # must stay inside <root>/<hash>
+    if path.startswith(("/dev/", "/proc/", "/sys/")) or path in ("/dev", "/proc", "/sys"):
+        raise _bad(
+            f'Invalid URL: {value}. "url" property value cannot start with /dev/, /proc/, or /sys/.'
+        )
     pattern = rf"{re.escape(root.rstrip('/'))}/{_NAME_PART}/model(?:/{_NAME_PART})?"
     if re.fullmatch(pattern, path) is None:
         raise _bad(
@@ -546,9 +543,8 @@ class MultiModelEndpoint:
         return None
 
     def _private_folder(self, real: str, subfolder: str) -> str:
-        """A new private folder holding only a link ``subfolder`` to ``real``."""
-        if not self._private_root:
-            self._private_root = tempfile.mkdtemp(prefix="tritonx-sagemaker-mme-")
+        """A new private folder (under :attr:`_private_root`, made first on the loop) holding
+        only a link ``subfolder`` to ``real``."""
         private = tempfile.mkdtemp(dir=self._private_root)
         os.symlink(real, os.path.join(private, subfolder))
         return private
@@ -568,6 +564,8 @@ class MultiModelEndpoint:
         registered = False
         try:
             if placement.own:
+                if not self._private_root:  # (on the loop: two loads cannot both make it)
+                    self._private_root = tempfile.mkdtemp(prefix="tritonx-sagemaker-mme-")
                 private = await asyncio.to_thread(self._private_folder, real, placement.subfolder)
                 model = LoadedModel(name, placement.repository, served, private, names, private)
             try:
