@@ -3,6 +3,10 @@ them) with the identity test backend installed as a plugin through a real entry 
 
 from __future__ import annotations
 
+import fcntl
+import json
+import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -10,9 +14,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -123,3 +128,154 @@ def start_replica(tmp_path: Path, echo_env: dict[str, str]) -> Iterator[StartRep
         if replica.proc.poll() is None:
             replica.proc.kill()
         replica.proc.wait(30)
+
+
+# ---------------------------------------------------------------------------- container images
+# The image tests (test_image_run.py, test_image_contracts.py) build deploy/docker/Dockerfile
+# with deploy/docker/build.sh and run it with podman (docker where podman is missing). Without
+# an engine, or without a base image (no registry and no mmdebstrap), they are skipped, saying
+# why; .ci/run installs podman, runc and mmdebstrap from Debian's packages.
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD_SH = ROOT / "deploy" / "docker" / "build.sh"
+KEEP_RLIMITS_CONF = ROOT / "deploy" / "docker" / "podman-keep-rlimits.conf"
+#: the tag the tests build ("onnx python", the default plugin set)
+TEST_IMAGE = "localhost/tritonx-test:onnx-python"
+#: build.sh's exit status when no base image can be had
+NO_BASE_STATUS = 3
+
+
+@dataclass
+class Engine:
+    """A container engine command (podman or docker) and the environment it runs with."""
+
+    program: str
+    env: dict[str, str]
+
+    def __call__(
+        self, *args: str, timeout: float = 180, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [self.program, *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(
+                f"{self.program} {' '.join(args)}: exit {result.returncode}\n{result.stderr}"
+            )
+        return result
+
+
+def _find_engine() -> Engine:
+    env = dict(os.environ)
+    if shutil.which("podman"):
+        return Engine("podman", env)
+    docker = shutil.which("docker")
+    if docker and subprocess.run([docker, "info"], capture_output=True, timeout=30).returncode == 0:
+        return Engine("docker", env)
+    pytest.skip(
+        "no container engine: podman is not installed and docker has no engine running "
+        "(.ci/run installs Debian's podman)"
+    )
+
+
+@pytest.fixture(scope="session")
+def tritonx_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Engine, str]:
+    """The ``onnx python`` image, built once per test run (pytest-xdist workers share it under
+    a lock), and the engine that runs it (with podman's resource limits kept on hosts that
+    refuse them)."""
+    engine = _find_engine()
+    shared = tmp_path_factory.getbasetemp().parent  # one folder for every xdist worker
+    with (shared / "tritonx-image.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        built = shared / "tritonx-image.json"
+        if not built.exists():
+            result = subprocess.run(
+                [str(BUILD_SH), "--engine", engine.program, "--plugins", "onnx python",
+                 "--tag", TEST_IMAGE],
+                env={**engine.env, "PYTHON": sys.executable},
+                capture_output=True, text=True, timeout=1500,
+            )  # fmt: skip
+            built.write_text(json.dumps({"status": result.returncode, "log": result.stderr}))
+        outcome = json.loads(built.read_text())
+    if outcome["status"] == NO_BASE_STATUS:
+        pytest.skip(f"no base image: {outcome['log'].strip().splitlines()[-1]}")
+    assert outcome["status"] == 0, outcome["log"][-6000:]
+    probe = engine("run", "--rm", "--entrypoint", "true", TEST_IMAGE, check=False)
+    if probe.returncode != 0 and "error setting rlimit" in probe.stderr:
+        assert engine.program == "podman" and "CONTAINERS_CONF" not in engine.env, probe.stderr
+        engine.env["CONTAINERS_CONF"] = str(KEEP_RLIMITS_CONF)
+        probe = engine("run", "--rm", "--entrypoint", "true", TEST_IMAGE, check=False)
+    assert probe.returncode == 0, probe.stderr
+    return engine, TEST_IMAGE
+
+
+@dataclass
+class Container:
+    """A started container: its name and the host port of each published container port."""
+
+    engine: Engine
+    name: str
+    ports: dict[int, int]
+
+    def url(self, container_port: int) -> str:
+        return f"127.0.0.1:{self.ports[container_port]}"
+
+    def logs(self) -> str:
+        result = self.engine("logs", self.name, check=False)
+        return result.stdout + result.stderr
+
+    def state(self) -> dict[str, Any]:
+        out = self.engine("inspect", "--format", "{{json .State}}", self.name).stdout
+        return dict(json.loads(out))
+
+    def exec(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return self.engine("exec", self.name, *argv, check=check)
+
+    def wait_status(
+        self, container_port: int, path: str, status: int = 200, timeout: float = 180
+    ) -> None:
+        """Poll GET ``path`` on a published port until it answers ``status`` (the container
+        must keep running)."""
+        deadline = time.monotonic() + timeout
+        while http_status(f"http://{self.url(container_port)}{path}", timeout=2) != status:
+            if not self.state().get("Running"):
+                raise AssertionError(f"{self.name} stopped:\n{self.logs()}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{path} never answered {status}:\n{self.logs()}")
+            time.sleep(0.2)
+
+    def wait_log(self, text: str, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while text not in self.logs():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{text!r} never logged:\n{self.logs()}")
+            time.sleep(0.2)
+
+
+StartContainer = Callable[..., Container]
+
+
+@pytest.fixture
+def start_container(tritonx_image: tuple[Engine, str]) -> Iterator[StartContainer]:
+    """Start the test image: ``start(*args, ports=[8000, ...], options=[...])`` publishes each
+    container port on a free loopback port; ``options`` go before the image (volumes, --user,
+    --read-only, --entrypoint, -e). Every container is removed at teardown."""
+    engine, image = tritonx_image
+    started: list[str] = []
+
+    def start(
+        *args: str, ports: Sequence[int] = (8000, 8001, 8002), options: Sequence[str] = ()
+    ) -> Container:
+        name = f"tritonx-test-{os.getpid()}-{len(started)}-{time.monotonic_ns()}"
+        published = {port: free_port() for port in ports}
+        publish = [f"--publish=127.0.0.1:{host}:{port}" for port, host in published.items()]
+        # --health-interval=disable: the tests run the health check themselves (podman's
+        # timers need systemd)
+        health = ["--health-interval=disable"] if engine.program == "podman" else []
+        engine("run", "-d", "--name", name, *health, *publish, *options, image, *args)
+        started.append(name)
+        return Container(engine, name, published)
+
+    yield start
+    for name in started:
+        engine("rm", "-f", "-t", "0", name, check=False, timeout=120)

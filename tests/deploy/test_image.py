@@ -89,7 +89,7 @@ def test_dockerfile_shape(dockerfile: list[tuple[str, str]]) -> None:
         len(stages) == 2 and stages[0].endswith(" AS build") and stages[1].endswith(" AS runtime")
     )
     args = {a.split("=", 1)[0] for keyword, a in dockerfile if keyword == "ARG"}
-    assert {"PLUGINS", "VARIANT", "BASE_IMAGE", "PYTHON_IMAGE"} <= args
+    assert {"PLUGINS", "BYTECODE", "BASE_IMAGE"} <= args
     # the slim Python base by default
     assert re.search(r"ARG BASE_IMAGE=python:3\.\d+-slim", DOCKERFILE.read_text())
     # a non-root numeric user, created in the runtime stage
@@ -118,28 +118,26 @@ def test_build_context_holds_what_the_dockerfile_copies(dockerfile: list[tuple[s
         assert (ROOT / source).exists(), source
 
 
-def test_plugin_selection(tmp_path: Path) -> None:
-    script = DOCKER / "select-plugins.sh"
+def test_build_script_refuses_what_it_cannot_build() -> None:
+    """deploy/docker/build.sh checks its arguments before it looks for an engine or a base."""
 
-    def select(*args: str) -> subprocess.CompletedProcess[str]:
+    def build(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            ["sh", str(script), *args], cwd=ROOT, capture_output=True, text=True, timeout=30
-        )
+            ["bash", str(DOCKER / "build.sh"), *args],
+            cwd=ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
 
-    result = select("cpu", "onnx", "python", "torch")
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.split()
-    assert "./plugins/backend_onnx" in lines and "./plugins/backend_python" in lines
-    assert "torch" in lines and "https://download.pytorch.org/whl/cpu" in lines
-    for line in lines:
-        if line.startswith("./plugins/"):
-            assert (ROOT / line / "pyproject.toml").is_file(), line
-    cuda = select("cuda", "onnx", "torch").stdout.split()
-    assert "torch" in cuda and "https://download.pytorch.org/whl/cpu" not in cuda
-    unknown = select("cpu", "onnx", "tensorflow")
+    unknown = build("--plugins", "onnx tensorflow")
     assert unknown.returncode == 1 and "unknown plugin 'tensorflow'" in unknown.stderr
-    variant = select("rocm", "onnx")
-    assert variant.returncode == 1 and "unknown VARIANT 'rocm'" in variant.stderr
+    assert build("--bytecode", "some").returncode == 1
+    option = build("--variant", "cuda")
+    assert option.returncode == 1 and "unknown option '--variant'" in option.stderr
+    usage = build("--help")
+    assert usage.returncode == 0 and "--plugins" in usage.stdout and "set -euo" not in usage.stdout
+    # every plugin name it knows is a plugin of this repository
+    text = (DOCKER / "build.sh").read_text()
+    for folder in re.findall(r"\./plugins/(\w+)", text):
+        assert (ROOT / "plugins" / folder / "pyproject.toml").is_file(), folder
 
 
 def _local(argv: list[str], repository: Path) -> list[str]:
@@ -153,6 +151,7 @@ def _local(argv: list[str], repository: Path) -> list[str]:
         elif arg == "/opt/tritonx/healthcheck.py":
             out.append(str(DOCKER / "healthcheck.py"))
         else:
+            arg = arg.replace("=/var/cache/tritonx/", f"={repository.parent}/cache/")
             out.append(arg.replace("=/models", f"={repository}"))
     return out
 
@@ -165,8 +164,11 @@ def test_entrypoint_and_healthcheck_run_against_tritonx_serve(
     (entrypoint,) = [exec_form(a) for k, a in dockerfile if k == "ENTRYPOINT"]
     (cmd,) = [exec_form(a) for k, a in dockerfile if k == "CMD"]
     assert entrypoint == ["tritonx", "serve"]
-    assert cmd == ["--model-repository=/models"]
-    assert ("VOLUME", '["/models"]') in dockerfile
+    assert cmd == [
+        "--model-repository=/models",
+        "--backend-config=python,requirements-cache-dir=/var/cache/tritonx/requirements",
+    ]
+    assert ("VOLUME", '["/models", "/var/cache/tritonx"]') in dockerfile
     (healthcheck,) = [a for k, a in dockerfile if k == "HEALTHCHECK"]
     options, _, check = healthcheck.partition(" CMD ")
     check_argv = exec_form(check)
