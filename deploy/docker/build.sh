@@ -10,14 +10,15 @@
 #      Debian bookworm with python3 from Debian's packages (mmdebstrap), imported as
 #      localhost/tritonx-base:bookworm-<recipe hash>; --base IMAGE uses IMAGE (pulled when missing); --base auto
 #      (the default) pulls python:3.12-slim-bookworm and falls back to debian.
-#   2. the wheelhouse (deploy/docker/wheelhouse/, git-ignored): wheels of core/ and of the
+#   2. the wheelhouse (a folder under deploy/docker/wheelhouse/, git-ignored, removed after): wheels of core/ and of the
 #      selected plugins, and every dependency downloaded as a wheel for the base image's Python
 #      and platform, at the versions of requirements-lock.txt, through the host's pip
 #      configuration (its index, proxy and certificates).
 #   3. the image: the Dockerfile installs the wheelhouse with --no-index into a venv and copies
 #      only that venv onto the base (no compilers, no build tools, non-root user).
 # Options:
-#   --plugins "P ..."   onnx python torch openai redis checksum decrypt cloud   (default: onnx python)
+#   --plugins "P ..."   onnx python torch openvino tensorflow openai redis checksum decrypt cloud
+#                       (default: onnx python)
 #   --tag NAME          image name (default: tritonx:<plugins joined by ->)
 #   --base B            auto | debian | an image reference (default: auto)
 #   --engine E          podman | docker | buildah (default: the first found, in that order)
@@ -67,12 +68,14 @@ for plugin in $PLUGINS; do
         onnx) local_dirs+=(./plugins/backend_onnx) ;;
         python) local_dirs+=(./plugins/backend_python) ;;
         torch) local_dirs+=(./plugins/backend_python ./plugins/backend_torch); extra+=(torch) ;;
+        openvino) local_dirs+=(./plugins/backend_openvino) ;;
+        tensorflow) local_dirs+=(./plugins/backend_tensorflow) ;;
         openai) local_dirs+=(./plugins/frontend_openai) ;;
         redis) local_dirs+=(./plugins/cache_redis) ;;
         checksum) local_dirs+=(./plugins/repoagent_checksum) ;;
         decrypt) local_dirs+=(./plugins/repoagent_decrypt) ;;
         cloud) local_dirs+=("./plugins/repo_cloud[s3,gcs,azure]") ;;
-        *) die "--plugins: unknown plugin '$plugin' (onnx python torch openai redis checksum decrypt cloud)" ;;
+        *) die "--plugins: unknown plugin '$plugin' (onnx python torch openvino tensorflow openai redis checksum decrypt cloud)" ;;
     esac
 done
 # shellcheck disable=SC2207
@@ -145,9 +148,11 @@ read -r PY_VERSION PY_ABI GLIBC ARCH <<< "$(printf '%s\n' "$info" | tail -1)"
 say "base Python $PY_VERSION ($PY_ABI), glibc $GLIBC, $ARCH"
 
 # ------------------------------------------------------------------ the wheelhouse
-WHEELS="$HERE/wheelhouse"
-rm -rf "$WHEELS"
-mkdir -p "$WHEELS"
+# a folder of its own per build (builds may run side by side), removed when the script ends
+mkdir -p "$HERE/wheelhouse"
+WHEELS="$(mktemp -d "$HERE/wheelhouse/build.XXXXXXXX")"
+chmod 755 "$WHEELS"
+trap 'rm -rf "$WHEELS"' EXIT
 requirements="$WHEELS/requirements.txt"
 : > "$requirements"
 say "wheels of ${local_dirs[*]}"
@@ -200,6 +205,7 @@ fi
 # ------------------------------------------------------------------ the image
 say "building $TAG with $ENGINE"
 engine_build --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg BYTECODE="$BYTECODE" \
+    --build-arg WHEELHOUSE="deploy/docker/wheelhouse/$(basename "$WHEELS")" \
     --build-arg PLUGINS="$PLUGINS" -t "$TAG" -f "$HERE/Dockerfile" "$ROOT"
 size="$(engine_size "$TAG")"
 say "built $TAG: $((size / 1000000)) MB"
