@@ -45,12 +45,19 @@ def engine_command() -> tuple[str, dict[str, str]]:
 
 def run(engine: str, env: dict[str, str], *args: str) -> str:
     out = subprocess.run([engine, *args], capture_output=True, text=True, env=env)
-    if out.returncode != 0 and "error setting rlimit" in out.stderr and engine == "podman":
-        env["CONTAINERS_CONF"] = str(KEEP_RLIMITS)
-        out = subprocess.run([engine, *args], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise RuntimeError(f"{engine} {' '.join(args)}: {out.stderr}")
     return out.stdout
+
+
+def keep_rlimits_if_refused(engine: str, env: dict[str, str], image: str) -> None:
+    """On hosts that refuse podman's resource limits, keep the host's (as build.sh does)."""
+    probe = subprocess.run(
+        [engine, "run", "--rm", "--entrypoint", "true", image],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    if probe.returncode != 0 and "error setting rlimit" in probe.stderr and engine == "podman":
+        env["CONTAINERS_CONF"] = str(KEEP_RLIMITS)
 
 
 def free_port() -> int:
@@ -120,8 +127,9 @@ def main() -> None:
                     subprocess.run(
                         [str(BUILD_SH), "--engine", engine, "--plugins", variant,
                          "--bytecode", bytecode, "--tag", tag],
-                        check=True, env={**env, "PYTHON": sys.executable},
+                        check=True, env={**env, "PYTHON": sys.executable}, stdout=sys.stderr,
                     )  # fmt: skip
+                keep_rlimits_if_refused(engine, env, tag)
                 size = int(run(engine, env, "image", "inspect", "--format", "{{.Size}}", tag))
                 times = {"add_sub": [], "examples": []}
                 for _ in range(opts.runs):

@@ -8,12 +8,13 @@
 # The script does what needs the network on the host, so the image build itself runs offline:
 #   1. the base image: --base debian (the default where no registry answers) makes a minimal
 #      Debian bookworm with python3 from Debian's packages (mmdebstrap), imported as
-#      localhost/tritonx-base:bookworm-<recipe hash>; --base IMAGE uses IMAGE (pulled when missing); --base auto
-#      (the default) pulls python:3.12-slim-bookworm and falls back to debian.
-#   2. the wheelhouse (a folder under deploy/docker/wheelhouse/, git-ignored, removed after): wheels of core/ and of the
-#      selected plugins, and every dependency downloaded as a wheel for the base image's Python
-#      and platform, at the versions of requirements-lock.txt, through the host's pip
-#      configuration (its index, proxy and certificates).
+#      localhost/tritonx-base:bookworm-<recipe hash>; --base IMAGE uses IMAGE (pulled when
+#      missing); --base auto (the default) pulls python:3.12-slim-bookworm and falls back to
+#      debian.
+#   2. the wheelhouse (a folder of its own under deploy/docker/wheelhouse/, git-ignored,
+#      removed at the end): wheels of core/ and of the selected plugins, and every dependency
+#      downloaded as a wheel for the base image's Python and platform, at the versions of
+#      requirements-lock.txt, through the host's pip configuration (index, proxy, certificates).
 #   3. the image: the Dockerfile installs the wheelhouse with --no-index into a venv and copies
 #      only that venv onto the base (no compilers, no build tools, non-root user).
 # Options:
@@ -206,7 +207,7 @@ fi
 say "building $TAG with $ENGINE"
 engine_build --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg BYTECODE="$BYTECODE" \
     --build-arg WHEELHOUSE="deploy/docker/wheelhouse/$(basename "$WHEELS")" \
-    --build-arg PLUGINS="$PLUGINS" -t "$TAG" -f "$HERE/Dockerfile" "$ROOT"
+    --build-arg PLUGINS="$PLUGINS" -t "$TAG" -f "$HERE/Dockerfile" "$ROOT" >&2
 size="$(engine_size "$TAG")"
 say "built $TAG: $((size / 1000000)) MB"
 echo "$TAG"

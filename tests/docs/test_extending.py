@@ -11,6 +11,10 @@ from typing import Any
 
 import pytest
 
+#: every test of this module on one pytest-xdist worker: the module's ``pages_run`` runs all
+#: of its pages at once, and would run them again on each worker that took one of its tests
+pytestmark = pytest.mark.xdist_group("docs-extending")
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = sorted((ROOT / "docs" / "extending").glob("*.md"))
 

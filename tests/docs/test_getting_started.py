@@ -61,7 +61,7 @@ def test_getting_started_runs_as_printed(page_runner: Any) -> None:
     skipped = [result.block.text for result in results if result.status == "skipped"]
     assert skipped == [
         "python3 -m venv .venv\n. .venv/bin/activate\n",  # the tests run in one already
-        "python -m pytest\n",  # the whole suite, which CI runs
+        "python -m pytest -n 2\n",  # the whole suite, which CI runs
     ]
 
 

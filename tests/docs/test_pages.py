@@ -13,6 +13,10 @@ from typing import Any
 
 import pytest
 
+#: every test of this module on one pytest-xdist worker: the module's ``pages_run`` runs all
+#: of its pages at once, and would run them again on each worker that took one of its tests
+pytestmark = pytest.mark.xdist_group("docs-pages")
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"
 
@@ -27,6 +31,7 @@ PAGES: dict[str, tuple[str, ...]] = {
     "guides/tracing-and-logging.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
     "guides/metrics.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
     "guides/kubernetes.md": ("kubectl",),
+    "guides/container-image.md": (),
     "guides/status-page.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
     "guides/analyze.md": ("tritonx_tools_analyze",),
     "reference/behaviour.md": ("tritonx_backend_onnx", "tritonx_backend_python"),
