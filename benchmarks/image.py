@@ -30,6 +30,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import run as run_py
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_SH = ROOT / "deploy" / "docker" / "build.sh"
 KEEP_RLIMITS = ROOT / "deploy" / "docker" / "podman-keep-rlimits.conf"
@@ -96,14 +99,15 @@ def cold_start(
 
 
 def add_sub_repository(root: Path) -> Path:
+    """One ONNX add_sub (``run.py``'s), readable by the image's user."""
     from onnx import TensorProto
 
     from tritonx_backend_onnx.models import add_sub
 
-    folder = root / "add_sub"
-    (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.onnx").write_bytes(add_sub(TensorProto.INT32, ("batch", 16)))
-    (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
+    run_py.write_model(
+        root, "add_sub", 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n',
+        {"model.onnx": add_sub(TensorProto.INT32, ("batch", 16))},
+    )  # fmt: skip
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return root

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tritonx.testing import echo_plugin_env, free_port
@@ -279,3 +280,49 @@ def start_container(tritonx_image: tuple[Engine, str]) -> Iterator[StartContaine
     yield start
     for name in started:
         engine("rm", "-f", "-t", "0", name, check=False, timeout=120)
+
+
+@pytest.fixture
+def add_sub_repository(tmp_path: Path) -> Path:
+    """A model repository holding the ONNX add_sub (INT32 [16], dynamic batching), readable by
+    the image's user (uid 10001) when mounted into a container."""
+    from onnx import TensorProto
+
+    from tritonx_backend_onnx.models import add_sub
+
+    repo = tmp_path / "models"
+    folder = repo / "add_sub"
+    (folder / "1").mkdir(parents=True)
+    (folder / "1" / "model.onnx").write_bytes(add_sub(TensorProto.INT32, ("batch", 16)))
+    (folder / "config.pbtxt").write_text(
+        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\ndynamic_batching { }\n'
+    )
+    world_readable(repo)
+    return repo
+
+
+def world_readable(root: Path) -> None:
+    """Folders 755 and files 644 under ``root`` (the container's user is not the owner)."""
+    for path in [root, *root.rglob("*")]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+
+
+@pytest.fixture
+def check_add_sub() -> Callable[[Any, str], None]:
+    """``check(tritonclient.http or .grpc, url)``: one add_sub inference, both outputs right."""
+
+    def check(module: Any, url: str) -> None:
+        client = module.InferenceServerClient(url)
+        try:
+            a = np.arange(16, dtype=np.int32).reshape(1, 16)
+            b = np.full((1, 16), 5, dtype=np.int32)
+            inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
+            for tensor, value in zip(inputs, (a, b), strict=True):
+                tensor.set_data_from_numpy(value)
+            result = client.infer("add_sub", inputs)
+            assert (result.as_numpy("OUTPUT0") == a + b).all()
+            assert (result.as_numpy("OUTPUT1") == a - b).all()
+        finally:
+            client.close()
+
+    return check

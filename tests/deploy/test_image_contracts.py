@@ -20,13 +20,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import yaml
-
-from tritonx.testing import ModelRepositoryBuilder
 
 pytestmark = [pytest.mark.container, pytest.mark.xdist_group("container-image")]
 
@@ -45,34 +42,6 @@ def kustomize(directory: Path) -> list[dict[str, Any]]:
     )
     assert out.returncode == 0, out.stderr
     return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
-
-
-def add_sub_repository(root: Path) -> Path:
-    from onnx import TensorProto
-
-    from tritonx_backend_onnx.models import add_sub
-
-    repo = ModelRepositoryBuilder(root).root
-    folder = repo / "add_sub"
-    (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.onnx").write_bytes(add_sub(TensorProto.INT32, ("batch", 16)))
-    (folder / "config.pbtxt").write_text('platform: "onnxruntime_onnx"\nmax_batch_size: 8\n')
-    for path in [repo, *repo.rglob("*")]:
-        path.chmod(0o755 if path.is_dir() else 0o644)
-    return repo
-
-
-def infer(module: Any, url: str) -> None:
-    client = module.InferenceServerClient(url)
-    try:
-        a = np.arange(16, dtype=np.int32).reshape(1, 16)
-        inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]
-        for tensor in inputs:
-            tensor.set_data_from_numpy(a)
-        result = client.infer("add_sub", inputs)
-        assert (result.as_numpy("OUTPUT0") == 2 * a).all()
-    finally:
-        client.close()
 
 
 def expand(arg: str, env: dict[str, str]) -> str:
@@ -154,7 +123,11 @@ def stop_as_the_kubelet(container: Any, engine: Any, pod: dict[str, Any], spec: 
 
 
 def test_kustomize_deployment(
-    start_container: Any, tritonx_image: tuple[Any, str], tmp_path: Path
+    start_container: Any,
+    tritonx_image: tuple[Any, str],
+    add_sub_repository: Path,
+    check_add_sub: Any,
+    tmp_path: Path,
 ) -> None:
     objects = kustomize(DEPLOY / "kustomize" / "overlays" / "cpu-pvc")
     (deployment,) = [o for o in objects if o["kind"] == "Deployment"]
@@ -179,7 +152,7 @@ def test_kustomize_deployment(
     assert env["MODEL_REPOSITORY"] == "/models"
     args = [expand(a, env) for a in container_spec["args"]]
     ports = {p["name"]: p["containerPort"] for p in container_spec["ports"]}
-    repo = add_sub_repository(tmp_path / "models")
+    repo = add_sub_repository
     options = run_options(spec, container_spec, {"models": repo}, tmp_path)
     options += [f"--env={k}={v}" for k, v in env.items()]
     if "command" in container_spec:
@@ -189,8 +162,8 @@ def test_kustomize_deployment(
     probe(container, container_spec["startupProbe"], ports)
     probe(container, container_spec["livenessProbe"], ports)
     probe(container, container_spec["readinessProbe"], ports)
-    infer(httpclient, container.url(ports["http"]))
-    infer(grpcclient, container.url(ports["grpc"]))
+    check_add_sub(httpclient, container.url(ports["http"]))
+    check_add_sub(grpcclient, container.url(ports["grpc"]))
     annotations = pod["metadata"]["annotations"]
     metrics_port = int(annotations["prometheus.io/port"])
     url = f"http://{container.url(metrics_port)}{annotations['prometheus.io/path']}"
@@ -205,7 +178,12 @@ def test_kustomize_deployment(
 
 @pytest.mark.parametrize("filename", ["servingruntime.yaml", "clusterservingruntime.yaml"])
 def test_kserve_runtime(
-    filename: str, start_container: Any, tritonx_image: tuple[Any, str], tmp_path: Path
+    filename: str,
+    start_container: Any,
+    tritonx_image: tuple[Any, str],
+    add_sub_repository: Path,
+    check_add_sub: Any,
+    tmp_path: Path,
 ) -> None:
     runtime = yaml.safe_load((DEPLOY / "kserve" / filename).read_text())
     spec = runtime["spec"]
@@ -217,7 +195,7 @@ def test_kserve_runtime(
     assert "--model-store=/mnt/models" in args and "--grpc-port=9000" in args
     (http_port,) = [p["containerPort"] for p in container_spec["ports"]]
     metrics_port = int(spec["annotations"]["prometheus.kserve.io/port"])
-    repo = add_sub_repository(tmp_path / "models")
+    repo = add_sub_repository
     options = run_options(spec, container_spec, {}, tmp_path)
     options += [f"--volume={repo}:/mnt/models:ro", "--entrypoint", container_spec["command"][0]]
     rest = container_spec["command"][1:]
@@ -225,8 +203,8 @@ def test_kserve_runtime(
         *rest, *args, ports=[http_port, 9000, metrics_port], options=options
     )
     probe(container, container_spec["readinessProbe"], {})
-    infer(httpclient, container.url(http_port))
-    infer(grpcclient, container.url(9000))
+    check_add_sub(httpclient, container.url(http_port))
+    check_add_sub(grpcclient, container.url(9000))
     url = f"http://{container.url(metrics_port)}{spec['annotations']['prometheus.kserve.io/path']}"
     with urllib.request.urlopen(url, timeout=30) as response:
         assert "nv_inference_request_success" in response.read().decode()

@@ -63,19 +63,6 @@ BYTES_IO = (
 )
 
 
-def add_onnx_model(root: Path) -> None:
-    from onnx import TensorProto
-
-    from tritonx_backend_onnx.models import add_sub
-
-    folder = root / "add_sub"
-    (folder / "1").mkdir(parents=True)
-    (folder / "1" / "model.onnx").write_bytes(add_sub(TensorProto.INT32, ("batch", 16)))
-    (folder / "config.pbtxt").write_text(
-        'platform: "onnxruntime_onnx"\nmax_batch_size: 8\ndynamic_batching { }\n'
-    )
-
-
 def add_python_model(root: Path, name: str, source: str, requirements: str | None = None) -> None:
     folder = root / name
     (folder / "1").mkdir(parents=True)
@@ -83,12 +70,7 @@ def add_python_model(root: Path, name: str, source: str, requirements: str | Non
     (folder / "config.pbtxt").write_text(f'backend: "python"\n{BYTES_IO}')
     if requirements is not None:
         (folder / "requirements.txt").write_text(requirements)
-    for path in (folder, folder / "1"):
-        path.chmod(0o755)  # readable by the container's user (uid 10001)
-
-
-def world_readable(root: Path) -> None:
-    for path in [root, *root.rglob("*")]:
+    for path in [folder, *folder.rglob("*")]:  # readable by the image's user (uid 10001)
         path.chmod(0o755 if path.is_dir() else 0o644)
 
 
@@ -108,22 +90,6 @@ def host_network_options() -> list[str]:
             "-e", "PIP_CERT=/etc/ssl/host-ca.crt",
         ]  # fmt: skip
     return options
-
-
-def add_sub(client_module: object, url: str) -> None:
-    module = client_module
-    client = module.InferenceServerClient(url)  # type: ignore[attr-defined]
-    try:
-        a = np.arange(16, dtype=np.int32).reshape(1, 16)
-        b = np.full((1, 16), 3, dtype=np.int32)
-        inputs = [module.InferInput(n, [1, 16], "INT32") for n in ("INPUT0", "INPUT1")]  # type: ignore[attr-defined]
-        inputs[0].set_data_from_numpy(a)
-        inputs[1].set_data_from_numpy(b)
-        result = client.infer("add_sub", inputs)
-        assert (result.as_numpy("OUTPUT0") == a + b).all()
-        assert (result.as_numpy("OUTPUT1") == a - b).all()
-    finally:
-        client.close()
 
 
 def six_info(container: Any) -> dict[str, str]:
@@ -161,13 +127,15 @@ def test_image_shape(tritonx_image: tuple[Any, str]) -> None:
 
 
 def test_serves_a_read_only_repository(
-    start_container: Any, tritonx_image: tuple[Any, str], tmp_path: Path
+    start_container: Any,
+    tritonx_image: tuple[Any, str],
+    add_sub_repository: Path,
+    check_add_sub: Any,
+    tmp_path: Path,
 ) -> None:
     engine, image = tritonx_image
-    repo = ModelRepositoryBuilder(tmp_path / "models").root
-    add_onnx_model(repo)
+    repo = add_sub_repository
     add_python_model(repo, "six_env", SIX_MODEL, requirements=f"six=={SIX}\n")
-    world_readable(repo)
     cache = f"tritonx-test-cache-{os.getpid()}-{tmp_path.name}"
     engine("volume", "create", cache)
     try:
@@ -175,8 +143,8 @@ def test_serves_a_read_only_repository(
         options += host_network_options()
         container = start_container(options=options)  # the image's own CMD
         container.wait_status(8000, "/v2/health/ready", timeout=600)
-        add_sub(httpclient, container.url(8000))
-        add_sub(grpcclient, container.url(8001))
+        check_add_sub(httpclient, container.url(8000))
+        check_add_sub(grpcclient, container.url(8001))
         info = six_info(container)  # from the model's own environment, in the volume
         assert info["six"] == SIX and info["file"].startswith("/var/cache/tritonx/requirements/")
         with urllib.request.urlopen(f"http://{container.url(8002)}/metrics", timeout=30) as r:
@@ -209,8 +177,8 @@ def test_sigterm_stops_within_the_exit_timeout(
     SIGTERM (``stop`` with a grace far longer) ends it by itself, not by the engine's SIGKILL."""
     engine, _ = tritonx_image
     repo = ModelRepositoryBuilder(tmp_path / "models").root
+    repo.chmod(0o755)
     add_python_model(repo, "hold", HOLD_MODEL)
-    world_readable(repo)
     container = start_container(
         "--model-repository=/models", "--exit-timeout-secs=2",
         options=[f"--volume={repo}:/models:ro"],
