@@ -95,7 +95,7 @@ def cold_start(
             time.sleep(0.02)
         return time.monotonic() - started
     finally:
-        subprocess.run([engine, "rm", "-f", "-t", "0", name], capture_output=True, env=env)
+        subprocess.run([engine, "rm", "-f", "-v", "-t", "0", name], capture_output=True, env=env)
 
 
 def add_sub_repository(root: Path) -> Path:

@@ -48,6 +48,10 @@ say() { echo "build.sh: $*" >&2; }
 
 while [ $# -gt 0 ]; do
     case "$1" in
+        --plugins|--tag|--base|--engine|--bytecode|--torch-index)
+            [ $# -ge 2 ] || die "$1 needs a value (--help lists the options)" ;;
+    esac
+    case "$1" in
         --plugins) PLUGINS="$2"; shift 2 ;;
         --tag) TAG="$2"; shift 2 ;;
         --base) BASE="$2"; shift 2 ;;
@@ -104,6 +108,8 @@ make_debian_base() {
         || no_base "--base debian needs mmdebstrap (Debian: apt-get install mmdebstrap)"
     local tmp
     tmp="$(mktemp -d)"
+    # shellcheck disable=SC2064
+    trap "rm -rf '$tmp'" EXIT
     say "base: making $DEBIAN_BASE with mmdebstrap (Debian bookworm, python3; about a minute)"
     # no documentation, manual pages or translations; no apt lists or caches in the image
     # merged /usr by mmdebstrap's hook (the usrmerge package would pull perl), no Recommends
@@ -115,8 +121,9 @@ make_debian_base() {
         --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/* "$1"/var/cache/debconf/*-old "$1"/var/log/*' \
         bookworm "$tmp/base.tar" \
         || { rm -rf "$tmp"; no_base "mmdebstrap failed (it needs Debian's package mirror)"; }
-    engine_import "$tmp/base.tar" "$DEBIAN_BASE"
+    engine_import "$tmp/base.tar" "$DEBIAN_BASE" || die "importing the Debian base failed"
     rm -rf "$tmp"
+    trap - EXIT
 }
 
 # the Debian base's tag names its recipe: a changed recipe makes a new base
@@ -125,7 +132,7 @@ DEBIAN_BASE="localhost/tritonx-base:bookworm-$(declare -f make_debian_base | sha
 case "$BASE" in
     debian) make_debian_base; BASE_IMAGE="$DEBIAN_BASE" ;;
     auto)
-        if engine_has "$PUBLIC_BASE" || timeout 120 "$ENGINE" pull -q "$PUBLIC_BASE" >/dev/null 2>&1; then
+        if engine_has "$PUBLIC_BASE" || timeout 60 "$ENGINE" pull -q "$PUBLIC_BASE" >/dev/null 2>&1; then
             BASE_IMAGE="$PUBLIC_BASE"
         else
             say "base: $PUBLIC_BASE cannot be pulled here; making a Debian base instead"
@@ -159,11 +166,19 @@ requirements="$WHEELS/requirements.txt"
 say "wheels of ${local_dirs[*]}"
 (cd "$ROOT" && "$PYTHON" -m pip wheel -q --no-deps -w "$WHEELS" "${local_dirs[@]%%\[*}") \
     || die "building the wheels of this checkout failed"
+local_wheels=()
 for dir in "${local_dirs[@]}"; do
-    name="$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$ROOT/${dir%%\[*}/pyproject.toml" | head -1)"
+    project="$ROOT/${dir%%\[*}/pyproject.toml"
+    name="$(sed -n 's/^name *= *"\(.*\)"/\1/p' "$project" | head -1)"
+    version="$(sed -n 's/^version *= *"\(.*\)"/\1/p' "$project" | head -1)"
     extras=""
     case "$dir" in *\[*) extras="[${dir#*\[}" ;; esac
-    echo "$name$extras" >> "$requirements"
+    # name==version: the wheel just built, never a namesake from an index (the download below
+    # is given the wheel files themselves)
+    echo "$name$extras==$version" >> "$requirements"
+    wheel="$(cd "$WHEELS" && ls "${name//-/_}-$version"-*.whl)" \
+        || die "no wheel of $name $version was built"
+    local_wheels+=("./$wheel$extras")
 done
 printf '%s\n' "${extra[@]}" >> "$requirements"
 
@@ -191,7 +206,7 @@ say "downloading the dependencies for $PY_ABI"
 (cd "$WHEELS" && "$PYTHON" -m pip download -q -d "$WHEELS" --only-binary=:all: \
     --python-version "$PY_VERSION" --implementation cp --abi "$PY_ABI" --abi abi3 --abi none \
     "${platforms[@]}" "${index[@]}" --find-links "$WHEELS" \
-    -c "$ROOT/requirements-lock.txt" -r "$requirements") \
+    -c "$ROOT/requirements-lock.txt" "${local_wheels[@]}" "${extra[@]}") \
     || die "downloading the dependencies failed (pip's output is above)"
 if [ "${#extra[@]}" -gt 0 ]; then
     # a CPU image takes torch's CPU build, never a CUDA one of several GB
@@ -208,6 +223,5 @@ say "building $TAG with $ENGINE"
 engine_build --build-arg BASE_IMAGE="$BASE_IMAGE" --build-arg BYTECODE="$BYTECODE" \
     --build-arg WHEELHOUSE="deploy/docker/wheelhouse/$(basename "$WHEELS")" \
     --build-arg PLUGINS="$PLUGINS" -t "$TAG" -f "$HERE/Dockerfile" "$ROOT" >&2
-size="$(engine_size "$TAG")"
-say "built $TAG: $((size / 1000000)) MB"
+say "built $TAG: $(engine_size "$TAG")"
 echo "$TAG"

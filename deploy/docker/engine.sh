@@ -49,9 +49,11 @@ engine_python() {
     case "$ENGINE" in
         buildah)
             local ctr
+            local status=0
             ctr="$(buildah from "$image")"
-            buildah run "$ctr" python3 "$@"
-            buildah rm "$ctr" >/dev/null ;;
+            buildah run "$ctr" python3 "$@" || status=$?
+            buildah rm "$ctr" >/dev/null
+            return "$status" ;;
         podman)
             if out="$(podman run --rm --entrypoint python3 "$image" "$@" 2>&1)"; then
                 printf '%s\n' "$out"
@@ -76,15 +78,18 @@ engine_build() {
     local ignore
     ignore="$(dirname "$PODMAN_KEEP_RLIMITS_CONF")/Dockerfile.dockerignore"
     case "$ENGINE" in
-        podman) podman build --format docker --layers --ignorefile "$ignore" "$@" ;;
+        # --layers=false: no intermediate images kept (the wheelhouse differs per build, so
+        # they would never be reused, and each is the size of the venv)
+        podman) podman build --format docker --layers=false --ignorefile "$ignore" "$@" ;;
         docker) docker build "$@" ;;  # BuildKit reads Dockerfile.dockerignore beside the Dockerfile
-        buildah) buildah bud --format docker --layers --ignorefile "$ignore" "$@" ;;
+        buildah) buildah bud --format docker --layers=false --ignorefile "$ignore" "$@" ;;
     esac
 }
 
 engine_size() {
+    # human-readable ("421 MB"): buildah reports only that
     case "$ENGINE" in
-        buildah) buildah images --json "$1" | "${PYTHON:-python3}" -c 'import json, sys; print(json.load(sys.stdin)[0]["size"])' ;;
-        *) "$ENGINE" image inspect --format '{{.Size}}' "$1" ;;
+        buildah) buildah images --format '{{.Size}}' "$1" | head -1 ;;
+        *) echo "$(( $("$ENGINE" image inspect --format '{{.Size}}' "$1") / 1000000 )) MB" ;;
     esac
 }

@@ -133,9 +133,9 @@ def start_replica(tmp_path: Path, echo_env: dict[str, str]) -> Iterator[StartRep
 
 # ---------------------------------------------------------------------------- container images
 # The image tests (test_image_run.py, test_image_contracts.py) build deploy/docker/Dockerfile
-# with deploy/docker/build.sh and run it with podman (docker where podman is missing). Without
-# an engine, or without a base image (no registry and no mmdebstrap), they are skipped, saying
-# why; .ci/run installs podman, runc and mmdebstrap from Debian's packages.
+# with deploy/docker/build.sh and run it with podman. Without podman, or without a base image
+# (no registry and no mmdebstrap), they are skipped, saying why; .ci/run installs podman, runc
+# and mmdebstrap from Debian's packages.
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_SH = ROOT / "deploy" / "docker" / "build.sh"
@@ -167,16 +167,29 @@ class Engine:
 
 
 def _find_engine() -> Engine:
-    env = dict(os.environ)
-    if shutil.which("podman"):
-        return Engine("podman", env)
-    docker = shutil.which("docker")
-    if docker and subprocess.run([docker, "info"], capture_output=True, timeout=30).returncode == 0:
-        return Engine("docker", env)
-    pytest.skip(
-        "no container engine: podman is not installed and docker has no engine running "
-        "(.ci/run installs Debian's podman)"
-    )
+    if shutil.which("podman") is None:
+        pytest.skip(
+            "podman is not installed (.ci/run installs Debian's podman; these tests use "
+            "podman's healthcheck and volume options, which docker lacks)"
+        )
+    return Engine("podman", dict(os.environ))
+
+
+def _build(engine: Engine) -> dict[str, Any]:
+    """Run build.sh in a process group of its own, killed whole if it outlives its time."""
+    proc = subprocess.Popen(
+        [str(BUILD_SH), "--engine", engine.program, "--plugins", "onnx python",
+         "--tag", TEST_IMAGE],
+        env={**engine.env, "PYTHON": sys.executable},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        _, log = proc.communicate(timeout=1500)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        _, log = proc.communicate()
+        return {"status": -1, "log": log + "\nbuild.sh ran past 1500 s and was killed"}
+    return {"status": proc.returncode, "log": log}
 
 
 @pytest.fixture(scope="session")
@@ -185,18 +198,16 @@ def tritonx_image(tmp_path_factory: pytest.TempPathFactory) -> tuple[Engine, str
     a lock), and the engine that runs it (with podman's resource limits kept on hosts that
     refuse them)."""
     engine = _find_engine()
-    shared = tmp_path_factory.getbasetemp().parent  # one folder for every xdist worker
+    # one build per test run: under xdist the workers share the run's temp root and its id
+    # names the run; without xdist the run's own temp folder is the only one that sees it
+    run_id = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if run_id else base
     with (shared / "tritonx-image.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        built = shared / "tritonx-image.json"
+        built = shared / f"tritonx-image-{run_id or 'serial'}.json"
         if not built.exists():
-            result = subprocess.run(
-                [str(BUILD_SH), "--engine", engine.program, "--plugins", "onnx python",
-                 "--tag", TEST_IMAGE],
-                env={**engine.env, "PYTHON": sys.executable},
-                capture_output=True, text=True, timeout=1500,
-            )  # fmt: skip
-            built.write_text(json.dumps({"status": result.returncode, "log": result.stderr}))
+            built.write_text(json.dumps(_build(engine)))
         outcome = json.loads(built.read_text())
     if outcome["status"] == NO_BASE_STATUS:
         pytest.skip(f"no base image: {outcome['log'].strip().splitlines()[-1]}")
@@ -272,14 +283,16 @@ def start_container(tritonx_image: tuple[Engine, str]) -> Iterator[StartContaine
         publish = [f"--publish=127.0.0.1:{host}:{port}" for port, host in published.items()]
         # --health-interval=disable: the tests run the health check themselves (podman's
         # timers need systemd)
-        health = ["--health-interval=disable"] if engine.program == "podman" else []
-        engine("run", "-d", "--name", name, *health, *publish, *options, image, *args)
+        engine(
+            "run", "-d", "--name", name, "--health-interval=disable", *publish, *options,
+            image, *args,
+        )  # fmt: skip
         started.append(name)
         return Container(engine, name, published)
 
     yield start
     for name in started:
-        engine("rm", "-f", "-t", "0", name, check=False, timeout=120)
+        engine("rm", "-f", "-v", "-t", "0", name, check=False, timeout=120)
 
 
 @pytest.fixture
