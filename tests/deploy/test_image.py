@@ -135,6 +135,8 @@ def test_build_script_refuses_what_it_cannot_build() -> None:
     unknown = build("--plugins", "onnx caffe2")
     assert unknown.returncode == 1 and "unknown plugin 'caffe2'" in unknown.stderr
     assert build("--bytecode", "some").returncode == 1
+    missing = build("--plugins", "onnx", "--tag")
+    assert missing.returncode == 1 and "--tag needs a value" in missing.stderr
     option = build("--variant", "cuda")
     assert option.returncode == 1 and "unknown option '--variant'" in option.stderr
     usage = build("--help")
