@@ -9,6 +9,9 @@ from typing import Any
 
 import pytest
 
+#: with the other pages' tests on one pytest-xdist worker (tests/docs/test_pages.py says why)
+pytestmark = pytest.mark.xdist_group("docs-pages")
+
 ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "getting-started.md"
 EXAMPLE_MODELS = [

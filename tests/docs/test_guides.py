@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-#: every test of this module on one pytest-xdist worker: the module's ``pages_run`` runs all
-#: of its pages at once, and would run them again on each worker that took one of its tests
-pytestmark = pytest.mark.xdist_group("docs-guides")
+#: the pages' tests on one pytest-xdist worker: the module's ``pages_run`` runs all of its
+#: pages at once (again on each worker that took one of its tests), and pages of different
+#: modules would meet on the default ports the runner does not rewrite (8080, 9000)
+pytestmark = pytest.mark.xdist_group("docs-pages")
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [

@@ -129,10 +129,13 @@ def seq_model(
     max_batch_size: int = 4,
     instances: int = 1,
     corrid: str = "TYPE_UINT64",
-    idle_us: int = 0,
+    idle_us: int = 600_000_000,
     controls: str | None = None,
 ) -> None:
-    sb = f"max_sequence_idle_microseconds: {idle_us}\n" if idle_us else ""
+    """``idle_us`` defaults to 10 minutes, not Triton's 1 s: on a loaded machine a client may
+    pause over a second between two requests of a sequence, and the tests that do not test
+    the idle timeout must not lose their slot to it."""
+    sb = f"max_sequence_idle_microseconds: {idle_us}\n"
     sb += strategy + (CONTROLS % corrid if controls is None else controls)
     repo.add(
         name,
