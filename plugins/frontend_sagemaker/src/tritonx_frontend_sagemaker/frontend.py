@@ -17,8 +17,9 @@ Routes (matched on the raw path, as Triton does; any other path answers 400 with
 Inference goes through the server's KServe v2 HTTP handlers (:class:`tritonx.KServeHTTP`):
 the same validation, limits (``--http-max-input-size``), statistics and traces as the HTTP
 port. Inference bodies are never compressed (Triton's SageMaker server reads and writes
-identity bodies only); a ``POST /models`` body is read by aiohttp, bounded. ``--http-restricted-api`` applies as in Triton: ``/ping`` is ``health``,
-inference is ``inference``, the model management routes are ``model-repository``.
+identity bodies only); a ``POST /models`` body is read by aiohttp, bounded.
+``--http-restricted-api`` applies as in Triton: ``/ping`` is ``health``, inference is
+``inference``, the model management routes are ``model-repository``.
 """
 
 from __future__ import annotations
